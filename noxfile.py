@@ -1,0 +1,48 @@
+"""Developer sessions: `nox -s lint tests` (the default and what CI runs), `nox -s bench` (opt-in).
+
+Every session that installs the project installs the CPU build of torch first: an unpinned torch in a fresh
+environment would pull ~2.6 GB of CUDA wheels.
+"""
+
+from __future__ import annotations
+
+import nox
+
+nox.options.sessions = ["lint", "tests"]
+nox.options.error_on_missing_interpreters = True
+
+TORCH = "torch==2.13.0"
+
+
+def install_project(session: nox.Session, extras: str = "test") -> None:
+    session.install(TORCH)
+    session.install("-e", f".[{extras}]")
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    """ruff check + ruff format --check (needs no torch)."""
+    session.install("ruff==0.17.6")
+    session.run("ruff", "check", ".")
+    session.run("ruff", "format", "--check", ".")
+
+
+@nox.session
+def tests(session: nox.Session) -> None:
+    """The default CPU test run (tiny model; `slow` tests excluded by pyproject's addopts)."""
+    install_project(session)
+    session.run("pytest", "--durations=15", *session.posargs)
+
+
+@nox.session(default=False)
+def slow(session: nox.Session) -> None:
+    """Tests marked slow (longer end-to-end runs)."""
+    install_project(session)
+    session.run("pytest", "-m", "slow", *session.posargs)
+
+
+@nox.session(default=False)
+def bench(session: nox.Session) -> None:
+    """Benchmarks under bench/: print ratios against peers measured in the same run."""
+    install_project(session)
+    session.run("python", "bench/rollout.py", *session.posargs)

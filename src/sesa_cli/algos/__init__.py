@@ -1,0 +1,27 @@
+"""Advantages and losses as pure functions in registries (style habit 4, after verl's ``core_algos``).
+
+``algo.advantage``, ``algo.loss`` and ``algo.aggregation`` name keys of :data:`ADVANTAGES`, :data:`POLICY_LOSSES`
+and :data:`AGGREGATIONS`; :func:`compute_advantages` and :func:`compute_loss` look them up. Each variant's
+docstring cites the paper it comes from. To add one, decorate a function with
+``@register(POLICY_LOSSES, "my_loss")`` (same signature as its neighbours) and add ``conf/algo/my_algo.yaml``.
+"""
+
+from sesa_cli.algos.advantages import compute_advantages, zero_std_groups
+from sesa_cli.algos.aggregations import masked_mean
+from sesa_cli.algos.losses import kl_penalty
+from sesa_cli.algos.objective import compute_loss
+from sesa_cli.algos.registry import ADVANTAGES, AGGREGATIONS, KL_ESTIMATORS, POLICY_LOSSES, get, register
+
+__all__ = [
+    "ADVANTAGES",
+    "AGGREGATIONS",
+    "KL_ESTIMATORS",
+    "POLICY_LOSSES",
+    "compute_advantages",
+    "compute_loss",
+    "get",
+    "kl_penalty",
+    "masked_mean",
+    "register",
+    "zero_std_groups",
+]

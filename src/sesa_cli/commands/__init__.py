@@ -1,0 +1,1 @@
+"""One thin Hydra app per command: compose -> typed config -> library call -> artifacts."""

@@ -1,0 +1,52 @@
+"""What every command does at its boundary: typed config, seeding, run-dir metadata, one-line user errors."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import random
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from sesa_cli.config import ConfigError
+
+log = logging.getLogger("sesa")
+
+
+@contextlib.contextmanager
+def user_errors(command: str) -> Iterator[None]:
+    """Bad input -> one line on stderr and exit 2; Ctrl-C -> a clean exit 130 (the trainer saved a checkpoint)."""
+    try:
+        yield
+    except ConfigError as exc:
+        print(f"sesa {command}: error: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+    except KeyboardInterrupt:
+        print(f"sesa {command}: interrupted", file=sys.stderr)
+        raise SystemExit(130) from None
+
+
+def seed_everything(seed: int) -> None:
+    """The one place seeds are set (python, numpy, torch)."""
+    import numpy as np
+    import torch
+
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def hydra_context() -> tuple[Path, list[str]]:
+    """(run dir, the user's overrides) of the running Hydra job."""
+    from hydra.core.hydra_config import HydraConfig
+
+    hc = HydraConfig.get()
+    return Path(hc.runtime.output_dir), list(hc.overrides.task)
+
+
+def resolved_yaml(cfg: Any) -> str:
+    from omegaconf import OmegaConf
+
+    return OmegaConf.to_yaml(cfg, resolve=True)

@@ -1,0 +1,74 @@
+"""``sesa train``: RL training. ``main`` is the Hydra app; ``run`` does the work and is what tests call."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import hydra
+from omegaconf import DictConfig
+
+from sesa_cli.commands.common import hydra_context, resolved_yaml, seed_everything, user_errors
+from sesa_cli.config import TrainConfig, conf_dir, register_configs, to_object
+
+log = logging.getLogger("sesa.train")
+register_configs()
+
+
+def run(cfg: TrainConfig, run_dir: Path, overrides: list[str] | None = None, resolved: str | None = None,
+        parent: str | None = None, show_progress: bool = True) -> dict[str, Any]:  # fmt: skip
+    """Train as configured, writing everything under ``run_dir``; returns the final metrics."""
+    from sesa_cli.models.loading import load_policy
+    from sesa_cli.runs import RunDir
+    from sesa_cli.tasks.base import make_task
+    from sesa_cli.trainer import Trainer
+
+    seed_everything(cfg.seed)
+    run = RunDir(run_dir)
+    if resolved is not None:
+        run.write_config(resolved)
+    run.write_run_info("train" if parent is None else "revive", overrides or [], parent=parent)
+    task = make_task(cfg.task, cfg.seed)
+    policy = load_policy(cfg.model, task, cfg.device)
+    trainer = Trainer(cfg, task, policy, run)
+    return fit(trainer, run_dir, show_progress)
+
+
+def fit(trainer: Any, run_dir: Path, show_progress: bool = True) -> dict[str, Any]:
+    """Run a prepared trainer with the live display; print the final table."""
+    from sesa_cli.progress import TrainProgress, final_table
+
+    cfg = trainer.cfg
+    n_params = sum(p.numel() for p in trainer.model.parameters())
+    per_step = (
+        cfg.train.batch_size
+        * cfg.sampler.group_size
+        * (
+            cfg.sampler.solutions_per_sketch
+            if cfg.sampler.stage1 == "sketch" and cfg.sampler.name == "sequential"
+            else 1
+        )
+    )
+    log.info(
+        "run dir %s | task=%s sampler=%s%s algo=%s | %s params | %d prompts x %d = %d rollouts/step, <= %d new "
+        "tokens each | steps %d..%d",
+        run_dir, cfg.task.name, cfg.sampler.name,
+        f"({cfg.sampler.stage1})" if cfg.sampler.name == "sequential" else "", cfg.algo.name, f"{n_params:,}",
+        cfg.train.batch_size, cfg.sampler.group_size, per_step, cfg.task.max_new_tokens,
+        trainer.step + 1, cfg.train.steps,
+    )  # fmt: skip
+    with TrainProgress(total=cfg.train.steps, start=trainer.step, enabled=show_progress) as progress:
+        final = trainer.fit(on_step=progress.update)
+    final_table(final, title=f"final metrics ({run_dir})")
+    return final
+
+
+@hydra.main(version_base="1.3", config_path=str(conf_dir()), config_name="train")
+def main(cfg: DictConfig) -> float | None:
+    with user_errors("train"):
+        config = to_object(cfg)
+        run_dir, overrides = hydra_context()
+        final = run(config, run_dir, overrides, resolved_yaml(cfg))
+        value = final.get("eval/success")
+        return None if value is None else float(value)

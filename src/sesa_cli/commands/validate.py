@@ -1,0 +1,107 @@
+"""Validate a command's overrides before any work starts, and explain a failure in one line.
+
+Composition uses Hydra's compose API against the same conf/ and schemas as the command's ``@hydra.main`` app, so
+whatever passes here composes there. In multirun mode every value of every sweep is checked. Never imports torch.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from sesa_cli.config import ConfigError, conf_dir, register_configs, to_object
+
+
+def _split_sweeps(overrides: list[str]) -> list[list[str]]:
+    """One override list per sweep value (the other sweeps at their first value); [overrides] if no sweep."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parsed = OverridesParser.create().parse_overrides(overrides)
+    base, sweeps = [], []
+    for ov in parsed:
+        if ov.is_sweep_override():
+            key = ov.get_key_element()
+            sweeps.append([f"{key}={v}" for v in ov.sweep_string_iterator()])
+        else:
+            base.append(ov.input_line)
+    if not sweeps:
+        return [base]
+    firsts = [values[0] for values in sweeps]
+    combos = []
+    for i, values in enumerate(sweeps):
+        for v in values:
+            combos.append(base + firsts[:i] + [v] + firsts[i + 1 :])
+    return combos
+
+
+def _compose(config_name: str, overrides: list[str]) -> Any:
+    from hydra import compose, initialize_config_dir
+
+    with initialize_config_dir(version_base="1.3", config_dir=str(conf_dir()), job_name=config_name):
+        return compose(config_name, overrides=overrides)
+
+
+def _valid_keys(config_name: str, overrides: list[str], parent: str, bad: str) -> list[str]:
+    """Keys under ``parent`` in the config composed with only the group choices of ``overrides`` (minus ``bad``)."""
+    from omegaconf import OmegaConf
+
+    names = [o.split("=", 1)[0].lstrip("+~") for o in overrides]
+    choices = [o for o, n in zip(overrides, names, strict=True) if "=" in o and "." not in n and n != bad]
+    try:
+        cfg = _compose(config_name, choices)
+    except Exception:  # noqa: BLE001  (only a hint for the message: no valid-key list then)
+        return []
+    node = OmegaConf.select(cfg, parent) if parent else cfg
+    return sorted(node.keys()) if hasattr(node, "keys") else []
+
+
+def explain(exc: BaseException, config_name: str, overrides: list[str]) -> str:
+    """A one-line message naming the key (and the valid choices) for a composition error."""
+    from hydra.errors import MissingConfigException
+    from omegaconf.errors import ConfigKeyError, OmegaConfBaseException
+
+    if isinstance(exc, ConfigError):
+        return str(exc)
+    msg = str(exc)
+    if isinstance(exc, MissingConfigException):
+        m = re.search(r"Could not find '([^']+)/([^'/]+)'", msg)
+        options = re.findall(r"^\t(\S+)$", msg, flags=re.MULTILINE)
+        if m and options:
+            group, value = m.groups()
+            return f"{group}={value} is not a {group} option; choose one of: {', '.join(options)}"
+        m = re.search(r"Could not find '([^']+)'", msg)
+        return f"no config named {m.group(1)!r}" if m else msg.splitlines()[0]
+    cause = exc.__cause__ if exc.__cause__ is not None else exc
+    full_key = getattr(cause, "full_key", None)
+    if isinstance(cause, ConfigKeyError) or "not in" in str(cause) or "No match in the defaults list" in msg:
+        m = re.search(r"Could not (?:override|append to) '([^']+)'", msg)
+        key = full_key or (m.group(1) if m else "?")
+        parent = key.rsplit(".", 1)[0] if "." in key else ""
+        valid = _valid_keys(config_name, overrides, parent, key)
+        where = f"under {parent!r}" if parent else "at the top level"
+        hint = f"; valid keys {where}: {', '.join(valid)}" if valid else ""
+        return f"unknown key {key!r}{hint}"
+    if isinstance(cause, OmegaConfBaseException):
+        first = str(cause).splitlines()[0]
+        return f"{full_key}: {first}" if full_key else first
+    return msg.splitlines()[0] if msg else type(exc).__name__
+
+
+def validate_argv(config_name: str, argv: list[str]) -> str | None:
+    """None if the command line composes into a valid config, else a one-line explanation."""
+    from hydra._internal.utils import get_args_parser
+
+    args = get_args_parser().parse_args(argv)
+    if args.help or args.hydra_help or args.shell_completion or args.info:
+        return None
+    register_configs()
+    try:
+        combos = _split_sweeps(args.overrides) if args.multirun else [args.overrides]
+    except Exception as exc:  # noqa: BLE001  (any parse error of the user's sweep becomes its one-line message)
+        return str(exc).splitlines()[0]
+    for overrides in combos:
+        try:
+            to_object(_compose(config_name, overrides))
+        except Exception as exc:  # noqa: BLE001  (Hydra/OmegaConf raise many types; explain() names the key)
+            return explain(exc, config_name, overrides)
+    return None

@@ -1,0 +1,321 @@
+"""Find, load and label the runs a diversity report compares.
+
+A *run dir* is what ``sesa train`` / ``sesa revive`` write (``metrics.jsonl``) or what ``sesa eval`` writes
+(``metrics.json``, one flat dict, read as a single row). A *multirun dir* is a Hydra sweep: ``multirun.yaml`` plus
+numbered job subdirs, each a run dir. Every user-facing problem raises :class:`sesa_cli.config.ConfigError` with a
+one-line message.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import yaml
+
+from sesa_cli.config import ConfigError
+
+METRICS_JSONL = "metrics.jsonl"
+METRICS_JSON = "metrics.json"
+
+# Override keys that never distinguish one experiment from another: the seed is what we average over, and hydra.*
+# only moves files around.
+_IGNORED_KEYS = ("seed",)
+_IGNORED_PREFIXES = ("hydra.", "hydra/")
+
+
+@dataclass
+class Run:
+    """One loaded run.
+
+    ``metrics`` has one row per logged step (index ``step``, sorted, ints) and one float column per numeric metric;
+    training and evaluation rows of the same step are merged, a value missing at a step is NaN.
+    """
+
+    path: Path
+    metrics: pd.DataFrame
+    overrides: dict[str, str]
+    """Command-line overrides, ``key -> value`` in the order given (leading ``+``/``++``/``~`` stripped)."""
+    config: dict[str, Any]
+    """The resolved config (``config.yaml``, else ``.hydra/config.yaml``); empty when neither exists."""
+    info: dict[str, Any] = field(default_factory=dict)
+    """``run.json``: command, parent, overrides, started (empty when absent)."""
+    group: str = ""
+    """Label of the group the run is averaged in (set by :func:`assign_groups`)."""
+
+    @property
+    def task(self) -> str | None:
+        value = _lookup(self.config, "task")
+        if value is None:
+            value = self.overrides.get("task")
+        return None if value is None else str(value)
+
+    @property
+    def seed(self) -> str | None:
+        value = self.overrides.get("seed", self.config.get("seed"))
+        return None if value is None else str(value)
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+
+# ------------------------------------------------------------------------------------------------- discovery
+def is_run_dir(path: Path) -> bool:
+    return path.is_dir() and ((path / METRICS_JSONL).is_file() or (path / METRICS_JSON).is_file())
+
+
+def _subdir_order(path: Path) -> tuple[int, int, str]:
+    # Hydra numbers sweep jobs 0, 1, ..., 10: sort them as numbers, not strings.
+    return (0, int(path.name), "") if path.name.isdigit() else (1, 0, path.name)
+
+
+def expand_run_paths(paths: Sequence[str | Path]) -> tuple[list[Path], list[str]]:
+    """Turn the user's list of run and multirun dirs into run dirs (deduplicated, in the given order).
+
+    Returns the run dirs and notes about job subdirs that were skipped (no metrics written yet, or a crashed job).
+    """
+    if isinstance(paths, (str, Path)):
+        paths = [paths]
+    if not paths:
+        raise ConfigError("runs is empty; pass runs=[RUN_DIR,...] or runs=MULTIRUN_DIR")
+    found: list[Path] = []
+    notes: list[str] = []
+    for entry in paths:
+        path = Path(entry).expanduser()
+        if not path.exists():
+            raise ConfigError(f"run path does not exist: {path}")
+        if not path.is_dir():
+            raise ConfigError(f"run path is not a directory: {path}")
+        if is_run_dir(path):
+            found.append(path)
+            continue
+        subdirs = sorted((p for p in path.iterdir() if p.is_dir() and not p.name.startswith(".")), key=_subdir_order)
+        runs = [p for p in subdirs if is_run_dir(p)]
+        if not runs:
+            raise ConfigError(
+                f"no runs in {path}: expected {METRICS_JSONL} (a run dir) or numbered job subdirs containing it "
+                "(a multirun dir)"
+            )
+        # A job subdir without metrics is a job that crashed or is still starting: worth a note, not an error.
+        notes += [f"skipped {p}: no {METRICS_JSONL}" for p in subdirs if p.name.isdigit() and not is_run_dir(p)]
+        found += runs
+    unique: dict[Path, Path] = {}
+    for path in found:
+        unique.setdefault(path.resolve(), path)
+    return list(unique.values()), notes
+
+
+# --------------------------------------------------------------------------------------------------- loading
+def _read_yaml(path: Path) -> Any:
+    try:
+        return yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ConfigError(f"cannot read {path}: {first_line}") from exc
+
+
+def _read_metric_rows(path: Path) -> list[dict[str, Any]]:
+    lines = path.read_text().splitlines()
+    rows = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as exc:
+            # A run killed mid-write leaves a truncated last line; anything earlier is real corruption.
+            if number == len(lines):
+                break
+            raise ConfigError(f"{path}:{number} is not valid JSON ({exc.msg})") from exc
+        if isinstance(row, dict):
+            rows.append(row)
+    return rows
+
+
+def metrics_frame(rows: list[dict[str, Any]], source: Path) -> pd.DataFrame:
+    """Rows of ``{"step": int, metric: value, ...}`` → one float column per numeric metric, one row per step.
+
+    Rows sharing a step (a training row and an evaluation row) are merged; if two rows give the same metric at
+    the same step the later one wins (a resumed run re-logs steps).
+    """
+    if not rows:
+        return pd.DataFrame(index=pd.Index([], name="step", dtype="int64"))
+    frame = pd.DataFrame.from_records(rows)
+    steps = pd.to_numeric(frame["step"], errors="coerce") if "step" in frame.columns else None
+    if steps is None or steps.isna().any() or (steps != steps.round()).any():
+        raise ConfigError(f"{source}: every metrics row needs an integer 'step'")
+    frame["step"] = steps.astype("int64")
+    numeric = {}
+    for column in frame.columns:
+        if column == "step":
+            continue
+        values = frame[column]
+        if values.dtype == bool or values.dtype == object:
+            # bools (collapse flags written as true/false) count as 0/1; free text is not a metric.
+            converted = values.map(lambda v: float(v) if isinstance(v, (bool, int, float)) else math.nan)
+            if values.map(lambda v: v is None or isinstance(v, (bool, int, float))).all():
+                numeric[column] = converted
+        elif pd.api.types.is_numeric_dtype(values):
+            numeric[column] = values.astype("float64")
+    data = pd.DataFrame(numeric, index=frame.index)
+    data["step"] = frame["step"]
+    merged = data.groupby("step", sort=True).last()  # last() skips NaN: merges train and eval rows of a step
+    return merged
+
+
+def _parse_overrides(items: Any) -> dict[str, str]:
+    result: dict[str, str] = {}
+    for item in items or []:
+        text = str(item)
+        key, sep, value = text.partition("=")
+        key = key.lstrip("+~")
+        result[key] = value if sep else "(deleted)"
+    return result
+
+
+def _lookup(config: dict[str, Any], key: str) -> Any:
+    """Value of a dotted override key in the resolved config; a config group (a dict) answers with its ``name``."""
+    node: Any = config
+    for part in key.split("@")[0].replace("/", ".").split("."):
+        if not isinstance(node, dict) or part not in node:
+            return None
+        node = node[part]
+    if isinstance(node, dict):
+        return node.get("name")
+    return node
+
+
+def load_run(path: Path) -> Run:
+    """Read one run dir: metrics, overrides and config."""
+    path = Path(path)
+    if (path / METRICS_JSONL).is_file():
+        frame = metrics_frame(_read_metric_rows(path / METRICS_JSONL), path / METRICS_JSONL)
+    elif (path / METRICS_JSON).is_file():
+        try:
+            flat = json.loads((path / METRICS_JSON).read_text())
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"{path / METRICS_JSON} is not valid JSON ({exc.msg})") from exc
+        if not isinstance(flat, dict):
+            raise ConfigError(f"{path / METRICS_JSON} must hold a JSON object of metrics")
+        # An eval run is one final evaluation: a single row, at the step it reports (else 0).
+        frame = metrics_frame([{"step": 0, **flat}], path / METRICS_JSON)
+    else:
+        raise ConfigError(f"not a run dir (no {METRICS_JSONL} or {METRICS_JSON}): {path}")
+
+    config: dict[str, Any] = {}
+    for candidate in (path / "config.yaml", path / ".hydra" / "config.yaml"):
+        if candidate.is_file():
+            loaded = _read_yaml(candidate)
+            config = loaded if isinstance(loaded, dict) else {}
+            break
+    info: dict[str, Any] = {}
+    if (path / "run.json").is_file():
+        try:
+            loaded = json.loads((path / "run.json").read_text())
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"{path / 'run.json'} is not valid JSON ({exc.msg})") from exc
+        info = loaded if isinstance(loaded, dict) else {}
+    if (path / ".hydra" / "overrides.yaml").is_file():
+        overrides = _parse_overrides(_read_yaml(path / ".hydra" / "overrides.yaml"))
+    else:
+        overrides = _parse_overrides(info.get("overrides"))
+    return Run(path=path, metrics=frame, overrides=overrides, config=config, info=info)
+
+
+def load_runs(paths: Sequence[str | Path]) -> tuple[list[Run], list[str]]:
+    """Expand, load, check and label runs. Returns the runs (``group`` set) and notes for the report."""
+    run_paths, notes = expand_run_paths(paths)
+    runs = []
+    for path in run_paths:
+        run = load_run(path)
+        if run.metrics.empty:
+            notes.append(f"skipped {path}: no metric rows yet")
+            continue
+        runs.append(run)
+    if not runs:
+        raise ConfigError(f"no metric rows in any run of: {', '.join(str(p) for p in run_paths)}")
+    check_same_task(runs)
+    assign_groups(runs)
+    return runs, notes
+
+
+def check_same_task(runs: Sequence[Run]) -> None:
+    """Comparing runs of different tasks is meaningless (different metrics and scales): refuse it."""
+    by_task: dict[str, list[Path]] = {}
+    for run in runs:
+        if run.task is not None:
+            by_task.setdefault(run.task, []).append(run.path)
+    if len(by_task) > 1:
+        parts = []
+        for task, task_paths in by_task.items():
+            shown = ", ".join(str(p) for p in task_paths[:3])
+            if len(task_paths) > 3:
+                shown += f", +{len(task_paths) - 3} more"
+            parts.append(f"task={task} ({shown})")
+        raise ConfigError(f"runs mix tasks: {'; '.join(parts)}; report runs of one task at a time")
+
+
+# -------------------------------------------------------------------------------------------------- grouping
+def _short(value: Any) -> str:
+    text = "(unset)" if value is None else str(value)
+    # A checkpoint path in a label (revive/eval runs) would swamp the legend: keep its last two parts.
+    if "/" in text and len(text) > 32:
+        text = ".../" + "/".join(Path(text).parts[-2:])
+    return text
+
+
+def _ignored(key: str) -> bool:
+    return key in _IGNORED_KEYS or key.startswith(_IGNORED_PREFIXES)
+
+
+def assign_groups(runs: Sequence[Run]) -> list[str]:
+    """Label each run by the override keys whose value differs across runs, ``seed`` and ``hydra.*`` excluded.
+
+    A key overridden in only some runs takes, in the others, its value from the resolved config (``sampler`` →
+    ``sampler.name``), so ``sampler=sequential`` vs a run left at the default still compares correctly. When runs
+    of different commands are compared (train vs revive vs eval), ``command=`` leads the label and keys that only
+    one command has (``ckpt``, ``step``, ``train.steps``) are left out: the command already says it. Runs with the
+    same label are seeds of one group. When nothing but the seed differs, all runs form one group labelled by their
+    common overrides; when not even the seed differs, each run is its own group labelled by its dir name.
+    Returns the group labels in order of first appearance.
+    """
+    keys: list[str] = []
+    for run in runs:
+        keys += [k for k in run.overrides if k not in keys and not _ignored(k)]
+
+    def raw(run: Run, key: str) -> Any:
+        return run.overrides[key] if key in run.overrides else _lookup(run.config, key)
+
+    def value(run: Run, key: str) -> str:
+        return _short(raw(run, key))
+
+    differing = [k for k in keys if len({value(run, k) for run in runs}) > 1]
+    commands = [str(run.info.get("command", "")) for run in runs]
+    if len(set(commands)) > 1:
+
+        def follows_command(key: str) -> bool:
+            # Set in exactly the runs of some commands and with one value wherever set: the command explains it.
+            present = {(command, raw(run, key) is not None) for command, run in zip(commands, runs, strict=True)}
+            values = {value(run, key) for run in runs if raw(run, key) is not None}
+            return len(present) == len(set(commands)) and len(values) == 1
+
+        differing = ["command", *(k for k in differing if not follows_command(k))]
+    if differing:
+        for command, run in zip(commands, runs, strict=True):
+            run.group = ",".join(f"{k}={command if k == 'command' else value(run, k)}" for k in differing)
+    elif len(runs) > 1 and len({run.seed for run in runs}) == len(runs):
+        common = ",".join(f"{k}={value(runs[0], k)}" for k in keys)
+        for run in runs:
+            run.group = common or "all runs"
+    else:
+        names = [run.name for run in runs]
+        for run in runs:
+            # Two runs named alike (e.g. job "0" of two sweeps): add the parent dir to tell them apart.
+            run.group = run.name if names.count(run.name) == 1 else f"{run.path.parent.name}/{run.name}"
+    return list(dict.fromkeys(run.group for run in runs))

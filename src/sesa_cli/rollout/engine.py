@@ -1,0 +1,197 @@
+"""The rollout engine: one incremental decoding loop for any causal ``transformers`` model.
+
+A :class:`Session` holds a batch of rows and one KV cache. ``extend`` teacher-forces tokens onto every row (a prompt,
+an observation, a separator) and ``sample`` draws a continuation per row until the row's own stop token or length
+limit. Both append to the same cache, so sequential sampling continues the context of sample k-1 instead of
+re-encoding the growing prompt (spec section 4).
+
+Rows are right-padded inside each chunk: a row with fewer tokens in a chunk leaves masked "holes" in the cache
+that later tokens skip (position ids count only real tokens). No row ever starts with padding, so no query is
+fully masked. The log-prob and entropy of every sampled token come from the sampling pass itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from transformers import DynamicCache, PreTrainedModel
+
+
+@dataclass
+class SamplingParams:
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+
+
+@dataclass
+class Completion:
+    """One sampled continuation of one row."""
+
+    ids: list[int]
+    """Sampled token ids, up to and including the stop token (if one was sampled)."""
+    logps: list[float]
+    """log pi(token | context) of each sampled token under the temperature-scaled distribution."""
+    entropies: list[float]
+    """Entropy (nats) of the temperature-scaled distribution at each sampled position."""
+    stopped: bool
+    """True if the row ended on a stop token, False if it hit its length limit."""
+
+
+def filter_logits(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
+    """Mask logits outside the top-k / nucleus (top-p) set with -inf. ``logits``: (batch, vocab)."""
+    if top_k > 0 and top_k < logits.shape[-1]:
+        kth = torch.topk(logits, top_k, dim=-1).values[..., -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if top_p < 1.0:
+        sorted_logits, order = torch.sort(logits, dim=-1, descending=True)
+        probs = torch.softmax(sorted_logits, dim=-1)
+        # drop a token when the mass strictly before it already reaches top_p (the top token always stays)
+        drop_sorted = (probs.cumsum(-1) - probs) >= top_p
+        drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
+        logits = logits.masked_fill(drop, float("-inf"))
+    return logits
+
+
+class Session:
+    """A batch of growing sequences sharing one KV cache. Create with :meth:`Engine.start`."""
+
+    def __init__(self, engine: Engine, batch: int) -> None:
+        self.engine = engine
+        self.batch = batch
+        self.cache = DynamicCache()
+        self.attn_mask = torch.zeros(batch, 0, dtype=torch.long, device=engine.device)
+        self.pos = torch.zeros(batch, dtype=torch.long, device=engine.device)
+        self.last_logits: torch.Tensor | None = None  # (batch, vocab): next-token logits of every row
+        self.tokens: list[list[int]] = [[] for _ in range(batch)]  # every real token of each row, in order
+
+    # ------------------------------------------------------------------ forward
+    def _forward(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """Run a chunk (batch, L) through the model, appending to the cache; return logits at each row's last real
+        token of the chunk (batch, vocab) (rows with no real token keep their previous logits)."""
+        eng = self.engine
+        position_ids = (self.pos[:, None] + mask.cumsum(1) - 1).clamp(min=0)
+        self.attn_mask = torch.cat([self.attn_mask, mask], dim=1)
+        with torch.no_grad(), eng.autocast():
+            out = eng.decoder(
+                input_ids=ids,
+                attention_mask=self.attn_mask,
+                position_ids=position_ids,
+                past_key_values=self.cache,
+                use_cache=True,
+            )
+            hidden = out.last_hidden_state  # (batch, L, hidden)
+            has = mask.sum(1) > 0
+            last = (mask.cumsum(1) * mask).argmax(1)  # index of the last real token per row
+            picked = hidden[torch.arange(self.batch, device=ids.device), last]
+            logits = eng.lm_head(picked).float()
+        self.pos += mask.sum(1)
+        if self.last_logits is None:
+            self.last_logits = logits
+        else:
+            self.last_logits = torch.where(has[:, None], logits, self.last_logits)
+        return self.last_logits
+
+    def extend(self, rows: Sequence[Sequence[int]]) -> None:
+        """Teacher-force ``rows[i]`` onto row i (lengths may differ, may be empty)."""
+        assert len(rows) == self.batch
+        width = max((len(r) for r in rows), default=0)
+        if width == 0:
+            return
+        pad = self.engine.pad_id
+        ids = torch.full((self.batch, width), pad, dtype=torch.long)
+        mask = torch.zeros(self.batch, width, dtype=torch.long)
+        for i, r in enumerate(rows):
+            if r:
+                ids[i, : len(r)] = torch.as_tensor(list(r), dtype=torch.long)
+                mask[i, : len(r)] = 1
+                self.tokens[i].extend(int(t) for t in r)
+        self._forward(ids.to(self.engine.device), mask.to(self.engine.device))
+
+    def sample(
+        self,
+        max_new_tokens: int | Sequence[int],
+        stop_ids: Sequence[int] | Sequence[Sequence[int]],
+        params: SamplingParams,
+        generator: torch.Generator | None = None,
+        active: Sequence[bool] | None = None,
+    ) -> list[Completion]:
+        """Sample one continuation per row until its stop token or its length limit.
+
+        ``max_new_tokens`` and ``stop_ids`` are shared or per row. Rows with ``active[i] == False`` sample nothing
+        and return an empty completion.
+        """
+        if self.last_logits is None:
+            raise RuntimeError("extend() the session with a prompt before sampling")
+        b, dev = self.batch, self.engine.device
+        limits = torch.as_tensor(
+            [max_new_tokens] * b if isinstance(max_new_tokens, int) else list(max_new_tokens), device=dev
+        )
+        shared = not stop_ids or isinstance(stop_ids[0], int)
+        per_row = [list(stop_ids)] * b if shared else [list(s) for s in stop_ids]  # type: ignore[arg-type,union-attr]
+        width = max(1, *(len(s) for s in per_row))
+        stops = torch.full((b, width), -1, dtype=torch.long, device=dev)
+        for i, s in enumerate(per_row):
+            if s:
+                stops[i, : len(s)] = torch.as_tensor(s, device=dev)
+        running = torch.ones(b, dtype=torch.bool, device=dev) if active is None else torch.as_tensor(active).to(dev)
+        running &= limits > 0
+        out_ids: list[list[int]] = [[] for _ in range(b)]
+        out_logps: list[list[float]] = [[] for _ in range(b)]
+        out_ent: list[list[float]] = [[] for _ in range(b)]
+        stopped = [False] * b
+        count = torch.zeros(b, dtype=torch.long, device=dev)
+        logits = self.last_logits
+        while bool(running.any()):
+            scaled = logits / params.temperature
+            logp_all = torch.log_softmax(scaled, dim=-1)
+            entropy = -(logp_all.exp() * logp_all).sum(-1)
+            filtered = filter_logits(scaled, params.top_k, params.top_p)
+            probs = torch.softmax(filtered, dim=-1)
+            tok = torch.multinomial(probs, 1, generator=generator).squeeze(1)
+            tok_logp = logp_all.gather(1, tok[:, None]).squeeze(1)
+            tok_l, logp_l, ent_l, run_l = tok.tolist(), tok_logp.tolist(), entropy.tolist(), running.tolist()
+            for i in range(b):
+                if run_l[i]:
+                    out_ids[i].append(tok_l[i])
+                    out_logps[i].append(logp_l[i])
+                    out_ent[i].append(ent_l[i])
+            is_stop = (tok[:, None] == stops).any(1) & running
+            for i in torch.nonzero(is_stop).flatten().tolist():
+                stopped[i] = True
+            count += running.long()
+            feed = torch.where(running, tok, torch.full_like(tok, self.engine.pad_id))
+            mask = running.long()
+            for i in range(b):
+                if run_l[i]:
+                    self.tokens[i].append(tok_l[i])
+            running = running & ~is_stop & (count < limits)
+            # Feed the sampled token (even on the last step) so the cache always holds the whole row: the next
+            # extend/sample continues from a complete context.
+            logits = self._forward(feed[:, None], mask[:, None])
+        return [Completion(out_ids[i], out_logps[i], out_ent[i], stopped[i]) for i in range(b)]
+
+
+class Engine:
+    """Wraps a causal LM for incremental, cache-continuing batched sampling."""
+
+    def __init__(self, model: PreTrainedModel, pad_id: int, dtype: str = "float32") -> None:
+        self.model = model
+        self.decoder = model.get_decoder()
+        self.lm_head = model.get_output_embeddings()
+        self.pad_id = pad_id
+        self.device = next(model.parameters()).device
+        self.dtype = dtype
+
+    def autocast(self) -> torch.autocast:
+        return torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.dtype == "bfloat16")
+
+    def start(self, prompts: Sequence[Sequence[int]]) -> Session:
+        """A new session whose rows begin with ``prompts`` (each non-empty, e.g. starting with BOS)."""
+        if any(len(p) == 0 for p in prompts):
+            raise ValueError("every prompt needs at least one token")
+        session = Session(self, len(prompts))
+        session.extend(prompts)
+        return session

@@ -1,0 +1,91 @@
+"""Log-probs and entropies of completions under a chosen context, for the loss.
+
+The vocab projection is applied only at completion positions and in chunks of ``chunk`` positions, so the
+(batch, length, vocab) logits never sit in memory at once (spec section 7: SmolLM2's 49k vocab makes them 1 GB).
+With grad enabled every chunk is checkpointed: its logits are recomputed in backward instead of being kept.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from torch.utils.checkpoint import checkpoint
+from transformers import PreTrainedModel
+
+
+@dataclass
+class ScoringBatch:
+    """Right-padded (context + completion) sequences. Shapes: ids/attention (batch, seq); completion (batch, T)."""
+
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    positions: torch.Tensor
+    """(batch, T) index of the position whose logits predict completion token j."""
+    targets: torch.Tensor
+    """(batch, T) completion token ids (pad beyond each row's length)."""
+    response_mask: torch.Tensor
+    """(batch, T) 1.0 on completion tokens, up to and including the first stop token; 0.0 on padding. Built from
+    lengths, never from ``token != pad`` (a policy could otherwise learn to emit PAD and escape the loss)."""
+
+
+def build_batch(contexts: Sequence[Sequence[int]], completions: Sequence[Sequence[int]], pad_id: int) -> ScoringBatch:
+    n = len(contexts)
+    lengths = [len(c) + len(y) for c, y in zip(contexts, completions, strict=True)]
+    width = max(lengths)
+    t_max = max(1, max(len(y) for y in completions))
+    ids = torch.full((n, width), pad_id, dtype=torch.long)
+    attn = torch.zeros(n, width, dtype=torch.long)
+    positions = torch.zeros(n, t_max, dtype=torch.long)
+    targets = torch.full((n, t_max), pad_id, dtype=torch.long)
+    mask = torch.zeros(n, t_max)
+    for i, (c, y) in enumerate(zip(contexts, completions, strict=True)):
+        seq = list(c) + list(y)
+        ids[i, : len(seq)] = torch.as_tensor(seq, dtype=torch.long)
+        attn[i, : len(seq)] = 1
+        if y:
+            positions[i, : len(y)] = torch.arange(len(c) - 1, len(c) - 1 + len(y))
+            targets[i, : len(y)] = torch.as_tensor(list(y), dtype=torch.long)
+            mask[i, : len(y)] = 1.0
+    return ScoringBatch(ids, attn, positions, targets, mask)
+
+
+def _chunk_logps(
+    lm_head: torch.nn.Module, hidden: torch.Tensor, targets: torch.Tensor, temperature: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    logits = lm_head(hidden).float() / temperature
+    logp_all = torch.log_softmax(logits, dim=-1)
+    logps = logp_all.gather(-1, targets[..., None]).squeeze(-1)
+    entropy = -(logp_all.exp() * logp_all).sum(-1)
+    return logps, entropy
+
+
+def completion_logps(
+    model: PreTrainedModel,
+    batch: ScoringBatch,
+    temperature: float = 1.0,
+    chunk: int = 64,
+    dtype: str = "float32",
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(logps, entropies), each (batch, T): log pi(y_j | context, y_<j) at ``temperature``, and the entropy of that
+    distribution. Differentiable when grad is enabled."""
+    dev = next(model.parameters()).device
+    with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=dtype == "bfloat16"):
+        hidden = model.get_decoder()(
+            input_ids=batch.input_ids.to(dev), attention_mask=batch.attention_mask.to(dev), use_cache=False
+        ).last_hidden_state  # (batch, seq, hidden)
+        idx = batch.positions.to(dev)
+        picked = hidden.gather(1, idx[..., None].expand(-1, -1, hidden.shape[-1]))  # (batch, T, hidden)
+        lm_head = model.get_output_embeddings()
+        targets = batch.targets.to(dev)
+        logps, ents = [], []
+        for s in range(0, picked.shape[1], chunk):
+            h, t = picked[:, s : s + chunk], targets[:, s : s + chunk]
+            if torch.is_grad_enabled():
+                lp, en = checkpoint(_chunk_logps, lm_head, h, t, temperature, use_reentrant=False)
+            else:
+                lp, en = _chunk_logps(lm_head, h, t, temperature)
+            logps.append(lp)
+            ents.append(en)
+    return torch.cat(logps, 1), torch.cat(ents, 1)

@@ -1,0 +1,180 @@
+"""Run directories: resolved config, run.json, metrics.jsonl/csv, sample dumps and atomic checkpoints.
+
+Layout (spec section 1)::
+
+    <run_dir>/config.yaml            resolved config
+    <run_dir>/run.json               command, parent checkpoint, overrides, start time, git commit
+    <run_dir>/metrics.jsonl          one JSON object per step (training rows and evaluation rows), each with "step"
+    <run_dir>/metrics.csv            the same, as a table (rewritten at every checkpoint and at the end)
+    <run_dir>/samples/step_N.jsonl   rollouts of step N
+    <run_dir>/checkpoints/step_N/    HF model dir + tokenizer + optimizer.pt + trainer_state.json
+
+Checkpoints are written to ``step_N.tmp`` and renamed, so a crash or Ctrl-C never leaves a half-written one.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+import re
+import shutil
+import subprocess
+import time
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from sesa_cli.config import ConfigError
+
+CHECKPOINT_RE = re.compile(r"^step_(\d+)$")
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+class RunDir:
+    """Writes one run's files under ``path``."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self.path.mkdir(parents=True, exist_ok=True)
+        self.metrics_path = self.path / "metrics.jsonl"
+        self.checkpoints = self.path / "checkpoints"
+
+    # ---------------------------------------------------------------- metadata
+    def write_config(self, resolved_yaml: str) -> None:
+        atomic_write_text(self.path / "config.yaml", resolved_yaml)
+
+    def write_run_info(self, command: str, overrides: list[str], parent: str | None = None, **extra: Any) -> None:
+        info = {
+            "command": command,
+            "parent": parent,
+            "overrides": overrides,
+            "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
+            "git_commit": git_commit(),
+            **extra,
+        }
+        atomic_write_text(self.path / "run.json", json.dumps(info, indent=2))
+
+    # ---------------------------------------------------------------- metrics
+    def log_metrics(self, row: dict[str, Any]) -> None:
+        """Append one row (must contain "step") to metrics.jsonl, flushed at once."""
+        if "step" not in row:
+            raise ValueError("a metrics row needs a 'step'")
+        with self.metrics_path.open("a") as f:
+            f.write(json.dumps({k: _jsonable(v) for k, v in row.items()}) + "\n")
+
+    def read_metrics(self) -> list[dict[str, Any]]:
+        return read_metrics(self.metrics_path)
+
+    def write_csv(self) -> None:
+        """metrics.jsonl -> metrics.csv (one row per line of the JSONL, union of columns)."""
+        rows = self.read_metrics()
+        keys: list[str] = []
+        for row in rows:
+            keys.extend(k for k in row if k not in keys)
+        tmp = self.path / "metrics.csv.tmp"
+        with tmp.open("w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=keys)
+            writer.writeheader()
+            writer.writerows(rows)
+        os.replace(tmp, self.path / "metrics.csv")
+
+    def dump_samples(self, step: int, records: Iterable[dict[str, Any]]) -> None:
+        folder = self.path / "samples"
+        folder.mkdir(exist_ok=True)
+        atomic_write_text(folder / f"step_{step:06d}.jsonl", "".join(json.dumps(r) + "\n" for r in records))
+
+    # ---------------------------------------------------------------- checkpoints
+    def checkpoint_dir(self, step: int) -> Path:
+        return self.checkpoints / f"step_{step:06d}"
+
+    def begin_checkpoint(self, step: int) -> Path:
+        """A fresh temporary directory; pass it to :meth:`commit_checkpoint` once everything is written."""
+        tmp = self.checkpoints / f"step_{step:06d}.tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        return tmp
+
+    def commit_checkpoint(self, tmp: Path, step: int) -> Path:
+        final = self.checkpoint_dir(step)
+        if final.exists():
+            shutil.rmtree(final)
+        tmp.rename(final)
+        return final
+
+
+def read_metrics(path: Path) -> list[dict[str, Any]]:
+    """Rows of a metrics.jsonl; a truncated last line (a run killed mid-write) is ignored."""
+    rows = []
+    if not path.is_file():
+        return rows
+    lines = path.read_text().splitlines()
+    for i, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            if i == len(lines) - 1:
+                break
+            raise ConfigError(f"{path}:{i + 1}: not valid JSON") from None
+    return rows
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def git_commit() -> str | None:
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "HEAD"],
+            check=False,
+            capture_output=True,
+            text=True,
+            timeout=5,
+            cwd=Path(__file__).parent,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None
+
+
+def list_checkpoints(run_dir: Path) -> list[tuple[int, Path]]:
+    """(step, path) of every complete checkpoint of a run, in step order."""
+    folder = Path(run_dir) / "checkpoints"
+    found = []
+    if folder.is_dir():
+        for child in folder.iterdir():
+            m = CHECKPOINT_RE.match(child.name)
+            if m and (child / "trainer_state.json").is_file():
+                found.append((int(m.group(1)), child))
+    return sorted(found)
+
+
+def resolve_checkpoint(path: str | Path) -> Path:
+    """A checkpoint dir, or a run dir meaning its last checkpoint. One-line ConfigError otherwise."""
+    p = Path(path).expanduser()
+    if not p.exists():
+        raise ConfigError(f"checkpoint {p} does not exist")
+    if (p / "trainer_state.json").is_file():
+        return p
+    if (p / "checkpoints").is_dir() or (p / "metrics.jsonl").is_file():
+        ckpts = list_checkpoints(p)
+        if not ckpts:
+            raise ConfigError(f"run dir {p} has no checkpoints")
+        return ckpts[-1][1]
+    raise ConfigError(f"{p} is neither a sesa checkpoint (no trainer_state.json) nor a run dir")
+
+
+def run_dir_of_checkpoint(ckpt: Path) -> Path:
+    """<run>/checkpoints/step_N -> <run>."""
+    return ckpt.parent.parent

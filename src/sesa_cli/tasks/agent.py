@@ -1,0 +1,418 @@
+"""Multi-turn agent tasks (RAGEN's text environments): the shared episode logic, layouts and warm start.
+
+An episode is a conversation with an environment. The rollout runner builds it as plain text:
+
+    context = prompt(inst)
+    for each turn:   response_t ~ policy(context)        (ends with ``stop`` or is cut at max_new_tokens)
+                     turn_t = env.step(response_t)
+                     context += response_t + turn_t.feedback   (feedback is teacher-forced, not trained)
+                     stop when turn_t.done
+
+so ``prompt`` ends exactly where the first response begins and every ``feedback`` ends exactly where the next one
+begins. ``Env`` is the single source of truth for the horizon: it reports ``done`` when the goal is reached, the
+episode fails, the per-episode action budget (``max_actions``) is used up, or ``max_turns`` turns were played.
+
+Per-turn semantics follow RAGEN's ``es_manager`` (anchors.md section 3.1): the response's actions are truncated to
+``max_actions_per_turn``; unknown actions are dropped; any drop, or no action at all, adds ``format_penalty`` once
+to the turn; the remaining actions run one by one until the episode ends or the budget is spent. The episode reward
+is the sum of the turn rewards (RAGEN's ``use_turn_scores=False``).
+
+Two renderings (``task.style``):
+
+* ``compact`` (the character-level tiny model): the state, then ``:`` and the actions, ending with ``stop`` = ``|``::
+
+      <state>\\n:<actions>|\\n<state>\\n:<actions>|...
+
+  A sketch (SESA stage I) is a plan in the same action syntax after ``?``: sketches are drafted as
+  ``<state>\\n?<plan>|<plan>|...`` (``between`` = "") and a sketch is followed from ``<state>\\n?<plan>|\\n:``.
+* ``chat`` (instruction-tuned models): RAGEN's system text, ``Turn i:`` / ``State:`` blocks and ``Reward:`` lines
+  as plain text. Every context ends with ``<think>`` (RAGEN pre-fills it), so a response reads
+  ``...</think><answer>Right || Up</answer>`` and ``stop`` = ``</answer>``. No model chat template is applied.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import re
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from sesa_cli.config import ConfigError, TaskConfig
+from sesa_cli.tasks.base import Score, Task
+
+COMPACT_STOP = "|"
+CHAT_STOP = "</answer>"
+THINK = "<think>"
+_THINK_THEN_ANSWER = re.compile(r"</think>\s*<answer>")
+_SPECIAL_TOKENS = ("<think>", "</think>", "<answer>", "</answer>", "<|im_start|>", "<|im_end|>")
+_FORMAT_PROMPT = "<think>...</think><answer>...</answer>"
+
+
+@dataclass
+class AgentTaskConfig(TaskConfig):
+    """Horizon and format rules shared by the multi-turn tasks (RAGEN's ``agent_proxy`` / ``es_manager`` keys)."""
+
+    max_turns: int = 5
+    """Turns per episode (RAGEN ``agent_proxy.max_turn`` = 5)."""
+    max_actions_per_turn: int = 5
+    """Actions read from one response; extra ones are ignored (RAGEN Sept-2025: 5; RAGEN-2: 2)."""
+    max_actions: int = 10
+    """Environment actions per episode; when spent the episode ends unsolved (RAGEN ``max_actions_per_traj`` = 10)."""
+    format_penalty: float = -0.1
+    """Added once to a turn whose answer is unparseable, empty or names an unknown action (RAGEN: -0.1)."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        for key in ("max_turns", "max_actions_per_turn", "max_actions"):
+            if getattr(self, key) < 1:
+                raise ConfigError(f"task.{key} must be >= 1")
+        if self.format_penalty > 0:
+            raise ConfigError(f"task.format_penalty={self.format_penalty} must be <= 0 (it is a penalty)")
+
+
+@dataclass(frozen=True)
+class Turn:
+    """What one ``Env.step`` did."""
+
+    feedback: str
+    """Text appended to the context after the response (reward line, next state); "" when done."""
+    reward: float
+    """This turn's reward, format penalty included."""
+    done: bool
+    """The episode is over (solved, failed, out of actions or out of turns)."""
+    success: bool
+    """The episode is solved (meaningful when done)."""
+    actions: tuple[str, ...]
+    """Canonical names of the actions executed this turn."""
+    valid: bool
+    """The response parsed, named at least one action and no unknown one (no format penalty)."""
+
+
+def derive_seed(*parts: Any) -> int:
+    """A stable non-negative 32-bit seed from ``parts`` (blake2b of their repr; Python's hash() is salted)."""
+    digest = hashlib.blake2b(repr(parts).encode(), digest_size=4).digest()
+    return int.from_bytes(digest, "little")
+
+
+def split_seed(task: str, split: str, seed: int, index: int, attempt: int = 0) -> int:
+    """Instance seed: train seeds are even and validation seeds odd, so the two splits never share one."""
+    if split not in ("train", "val"):
+        raise ValueError(f"unknown split {split!r}; use 'train' or 'val'")
+    return (derive_seed(task, split, seed, index, attempt) & 0x7FFFFFFF) * 2 + (split == "val")
+
+
+class Env(ABC):
+    """One episode of one instance; deterministic given the instance. ``step`` accepts any string."""
+
+    def __init__(self, task: AgentTask, inst: Any) -> None:
+        self.task = task
+        self.inst = inst
+        self.cfg: AgentTaskConfig = task.cfg
+        self.turns = 0
+        self.actions_used = 0
+        self.done = False
+        self.success = False
+        self.history: list[str] = []
+        """Every executed action, in order (the episode's solution key)."""
+
+    # ---------------------------------------------------------------- the task-specific part
+    @abstractmethod
+    def apply(self, action: str) -> tuple[float, bool, bool]:
+        """Execute one canonical action: (reward, episode over, solved)."""
+
+    @abstractmethod
+    def render(self) -> str:
+        """The current state as text in the task's style."""
+
+    # ---------------------------------------------------------------- the shared part
+    @property
+    def actions_left(self) -> int:
+        return self.cfg.max_actions - self.actions_used
+
+    def step(self, response: str) -> Turn:
+        """Parse ``response`` (untrusted, never raises) and play its actions within the budgets."""
+        if self.done:
+            return Turn("", 0.0, True, self.success, (), True)
+        self.turns += 1
+        tokens = self.task.parse_response(response)
+        parsed = tokens is not None
+        tokens = (tokens or [])[: self.cfg.max_actions_per_turn]
+        known = [a for a in (self.task.canonical(t) for t in tokens) if a is not None]
+        valid = parsed and bool(known) and len(known) == len(tokens)
+        env_reward = 0.0
+        executed: list[str] = []
+        for action in known[: self.actions_left]:
+            reward, over, solved = self.apply(action)
+            executed.append(action)
+            env_reward += reward
+            if over:
+                self.done, self.success = True, solved
+                break
+        self.actions_used += len(executed)
+        self.history.extend(executed)
+        if self.actions_left <= 0 or self.turns >= self.cfg.max_turns:
+            self.done = True  # truncated: out of actions or turns, not solved
+        reward = env_reward + (0.0 if valid else self.cfg.format_penalty)
+        # RAGEN shows the penalty in the Reward line only when no action could be executed.
+        shown = env_reward + (self.cfg.format_penalty if not known else 0.0)
+        feedback = "" if self.done else self.task.feedback(self, shown)
+        return Turn(feedback, reward, self.done, self.success, tuple(executed), valid)
+
+
+class AgentTask(Task):
+    """A multi-turn task: ``make_env`` plays episodes; ``transcript`` replays a list of responses."""
+
+    multi_turn: ClassVar[bool] = True
+    cfg: AgentTaskConfig
+
+    action_names: ClassVar[tuple[str, ...]] = ()
+    """Canonical action names (chat style, case-insensitive); grid tasks also have one letter each (compact)."""
+    chat_instruction: ClassVar[str] = ""
+    """RAGEN's env instruction (its ``envs.yaml`` ``env_instruction``)."""
+    chat_vocab: ClassVar[tuple[tuple[str, str], ...]] = ()
+    """RAGEN's ``grid_vocab``: (symbol, meaning) pairs."""
+    chat_max_words: ClassVar[int] = 100
+    """RAGEN's ``max_tokens`` quoted in the turn text ("Max response length: N words (tokens).")."""
+    sketch_list_max: ClassVar[int] = 8
+    """Longest list of distinct sketches in the warm-start corpus (>= the usual group size)."""
+    warm_pool: ClassVar[int] = 2000
+    """The warm-start corpus draws its instances from train indices [0, warm_pool)."""
+
+    def __init__(self, cfg: TaskConfig, seed: int = 0) -> None:
+        super().__init__(cfg, seed)
+        chat = cfg.style == "chat"
+        # stop/between depend on the style, so they are set per instance.
+        self.stop = CHAT_STOP if chat else COMPACT_STOP  # type: ignore[misc]
+        self.between = "\n" if chat else ""  # type: ignore[misc]
+        self._cache: dict[tuple[str, int], Any] = {}
+
+    @property
+    def chat(self) -> bool:
+        return self.cfg.style == "chat"
+
+    # ---------------------------------------------------------------- the task-specific part
+    @abstractmethod
+    def make_env(self, inst: Any) -> Env:
+        """A fresh episode of ``inst``."""
+
+    @abstractmethod
+    def generate(self, split: str, index: int) -> Any:
+        """Build instance ``index`` of ``split`` (uncached; see ``instance``)."""
+
+    @abstractmethod
+    def canonical(self, token: str) -> str | None:
+        """The canonical action a raw answer token names, or None if it names none. Never raises."""
+
+    @abstractmethod
+    def random_actions(self, env: Env, rng: random.Random, k: int) -> list[str]:
+        """``k`` well-formed (not necessarily good) canonical actions for the warm start."""
+
+    def compact_tokens(self, body: str) -> list[str]:
+        """Split a compact answer into action tokens: one letter per action (whitespace ignored)."""
+        return [ch for ch in body if not ch.isspace()]
+
+    def encode(self, actions: Sequence[str]) -> str:
+        """The answer text naming ``actions``: letters (compact) or ``A || B`` (chat)."""
+        if self.chat:
+            return " || ".join(actions)
+        return "".join(a[0] for a in actions)
+
+    def random_plan(self, inst: Any, rng: random.Random) -> list[str]:
+        """A random plan (sketch) of 1..max_actions actions, played blind from the start."""
+        env = self.make_env(inst)
+        return self.random_actions(env, rng, rng.randint(1, self.cfg.max_actions))
+
+    def instruction(self) -> str:
+        """The env instruction of the chat style (RAGEN's ``env_instruction``)."""
+        return self.chat_instruction
+
+    def chat_header(self) -> str:
+        """RAGEN's system text: helper line, instruction, symbol legend, action list and separator rule."""
+        text = "You're a helpful assistant. " + self.instruction()
+        if self.chat_vocab:
+            legend = ", ".join(f"{k}: {v}" for k, v in self.chat_vocab)
+            text += "\nThe meaning of each symbol in the state is:\n" + legend
+        if self.action_names:
+            text += "\nYour available actions are:\n" + ", ".join(self.action_names)
+        text += f'\nYou can make up to {self.cfg.max_actions} actions, separated by the action separator " || "\n'
+        return text
+
+    # ---------------------------------------------------------------- instances
+    def instance(self, split: str, index: int) -> Any:
+        key = (split, index)
+        if key not in self._cache:
+            if len(self._cache) >= 4096:
+                self._cache.clear()
+            self._cache[key] = self.generate(split, index)
+        return self._cache[key]
+
+    def warm_start_key(self) -> dict[str, Any]:
+        from dataclasses import asdict
+
+        fields = {k: v for k, v in asdict(self.cfg).items() if k not in ("eval_instances", "max_new_tokens")}
+        # The corpus is played on this seed's training instances.
+        return {"name": self.name, "seed": self.seed, "cfg": fields, "v": 1}
+
+    # ---------------------------------------------------------------- layouts
+    def _turn_block(self, turn: int, state: str, actions_left: int) -> str:
+        return (
+            f"\nTurn {turn}:\nState:\n{state}\nYou have {actions_left} actions left. Always output: {_FORMAT_PROMPT} "
+            f"with no extra text. Strictly follow this format. Max response length: {self.chat_max_words} words "
+            "(tokens).\n"
+        )
+
+    def prompt(self, inst: Any) -> str:
+        state = self.make_env(inst).render()
+        if self.chat:
+            return self.chat_header() + self._turn_block(1, state, self.cfg.max_actions) + THINK
+        return f"{state}\n:"
+
+    def feedback(self, env: Env, shown_reward: float) -> str:
+        """Text after a turn that did not end the episode: the next state (chat: RAGEN's Reward line first)."""
+        state = env.render()
+        if self.chat:
+            reward_line = f"\nReward:\n{round(shown_reward, 6)}\n"
+            return reward_line + self._turn_block(env.turns + 1, state, env.actions_left) + THINK
+        return f"\n{state}\n:"
+
+    def parse_response(self, response: str) -> list[str] | None:
+        """Raw action tokens of a response, or None if it does not parse (no actions run). Never raises."""
+        if not isinstance(response, str):
+            return None
+        if self.chat:
+            # RAGEN's re.search(r"<think>(.*?)</think>\s*<answer>(.*?)</answer>", "<think>" + response, DOTALL),
+            # done in linear time: the first "</think> <answer>" that a "</answer>" follows, up to that "</answer>".
+            last = response.rfind(CHAT_STOP)
+            match = _THINK_THEN_ANSWER.search(response, 0, max(last, 0))
+            if last < 0 or match is None:
+                return None
+            answer = response[match.end() : response.index(CHAT_STOP, match.end())]
+            for special in _SPECIAL_TOKENS:
+                answer = answer.replace(special, "")
+            return [t.strip() for t in answer.split("||") if t.strip()]
+        if self.stop not in response:
+            return None  # cut at max_new_tokens before the stop: like RAGEN's missing </answer>
+        return self.compact_tokens(response.split(self.stop, 1)[0])
+
+    def response(self, actions: Sequence[str]) -> str:
+        """A well-formed response naming ``actions`` (what the warm start teaches)."""
+        if self.chat:
+            return f"I will try {', '.join(actions)}.</think><answer>{self.encode(actions)}</answer>"
+        return self.encode(actions) + self.stop
+
+    # ---------------------------------------------------------------- playing and scoring
+    def play(self, inst: Any, responses: Sequence[str]) -> tuple[str, Score]:
+        """Play ``responses`` turn by turn from a fresh env: the text after the first context, and the score."""
+        env = self.make_env(inst)
+        parts: list[str] = []
+        total = 0.0
+        for text in responses:
+            turn = env.step(text)
+            parts += [text, turn.feedback]
+            total += turn.reward
+            if turn.done:
+                break
+        key = ",".join(env.history) or None
+        return "".join(parts), Score(reward=total, success=env.success, key=key)
+
+    def transcript(self, inst: Any, responses: Sequence[str]) -> tuple[str, Score]:
+        """The runner's exact text ``prompt + sum_t(response_t + feedback_t)`` (stopping when done) and its Score.
+
+        Score: reward = sum of turn rewards, success = solved, key = executed actions joined by ",".
+        """
+        text, score = self.play(inst, responses)
+        return self.prompt(inst) + text, score
+
+    def score(self, inst: Any, completion: str) -> Score:
+        """Open loop: ``completion`` is the first-turn response of a fresh episode. Never raises."""
+        return self.play(inst, [completion])[1]
+
+    # ---------------------------------------------------------------- sketches (SESA stage I): plans
+    def sketch_head(self, inst: Any) -> str:
+        state = self.make_env(inst).render()
+        if self.chat:
+            return (
+                self.chat_header() + f"\nState:\n{state}\nPropose a plan: the sequence of actions you would take, "
+                "different from every plan listed so far. Always output: <answer>...</answer> with no extra text.\n"
+            )
+        return f"{state}\n?"
+
+    def plan_text(self, sketch: str) -> str:
+        """The plan inside a sketch (chat: the answer's content; compact: the text before ``stop``)."""
+        if self.chat:
+            body = sketch.split("<answer>", 1)[-1]
+            return body.split(CHAT_STOP, 1)[0].strip()
+        return sketch.split(self.stop, 1)[0]
+
+    def sketch(self, actions: Sequence[str]) -> str:
+        """A well-formed sketch naming ``actions``."""
+        if self.chat:
+            return f"<answer>{self.encode(actions)}</answer>"
+        return self.encode(actions) + self.stop
+
+    def solve_prompt(self, inst: Any, sketch: str) -> str:
+        """The first-turn context with the plan in it; the episode then unrolls as usual."""
+        plan = self.plan_text(sketch)
+        state = self.make_env(inst).render()
+        if self.chat:
+            return self.chat_header() + self._turn_block(1, state, self.cfg.max_actions) + f"Plan: {plan}\n" + THINK
+        return f"{state}\n?{plan}{self.stop}\n:"
+
+    # ---------------------------------------------------------------- warm start
+    def _turn_size(self, rng: random.Random) -> int:
+        # Mostly short turns (1-3 actions), as an unskilled player would write them.
+        k = rng.choices((1, 2, 3, 4, 5), weights=(35, 30, 20, 10, 5))[0]
+        return min(k, self.cfg.max_actions_per_turn)
+
+    def _random_responses(self, inst: Any, rng: random.Random, plan: Sequence[str] = ()) -> list[str]:
+        """Responses of an unskilled episode: first the ``plan`` in short turns, then random actions."""
+        env = self.make_env(inst)
+        todo = list(plan)
+        out: list[str] = []
+        while not env.done:
+            k = self._turn_size(rng)
+            if todo:
+                acts, todo = todo[:k], todo[k:]
+            else:
+                acts = self.random_actions(env, rng, k)
+            out.append(self.response(acts))
+            env.step(out[-1])
+        return out
+
+    def _distinct_plans(self, inst: Any, rng: random.Random, k: int) -> list[list[str]]:
+        plans: list[list[str]] = []
+        seen: set[str] = set()
+        for _ in range(20 * k):
+            plan = self.random_plan(inst, rng)
+            text = self.encode(plan)
+            if text not in seen:
+                seen.add(text)
+                plans.append(plan)
+                if len(plans) == k:
+                    break
+        return plans
+
+    def warm_start_corpus(self, rng: random.Random, n: int) -> list[str]:
+        """Three kinds of lines, all unskilled (random but well-formed play) on training instances:
+
+        * 50% full episodes ``transcript(inst, responses)`` with random actions, mostly 1-3 per turn;
+        * 25% lists of 1..sketch_list_max distinct random plans ``sketch_head + s1 + between + s2 ...``;
+        * 25% sketch -> solution: ``solve_prompt(inst, s)`` + the episode that plays the plan, then random moves.
+        """
+        out: list[str] = []
+        for _ in range(n):
+            inst = self.instance("train", rng.randrange(self.warm_pool))
+            u = rng.random()
+            if u < 0.5:
+                out.append(self.transcript(inst, self._random_responses(inst, rng))[0])
+            elif u < 0.75:
+                plans = self._distinct_plans(inst, rng, rng.randint(1, self.sketch_list_max))
+                out.append(self.sketch_head(inst) + self.between.join(self.sketch(p) for p in plans))
+            else:
+                plan = self.random_plan(inst, rng)
+                text, _ = self.play(inst, self._random_responses(inst, rng, plan))
+                out.append(self.solve_prompt(inst, self.sketch(plan)) + text)
+        return out

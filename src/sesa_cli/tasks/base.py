@@ -1,0 +1,128 @@
+"""The Task protocol: instances, prompts, tolerant parsing and scoring, sketches, and the warm-start corpus.
+
+Model output is untrusted input: ``score`` and every parser must accept *any* string, never raise, and never
+evaluate code.
+
+Text layout (what the rollout engine relies on). A group for prompt x is built from these strings:
+
+* parallel:            ``prompt(x)`` -> y_k, each y_k ends with ``stop`` (or is cut at max_new_tokens)
+* sequential/solution: ``prompt(x) + y_1 + between + y_2 + between + ... + y_{k-1} + between`` -> y_k.
+  The context of sample k is the context of sample k-1 plus its output, so the engine continues one KV cache.
+* sequential/sketch:   ``sketch_head(x) + s_1 + between + ... + s_{k-1} + between`` -> s_k (stage I), then
+  ``solve_prompt(x, s_k)`` -> y_k, in parallel (stage II).
+"""
+
+from __future__ import annotations
+
+import random
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from sesa_cli.config import ConfigError, TaskConfig
+
+
+@dataclass(frozen=True)
+class Score:
+    """The verdict on one completion."""
+
+    reward: float
+    """Scalar reward used for advantages."""
+    success: bool
+    """Whether the completion solves the instance (success rate, pass@k)."""
+    key: str | None
+    """Solution key: equal keys mean "the same solution" (distinct@k). None if unparseable / invalid."""
+
+
+class Task(ABC):
+    """One task family. Instances are deterministic functions of (seed, split, index)."""
+
+    name: ClassVar[str]
+    stop: str = "|"
+    """The string that ends one answer (the engine stops a row on it); may depend on the style."""
+    between: str = ""
+    """Text the engine appends after an answer before drawing the next one in sequential sampling."""
+
+    def __init__(self, cfg: TaskConfig, seed: int = 0) -> None:
+        self.cfg = cfg
+        self.seed = seed
+
+    # ---------------------------------------------------------------- tokenizer
+    @abstractmethod
+    def alphabet(self) -> str:
+        """Every character compact-style text of this task can contain (the tiny model's vocabulary)."""
+
+    def warm_start_key(self) -> dict[str, Any]:
+        """What the warm-start corpus depends on (cache key). Must exclude anything secret, e.g. targets."""
+        return {"name": self.name}
+
+    # ---------------------------------------------------------------- instances
+    @abstractmethod
+    def instance(self, split: str, index: int) -> Any:
+        """Instance ``index`` of ``split`` ("train" or "val"); the two splits never share a seed."""
+
+    # ---------------------------------------------------------------- prompts and scoring
+    @abstractmethod
+    def prompt(self, inst: Any) -> str:
+        """The plain prompt x (what evaluation and loss_context=prompt use)."""
+
+    @abstractmethod
+    def score(self, inst: Any, completion: str) -> Score:
+        """Score any string; never raises."""
+
+    def target_keys(self, inst: Any) -> frozenset[str] | None:
+        """All correct solution keys when the task knows them (coverage@k); None otherwise."""
+        return None
+
+    # ---------------------------------------------------------------- sketches (SESA stage I)
+    def sketch_head(self, inst: Any) -> str:
+        """Context for the first sketch; later sketches continue it (see the module docstring)."""
+        raise ConfigError(f"task {self.name!r} defines no sketch; use sampler.stage1=solution")
+
+    def solve_prompt(self, inst: Any, sketch: str) -> str:
+        """Context that expands ``sketch`` into a full solution."""
+        raise ConfigError(f"task {self.name!r} defines no sketch; use sampler.stage1=solution")
+
+    def has_sketch(self) -> bool:
+        return type(self).sketch_head is not Task.sketch_head
+
+    # ---------------------------------------------------------------- warm start (model=tiny)
+    @abstractmethod
+    def warm_start_corpus(self, rng: random.Random, n: int) -> list[str]:
+        """``n`` complete training strings (prompt + answer(s)) in exactly the layout rollouts use."""
+
+
+TASKS: dict[str, type[Task]] = {}
+"""Task option name -> class."""
+TASK_SCHEMAS: dict[str, type[TaskConfig]] = {}
+"""Task option name -> config schema, stored in ConfigStore as ``schema/task/<name>``."""
+
+
+def register_task(name: str, schema: type[TaskConfig]) -> Callable[[type[Task]], type[Task]]:
+    """Class decorator: make a task available as ``task=<name>`` with config schema ``schema``.
+
+    Task modules must stay cheap to import (no torch, gymnasium or math-verify at module level): the CLI imports
+    them to validate configs before any work starts.
+    """
+
+    def wrap(cls: type[Task]) -> type[Task]:
+        if name in TASKS:
+            raise ValueError(f"task {name!r} registered twice")
+        cls.name = name
+        TASKS[name] = cls
+        TASK_SCHEMAS[name] = schema
+        return cls
+
+    return wrap
+
+
+def make_task(cfg: TaskConfig, seed: int = 0) -> Task:
+    """Instantiate the task named by ``cfg.name``."""
+    from sesa_cli import tasks as _tasks  # noqa: F401  (imports every task module, filling TASKS)
+
+    try:
+        cls = TASKS[cfg.name]
+    except KeyError:
+        raise ConfigError(f"unknown task {cfg.name!r}; valid: {', '.join(sorted(TASKS))}") from None
+    return cls(cfg, seed)

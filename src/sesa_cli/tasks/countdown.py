@@ -1,0 +1,500 @@
+"""Countdown (RAGEN's ``countdown`` env, anchors.md section 3.4): combine the numbers into an equation for the target.
+
+Instances are drawn like RAGEN's data: 3-4 numbers and a target, kept only if some equation using every number
+exactly once reaches the target. RAGEN keeps only instances solvable with + and - alone (its ``has_solution``
+filter); ``task.solvable_ops`` selects that check, and the generator verifies it by exhaustive search. The policy
+may always use + - * / and parentheses.
+
+Reward, exactly RAGEN's ``compute_reward`` (score 1, format_score 0.1):
+
+* 0    if the multiset of integers in the answer (regex ``\\d+``) is not the multiset of the numbers, or the
+       answer is missing (chat: no ``<think>...</think><answer>...</answer>``; RAGEN's es_manager then adds its
+       -0.1 format penalty, available as ``task.format_penalty``);
+* 0.1  if the numbers are right but the expression is invalid or its value is not the target;
+* 1    if it evaluates to within 1e-5 of the target.
+
+RAGEN evaluates with Python's ``eval``; here :mod:`sesa_cli.tasks.safe_arith` computes the same value exactly and
+never runs code (differences: no decimals or ``**``, which RAGEN's eval would accept; both are 0.1 here when the
+integers match). Solution key: :func:`safe_arith.canonical`, equal up to commutativity, associativity and sign
+moves, so ``3+4*5`` and ``5*4+3`` are one solution. Sketch: the first operation, two numbers combined
+(``44+19``).
+
+Compact layout (``stop`` = "|"): prompt ``P98:44,19,35=`` ; answer ``44+19+35|`` ; a sequential group continues the
+line ``P98:44,19,35=44+19+35|44*(35-19)|...`` ; sketches ``S98:44,19,35=44+19|35-19|...`` ; a sketch is expanded
+from ``S98:44,19,35=44+19|P98:44,19,35=`` (the solution is a full expression).
+"""
+
+from __future__ import annotations
+
+import operator
+import random
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from fractions import Fraction
+from functools import lru_cache
+from typing import Any
+
+from sesa_cli.config import ConfigError, TaskConfig
+from sesa_cli.tasks import safe_arith
+from sesa_cli.tasks.base import Score, Task, register_task
+
+SCORE = 1.0
+"""RAGEN's ``score``: reward of a correct equation."""
+FORMAT_SCORE = 0.1
+"""RAGEN's ``format_score``: the numbers are used exactly once but the value is wrong (or does not evaluate)."""
+TOLERANCE = Fraction(1, 100_000)
+"""RAGEN's ``abs(result - target) < 1e-5`` (here on exact values)."""
+
+COMPACT_STOP = "|"
+CHAT_STOP = "</answer>"
+THINK = "<think>"
+"""RAGEN pre-fills the generation with ``<think>``; chat prompts end with it (no model chat template is applied)."""
+SYSTEM_PROMPT = "You're a helpful assistant. "
+"""RAGEN's system text, which starts every chat prompt."""
+FORMAT_PROMPT = "<think>...</think><answer>...</answer>"
+"""RAGEN's format reminder in the turn text (the same wording as tasks/agent.py)."""
+INSTRUCTION = (
+    "You are solving the Countdown puzzle. You should use the num list to create an equation that equals the "
+    "target. Example answer format: <think> To find an equation using [3, 5, 2] to get 4. Let's check 2 + 5 = 7, "
+    "7 - 3 = 4. So the answer is 2 + 5 - 3 = 4. </think><answer>2 + 5 - 3</answer>"
+)
+"""RAGEN's ``env_instruction`` for Countdown (config/envs.yaml), verbatim."""
+_SPECIAL_TOKENS = ("<think>", "</think>", "<answer>", "</answer>", "<|im_start|>", "<|im_end|>")
+_ACTION_SEP = "||"
+WARM_POOL = 2000
+"""The warm-start corpus draws its puzzles from this many train-split instances."""
+_OP_WEIGHTS = (3, 3, 1, 1)
+"""Warm start: how often an unskilled answer uses + - * / (mostly + and -, which RAGEN's puzzles need)."""
+_MAX_TEXT = 100_000  # longer completions are cut before parsing (a bound on the work a hostile string can cause)
+
+
+@dataclass
+class CountdownTaskConfig(TaskConfig):
+    """Countdown: reach the target with the numbers, each used exactly once (RAGEN, anchors.md section 3.4).
+
+    RAGEN's data (HF ``Jiayi-Pan/Countdown-Tasks-3to4``) has 3-4 numbers of up to two digits and a target;
+    anchors.md does not record exact ranges, so chat style draws numbers from 1-99 and targets from 1-100. Compact
+    style (the character-level tiny model) defaults to one-digit numbers: in its 600-step warm start the tiny model
+    learns to copy one-digit numbers (about half its answers use them exactly once) but not two-digit ones (none).
+    """
+
+    min_numbers: int = 3
+    """Fewest numbers in an instance."""
+    max_numbers: int = 4
+    """Most numbers in an instance (at most 5: solvability is checked by exhaustive search)."""
+    min_number: int = 1
+    """Smallest number."""
+    max_number: int | None = None
+    """Largest number (at most 999); null = 9 in compact style, 99 in chat style (RAGEN)."""
+    min_target: int = 1
+    """Smallest target."""
+    max_target: int | None = None
+    """Largest target; null = 30 in compact style, 100 in chat style (RAGEN)."""
+    solvable_ops: str = "+-"
+    """Operators the generator's solvability check may use. ``+-`` is RAGEN's filter (instances solvable with + and
+    - alone); ``+-*/`` admits targets that need * or /. The policy may use all four either way."""
+    format_penalty: float = 0.0
+    """Reward of a completion with no readable answer (chat: no ``<think>...</think><answer>...</answer>`` or an
+    empty answer; compact: no ``stop``). 0 gives the spec's 1 / 0.1 / 0; RAGEN's es_manager adds -0.1."""
+    chat_max_words: int = 100
+    """chat style: the length budget the prompt states (RAGEN's ``max_tokens: 100``); not a generation limit."""
+    list_max: int = 16
+    """Longest list of distinct answers (or sketches) in the warm-start corpus (should be >= sampler.group_size)."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        chat = self.style == "chat"
+        if self.max_number is None:
+            self.max_number = 99 if chat else 9
+        if self.max_target is None:
+            self.max_target = 100 if chat else 30
+        if self.format_penalty > 0:
+            raise ConfigError(f"task.format_penalty={self.format_penalty} must be <= 0 (it is a penalty)")
+        if not 2 <= self.min_numbers <= self.max_numbers <= 5:
+            raise ConfigError(
+                "task.min_numbers and task.max_numbers must satisfy 2 <= min_numbers <= max_numbers <= 5"
+            )
+        if not 1 <= self.min_number <= self.max_number <= 999:
+            raise ConfigError("task.min_number and task.max_number must satisfy 1 <= min_number <= max_number <= 999")
+        if not 1 <= self.min_target <= self.max_target:
+            raise ConfigError("task.min_target and task.max_target must satisfy 1 <= min_target <= max_target")
+        if not self.solvable_ops or set(self.solvable_ops) - set("+-*/"):
+            raise ConfigError(f"task.solvable_ops={self.solvable_ops!r} must be a non-empty subset of '+-*/'")
+        if self.list_max < 1:
+            raise ConfigError("task.list_max must be >= 1")
+
+
+@dataclass(frozen=True)
+class CountdownInstance:
+    """One puzzle; ``solution`` is the generator's verified witness (uses every number once, equals the target)."""
+
+    target: int
+    nums: tuple[int, ...]
+    solution: str
+
+
+# ------------------------------------------------------------------------------------------------ exhaustive search
+Value = int | Fraction
+"""An exact value; integral values are kept as ``int`` (several times faster than Fraction in the search)."""
+Item = tuple[Value, safe_arith.Node]
+
+
+def _div(x: Value, y: Value) -> Value:
+    if type(x) is int and type(y) is int:
+        q, r = divmod(x, y)
+        return q if r == 0 else Fraction(x, y)
+    v = Fraction(x) / y
+    return v.numerator if v.denominator == 1 else v
+
+
+def _combine(a: Item, b: Item, ops: str) -> Iterator[Item]:
+    """Every value (with its tree) one operator makes from a and b, in both orders where it matters."""
+    (va, na), (vb, nb) = a, b
+    if "+" in ops:
+        yield va + vb, ("sum", na, (("+", nb),))
+    if "-" in ops:
+        yield va - vb, ("sum", na, (("-", nb),))
+        yield vb - va, ("sum", nb, (("-", na),))
+    if "*" in ops:
+        yield va * vb, ("prod", na, (("*", nb),))
+    if "/" in ops:
+        if vb:
+            yield _div(va, vb), ("prod", na, (("/", nb),))
+        if va:
+            yield _div(vb, va), ("prod", nb, (("/", na),))
+
+
+def expressions(nums: tuple[int, ...], ops: str = "+-*/") -> Iterator[Item]:
+    """Every expression tree that uses each number exactly once (all shapes, orders and operators), with its value."""
+
+    def rec(items: list[Item]) -> Iterator[Item]:
+        if len(items) == 1:
+            yield items[0]
+            return
+        for i in range(len(items)):
+            for j in range(i + 1, len(items)):
+                rest = items[:i] + items[i + 1 : j] + items[j + 1 :]
+                for item in _combine(items[i], items[j], ops):
+                    yield from rec([*rest, item])
+
+    yield from rec([(n, n) for n in nums])
+
+
+def reachable(nums: tuple[int, ...], ops: str = "+-*/") -> dict[Value, safe_arith.Node]:
+    """Every value an expression using each of ``nums`` exactly once can take, with one witness tree per value.
+
+    Dynamic programming over subsets: the values of a subset come from splitting it into two non-empty parts and
+    combining one value of each part with one operator. Exhaustive over trees, orders and operators.
+    """
+    n = len(nums)
+    reach: list[dict[Value, safe_arith.Node]] = [{} for _ in range(1 << n)]
+    for i, num in enumerate(nums):
+        reach[1 << i][num] = num
+    for mask in range(1, 1 << n):
+        if mask & (mask - 1) == 0:
+            continue
+        table = reach[mask]
+        low = mask & -mask  # the part holding the lowest element: each unordered split once
+        part = (mask - 1) & mask
+        while part:
+            if part & low:
+                rest = mask ^ part
+                for a in reach[part].items():
+                    for b in reach[rest].items():
+                        for value, node in _combine(a, b, ops):
+                            table.setdefault(value, node)
+            part = (part - 1) & mask
+    return reach[(1 << n) - 1]
+
+
+def find_solution(nums: tuple[int, ...], target: int, ops: str = "+-*/") -> str | None:
+    """An expression over ``nums`` (each exactly once) equal to ``target``, or None if there is none."""
+    node = reachable(nums, ops).get(target)
+    return None if node is None else safe_arith.render(node)
+
+
+@lru_cache(maxsize=4096)
+def solution_keys(nums: tuple[int, ...], target: int) -> frozenset[str]:
+    """Canonical keys of every correct equation (RAGEN's tolerance, any of + - * /)."""
+    return frozenset(
+        safe_arith.canonical_node(node) for value, node in expressions(nums) if -TOLERANCE < value - target < TOLERANCE
+    )
+
+
+# -------------------------------------------------------------------------------------------------- RAGEN parsing
+def think_answer(text: str) -> tuple[str, str] | None:
+    """(think, answer) of RAGEN's ``<think>(.*?)</think>\\s*<answer>(.*?)</answer>`` (DOTALL) searched in
+    ``<think>`` + ``text``: chat prompts end with the pre-filled ``<think>``, so the completion continues it.
+
+    A hand-written scan with the regex's first-match semantics in linear time (no backtracking); never raises.
+    """
+    if not isinstance(text, str):
+        return None
+    text = THINK + text[:_MAX_TEXT]
+    start = len(THINK)
+    pos = start
+    while (end := text.find("</think>", pos)) != -1:
+        k = end + len("</think>")
+        while k < len(text) and text[k].isspace():
+            k += 1
+        if text.startswith("<answer>", k):
+            close = text.find("</answer>", k + len("<answer>"))
+            if close == -1:
+                return None  # no later </think> can be followed by a closed answer either
+            return text[start:end], text[k + len("<answer>") : close]
+        pos = end + 1
+    return None
+
+
+def ragen_action(text: str) -> str | None:
+    """The first action of a chat completion, as RAGEN's context manager extracts it; None if the format is wrong."""
+    parsed = think_answer(text)
+    if parsed is None:
+        return None
+    answer = parsed[1]
+    for token in _SPECIAL_TOKENS:
+        answer = answer.replace(token, "").strip()
+    actions = [a.strip() for a in answer.split(_ACTION_SEP) if a.strip()]
+    return actions[0] if actions else None
+
+
+def uses_numbers(expr: str, nums: tuple[int, ...]) -> bool:
+    """RAGEN's ``check_format``: the integers in ``expr`` (regex ``\\d+``) are exactly the multiset ``nums``."""
+    found = re.findall(r"\d+", expr[:_MAX_TEXT])
+    if len(found) != len(nums) or any(len(tok) > 4000 for tok in found):  # int() refuses > 4300 digits
+        return False
+    try:
+        return sorted(int(tok) for tok in found) == sorted(nums)
+    except ValueError:
+        return False
+
+
+def ragen_reward(expr: str | None, nums: tuple[int, ...], target: int) -> float:
+    """RAGEN's Countdown reward for one answer (1 / 0.1 / 0, see the module docstring); never raises."""
+    if expr is None or not uses_numbers(expr, nums):
+        return 0.0
+    value = safe_arith.evaluate(expr)
+    if value is None or abs(value - target) >= TOLERANCE:
+        return FORMAT_SCORE
+    return SCORE
+
+
+# ------------------------------------------------------------------------------------------------------ the task
+@register_task("countdown", CountdownTaskConfig)
+class CountdownTask(Task):
+    stop = COMPACT_STOP
+    between = ""
+    cfg: CountdownTaskConfig
+
+    def __init__(self, cfg: TaskConfig, seed: int = 0) -> None:
+        if not isinstance(cfg, CountdownTaskConfig):
+            raise ConfigError("task=countdown needs a CountdownTaskConfig")
+        super().__init__(cfg, seed)
+        # stop/between depend on the style (as in tasks/agent.py): a chat answer ends with </answer>.
+        self.stop = CHAT_STOP if self.chat else COMPACT_STOP  # type: ignore[misc]
+        self.between = "\n" if self.chat else ""  # type: ignore[misc]
+
+    @property
+    def chat(self) -> bool:
+        return self.cfg.style == "chat"
+
+    def alphabet(self) -> str:
+        return "0123456789+-*/(),:=|PS"
+
+    def warm_start_key(self) -> dict[str, Any]:
+        c = self.cfg
+        return {"name": self.name, "numbers": [c.min_numbers, c.max_numbers, c.min_number, c.max_number],
+                "targets": [c.min_target, c.max_target], "solvable_ops": c.solvable_ops, "list_max": c.list_max,
+                "v": 1}  # fmt: skip
+
+    # ---------------------------------------------------------------- instances
+    def instance(self, split: str, index: int) -> CountdownInstance:
+        if split not in ("train", "val"):
+            raise ValueError(f"split must be 'train' or 'val', not {split!r}")
+        return self._generate(f"countdown/{split}/{self.seed}/{index}")
+
+    def _generate(self, stream: str) -> CountdownInstance:
+        c = self.cfg
+        assert c.max_number is not None  # both resolved in __post_init__
+        assert c.max_target is not None
+        return _generate(stream, c.min_numbers, c.max_numbers, c.min_number, c.max_number, c.min_target,
+                         c.max_target, c.solvable_ops)  # fmt: skip
+
+    # ---------------------------------------------------------------- prompts and scoring
+    def _compact(self, inst: CountdownInstance, head: str) -> str:
+        return f"{head}{inst.target}:{','.join(map(str, inst.nums))}="
+
+    def _chat_header(self, inst: CountdownInstance) -> str:
+        # RAGEN's text without a chat template: helper line + env instruction (Countdown has no symbol legend and
+        # no action list, so RAGEN adds neither), then the state.
+        return f"{SYSTEM_PROMPT}{INSTRUCTION}\nTurn 1:\nState:\nTarget: {inst.target}, nums: {list(inst.nums)}\n"
+
+    def _chat_tail(self) -> str:
+        return (
+            f"You have 1 actions left. Always output: {FORMAT_PROMPT} with no extra text. Strictly follow this "
+            f"format. Max response length: {self.cfg.chat_max_words} words (tokens).\n{THINK}"
+        )
+
+    def prompt(self, inst: CountdownInstance) -> str:
+        if self.chat:
+            return self._chat_header(inst) + self._chat_tail()
+        return self._compact(inst, "P")
+
+    def answer(self, completion: str) -> str | None:
+        """The equation a completion proposes, or None if it has none. Never raises.
+
+        chat: RAGEN's first action of ``<think>...</think><answer>...</answer>``; compact: the text before
+        ``stop``, and None without a ``stop`` (cut at max_new_tokens, like RAGEN's missing ``</answer>``).
+        """
+        if not isinstance(completion, str):
+            return None
+        if self.chat:
+            return ragen_action(completion)
+        head, found, _ = completion[:_MAX_TEXT].partition(self.stop)
+        return head.strip() or None if found else None
+
+    def score(self, inst: CountdownInstance, completion: str) -> Score:
+        """RAGEN's reward (1 / 0.1 / 0, or format_penalty without an answer); success = reward 1; key = canonical
+        equation (None if it does not parse)."""
+        expr = self.answer(completion)
+        reward = ragen_reward(expr, inst.nums, inst.target) if expr is not None else self.cfg.format_penalty
+        key = safe_arith.canonical(expr) if expr is not None else None
+        return Score(reward=reward, success=reward == SCORE, key=key)
+
+    def target_keys(self, inst: CountdownInstance) -> frozenset[str] | None:
+        """Keys of every correct equation: exhaustive over all trees for up to 4 numbers (~10 ms, cached); None
+        for 5 (about 230k trees per puzzle)."""
+        return solution_keys(inst.nums, inst.target) if len(inst.nums) <= 4 else None
+
+    # ---------------------------------------------------------------- sketches: the first operation
+    def sketch_head(self, inst: CountdownInstance) -> str:
+        if self.chat:
+            return (
+                f"{SYSTEM_PROMPT}{INSTRUCTION}\nState:\nTarget: {inst.target}, nums: {list(inst.nums)}\n"
+                "Propose a first step: two numbers from the list combined by one operation, like 44 + 19, different "
+                "from every step listed so far. Always output: <answer>...</answer> with no extra text.\n"
+            )
+        return self._compact(inst, "S")
+
+    def sketch_text(self, sketch: str) -> str:
+        """The step inside a drafted sketch (chat: the answer's content; compact: the text before ``stop``)."""
+        if not isinstance(sketch, str):
+            return ""
+        body = sketch[:_MAX_TEXT]
+        if self.chat:
+            body = body.split("<answer>", 1)[-1]
+        return body.split(self.stop, 1)[0].strip().split("\n", 1)[0][:200]
+
+    def solve_prompt(self, inst: CountdownInstance, sketch: str) -> str:
+        step = self.sketch_text(sketch)
+        if self.chat:
+            return self._chat_header(inst) + f"First step: {step}\n" + self._chat_tail()
+        return self._compact(inst, "S") + step + self.stop + self._compact(inst, "P")
+
+    # ---------------------------------------------------------------- warm start
+    def warm_start_corpus(self, rng: random.Random, n: int) -> list[str]:
+        """Compact lines over WARM_POOL train-split instances (streams ``countdown/train/warm/<k>``, the same for
+        every run seed, so one warm-started base serves them all). Answers are random well-formed equations (a random order
+        of the numbers combined pairwise by random operators, mostly + and -), so the base hits the target a few percent
+        of the time (tests/test_countdown.py measures the corpus rate):
+
+        * 70%: ``P...=`` + 1..list_max answers with distinct solution keys (single answers are lists of one);
+        * 15%: ``S...=`` + 1..list_max distinct first steps (sequential sketches);
+        * 15%: ``S...=step|P...=`` + an answer that starts with that step (sketch -> solution).
+        """
+        if self.chat:
+            raise ConfigError(
+                "the countdown warm-start corpus is compact-only; use task.style=compact with model=tiny"
+            )
+        out: list[str] = []
+        for _ in range(n):
+            inst = self._generate(f"countdown/train/warm/{rng.randrange(WARM_POOL)}")
+            kind = rng.random()
+            if kind < 0.70:
+                answers = _distinct(rng, inst.nums, rng.randint(1, self.cfg.list_max))
+                out.append(self._compact(inst, "P") + "".join(a + self.stop for a in answers))
+            elif kind < 0.85:
+                steps = _distinct_steps(rng, inst.nums, rng.randint(1, self.cfg.list_max))
+                out.append(self._compact(inst, "S") + "".join(s + self.stop for s in steps))
+            else:
+                nums = list(inst.nums)
+                rng.shuffle(nums)
+                first = _random_step(rng, nums[0], nums[1])
+                answer = safe_arith.render(_random_tree(rng, [first, *nums[2:]]))
+                out.append(self.solve_prompt(inst, safe_arith.render(first[1])) + answer + self.stop)
+        return out
+
+
+@lru_cache(maxsize=8192)
+def _generate(
+    stream: str, min_numbers: int, max_numbers: int, lo: int, hi: int, min_target: int, max_target: int, ops: str
+) -> CountdownInstance:
+    """Rejection sampling like RAGEN's filtered data: draw numbers and a target, keep them if solvable."""
+    rng = random.Random(stream)
+    for _ in range(10_000):
+        nums = tuple(rng.randint(lo, hi) for _ in range(rng.randint(min_numbers, max_numbers)))
+        target = rng.randint(min_target, max_target)
+        solution = find_solution(nums, target, ops)
+        if solution is not None:
+            return CountdownInstance(target=target, nums=nums, solution=solution)
+    raise ConfigError(
+        f"no solvable countdown instance in 10000 draws with numbers {lo}-{hi}, targets {min_target}-{max_target} "
+        f"and solvable_ops={ops!r}; widen the ranges or add operators"
+    )
+
+
+# ------------------------------------------------------------------------------ unskilled answers for the warm start
+def _random_step(rng: random.Random, a: int | Item, b: int | Item) -> Item:
+    """a and b in random order combined by a random operator (never a division by zero)."""
+    x = a if isinstance(a, tuple) else (a, a)
+    y = b if isinstance(b, tuple) else (b, b)
+    if rng.random() < 0.5:
+        x, y = y, x
+    op = rng.choices("+-*/", weights=_OP_WEIGHTS)[0]
+    if op == "/" and y[0] == 0:
+        x, y = y, x
+        if y[0] == 0:
+            op = "+"
+    value = {"+": operator.add, "-": operator.sub, "*": operator.mul, "/": _div}[op](x[0], y[0])
+    return value, ("sum" if op in "+-" else "prod", x[1], ((op, y[1]),))
+
+
+def _random_tree(rng: random.Random, items: list[int | Item]) -> safe_arith.Node:
+    """Combine random pairs by random operators until one tree is left (each number used exactly once)."""
+    pool: list[Item] = [i if isinstance(i, tuple) else (i, i) for i in items]
+    while len(pool) > 1:
+        i, j = rng.sample(range(len(pool)), 2)
+        step = _random_step(rng, pool[i], pool[j])
+        pool = [p for k, p in enumerate(pool) if k not in (i, j)] + [step]
+    return pool[0][1]
+
+
+def _distinct(rng: random.Random, nums: tuple[int, ...], k: int) -> list[str]:
+    """Up to k random equations over ``nums`` with pairwise different solution keys."""
+    seen: set[str] = set()
+    out: list[str] = []
+    for _ in range(20 * k):
+        tree = _random_tree(rng, list(nums))
+        key = safe_arith.canonical_node(tree)
+        if key not in seen:
+            seen.add(key)
+            out.append(safe_arith.render(tree))
+            if len(out) == k:
+                break
+    return out
+
+
+def _distinct_steps(rng: random.Random, nums: tuple[int, ...], k: int) -> list[str]:
+    """Up to k different first steps (two of the numbers and one operator)."""
+    seen: set[str] = set()
+    out: list[str] = []
+    for _ in range(20 * k):
+        i, j = rng.sample(range(len(nums)), 2)
+        step = safe_arith.render(_random_step(rng, nums[i], nums[j])[1])
+        if step not in seen:
+            seen.add(step)
+            out.append(step)
+            if len(out) == k:
+                break
+    return out

@@ -1,0 +1,204 @@
+"""FrozenLake (RAGEN ``frozen_lake``, anchors.md section 3.2): walk from the start to the goal without falling in.
+
+Dynamics are gymnasium's own ``FrozenLakeEnv`` (slippery moves included), reset with the instance seed, so an
+episode is a deterministic function of the instance and the actions. Maps follow RAGEN's generator: each cell is
+frozen with probability ``p``, start and goal are distinct random cells, and maps without a start-goal path are
+drawn again (``random_start_goal=false`` uses gymnasium's ``generate_random_map`` instead: start top-left, goal
+bottom-right). Reward (gymnasium): +1 on reaching the goal, else 0; the episode ends in a hole or on the goal.
+
+State (RAGEN's grid, one row per line): ``P`` player, ``_`` frozen (the start too), ``O`` hole, ``G`` goal,
+``X`` player in a hole, ``√`` player on the goal. Actions ``Left, Down, Right, Up`` (gymnasium 0..3).
+
+Compact example (``size=4``, not slippery): prompt ``_P__\\n___O\\n_O_O\\nO__G\\n:``, response ``DR|``, feedback
+``\\n____\\n__PO\\n_O_O\\nO__G\\n:``.
+"""
+
+from __future__ import annotations
+
+import copy
+import random
+from collections import deque
+from dataclasses import dataclass
+from typing import Any
+
+from sesa_cli.config import ConfigError, TaskConfig
+from sesa_cli.tasks.agent import AgentTask, AgentTaskConfig, Env, split_seed
+from sesa_cli.tasks.base import register_task
+
+ACTIONS = ("Left", "Down", "Right", "Up")
+"""Action names in gymnasium's order (0 = Left, 1 = Down, 2 = Right, 3 = Up); RAGEN ids 1..4."""
+_LETTERS = {a[0]: a for a in ACTIONS}
+_BY_NAME = {a.lower(): a for a in ACTIONS}
+_VOCAB = (("P", "player"), ("_", "empty"), ("O", "hole"), ("G", "goal"), ("X", "player in hole"),
+          ("√", "player on goal"))  # fmt: skip
+
+
+@dataclass
+class FrozenLakeTaskConfig(AgentTaskConfig):
+    """RAGEN's FrozenLake. Defaults are RAGEN-2's (mll-lab-nu/RAGEN, 2026): p 0.9, slippery with success_rate 0.8.
+
+    The Sept-2025 RAGEN (RAGEN-AI/RAGEN) used p 0.8 and gymnasium's default success_rate 1/3. The SESA acceptance
+    experiment uses ``is_slippery=false`` (deterministic moves), as does RAGEN-2's own frozen-lake recipe
+    (``success_rate: 1``).
+    """
+
+    size: int = 4
+    """Side of the square map (RAGEN: 4)."""
+    p: float = 0.9
+    """Probability that a cell is frozen rather than a hole, in (0, 1] (RAGEN-2: 0.9; Sept-2025 RAGEN: 0.8)."""
+    is_slippery: bool = True
+    """Slippery ice: a move may go perpendicular to the intended direction (RAGEN: true)."""
+    success_rate: float = 0.8
+    """Slippery only: probability of the intended move; each perpendicular one gets half the rest (RAGEN-2: 0.8;
+    gymnasium and Sept-2025 RAGEN: 1/3)."""
+    random_start_goal: bool = True
+    """RAGEN's maps (random distinct start and goal); false = gymnasium's generate_random_map (corners)."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.size < 2:
+            raise ConfigError("task.size must be >= 2")
+        if not 0 < self.p <= 1:
+            raise ConfigError(f"task.p={self.p} must be in (0, 1]")
+        if not 0 <= self.success_rate <= 1:
+            raise ConfigError(f"task.success_rate={self.success_rate} must be in [0, 1]")
+
+
+@dataclass(frozen=True)
+class FrozenLakeInstance:
+    desc: tuple[str, ...]
+    """gymnasium map rows: S start, F frozen, H hole, G goal."""
+    seed: int
+    """Reset seed of gymnasium's env (drives the slips)."""
+
+
+def _has_path(board: list[list[str]]) -> bool:
+    n = len(board)
+    start = next((r, c) for r in range(n) for c in range(n) if board[r][c] == "S")
+    queue, seen = deque([start]), {start}
+    while queue:
+        r, c = queue.popleft()
+        for nr, nc in ((r + 1, c), (r, c + 1), (r - 1, c), (r, c - 1)):
+            if 0 <= nr < n and 0 <= nc < n and (nr, nc) not in seen and board[nr][nc] != "H":
+                if board[nr][nc] == "G":
+                    return True
+                seen.add((nr, nc))
+                queue.append((nr, nc))
+    return False
+
+
+def generate_map(size: int, p: float, seed: int, random_start_goal: bool = True) -> list[str]:
+    """A map with a path from S to G (RAGEN's generator, or gymnasium's with ``random_start_goal=False``)."""
+    from gymnasium.envs.toy_text.frozen_lake import generate_random_map
+    from gymnasium.utils import seeding
+
+    if not random_start_goal:
+        return generate_random_map(size=size, p=p, seed=seed)
+    np_random, _ = seeding.np_random(seed)
+    while True:
+        board = np_random.choice(["F", "H"], (size, size), p=[p, 1 - p]).tolist()
+        start = tuple(int(x) for x in np_random.integers(size, size=2))
+        goal = tuple(int(x) for x in np_random.integers(size, size=2))
+        if start != goal:
+            board[start[0]][start[1]] = "S"
+            board[goal[0]][goal[1]] = "G"
+            if _has_path(board):
+                return ["".join(row) for row in board]
+
+
+class FrozenLakeEnv(Env):
+    """One FrozenLake episode on gymnasium's ``FrozenLakeEnv``."""
+
+    task: FrozenLakeTask
+    inst: FrozenLakeInstance
+    cfg: FrozenLakeTaskConfig
+
+    def __init__(self, task: AgentTask, inst: FrozenLakeInstance) -> None:
+        super().__init__(task, inst)
+        self._gym: Any = None  # built on the first action: prompts and plans only need the start
+
+    @property
+    def gym(self) -> Any:
+        """gymnasium's ``FrozenLakeEnv`` for this episode, reset with the instance seed."""
+        if self._gym is None:
+            # A shallow copy of a per-map prototype shares its read-only transition table P; reset() gives the
+            # copy its own random generator and state.
+            self._gym = copy.copy(self.task.prototype(self.inst.desc))
+            self._gym.reset(seed=self.inst.seed)
+        return self._gym
+
+    @property
+    def position(self) -> tuple[int, int]:
+        """(row, col) of the player."""
+        if self._gym is None:
+            return next((r, row.index("S")) for r, row in enumerate(self.inst.desc) if "S" in row)
+        return divmod(int(self._gym.s), len(self.inst.desc[0]))
+
+    def apply(self, action: str) -> tuple[float, bool, bool]:
+        _, reward, terminated, _, _ = self.gym.step(ACTIONS.index(action))
+        r, c = self.position
+        return float(reward), bool(terminated), self.inst.desc[r][c] == "G"
+
+    def render(self) -> str:
+        pr, pc = self.position
+        rows = []
+        for r, row in enumerate(self.inst.desc):
+            cells = []
+            for c, tile in enumerate(row):
+                if (r, c) == (pr, pc):
+                    cells.append({"H": "X", "G": "√"}.get(tile, "P"))
+                else:
+                    cells.append({"H": "O", "G": "G"}.get(tile, "_"))
+            rows.append("".join(cells))
+        return "\n".join(rows)
+
+
+@register_task("frozenlake", FrozenLakeTaskConfig)
+class FrozenLakeTask(AgentTask):
+    """RAGEN FrozenLake, multi-turn (see the module docstring for layouts)."""
+
+    cfg: FrozenLakeTaskConfig
+    action_names = ACTIONS
+    chat_vocab = _VOCAB
+    # Verbatim from RAGEN's envs.yaml, typos included.
+    chat_instruction = (
+        "You are solving the FrozenLake puzzle. Forbid the whole and go to the target. You may move to the "
+        "unintended direction due to the slippery ice. Example answer format: <think>To forbid the hole and go to "
+        "the target, I should go left then go up.</think><answer>Left || Up</answer>"
+    )
+
+    def __init__(self, cfg: TaskConfig, seed: int = 0) -> None:
+        if not isinstance(cfg, FrozenLakeTaskConfig):
+            raise ConfigError("task=frozenlake needs a FrozenLakeTaskConfig")
+        super().__init__(cfg, seed)
+        self._prototypes: dict[tuple[str, ...], Any] = {}
+
+    def alphabet(self) -> str:
+        return "P_OGX√" + "LDRU" + "\n:?|"
+
+    def generate(self, split: str, index: int) -> FrozenLakeInstance:
+        seed = split_seed("frozenlake", split, self.seed, index)
+        c = self.cfg
+        return FrozenLakeInstance(tuple(generate_map(c.size, c.p, seed, c.random_start_goal)), seed)
+
+    def make_env(self, inst: Any) -> FrozenLakeEnv:
+        return FrozenLakeEnv(self, inst)
+
+    def prototype(self, desc: tuple[str, ...]) -> Any:
+        """gymnasium's ``FrozenLakeEnv`` for a map, built once (its transition table costs ~0.5 ms)."""
+        if desc not in self._prototypes:
+            from gymnasium.envs.toy_text.frozen_lake import FrozenLakeEnv as GymFrozenLake
+
+            if len(self._prototypes) >= 4096:
+                self._prototypes.clear()
+            slippery, rate = self.cfg.is_slippery, self.cfg.success_rate
+            self._prototypes[desc] = GymFrozenLake(desc=list(desc), is_slippery=slippery, success_rate=rate)
+        return self._prototypes[desc]
+
+    def canonical(self, token: str) -> str | None:
+        if self.chat:
+            return _BY_NAME.get(token.strip().lower())
+        return _LETTERS.get(token.upper()) if len(token) == 1 else None
+
+    def random_actions(self, env: Env, rng: random.Random, k: int) -> list[str]:
+        return [rng.choice(ACTIONS) for _ in range(k)]

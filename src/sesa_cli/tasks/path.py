@@ -1,0 +1,165 @@
+"""Path Exploration: the paper's synthetic task (paper.md section 3), rebuilt with a made-up world.
+
+A fixed hierarchy region -> city -> district (names invented from syllables, seeded by ``world_seed``). The policy
+names one root-to-leaf path ``region/city/district``; the reward is 1 iff that path is one of U hidden target
+leaves (chosen by ``target_seed``). The warm start teaches the hierarchy (uniform valid paths and lists of distinct
+valid paths), never the targets, so a base sample hits a target about U / leaves of the time.
+
+Compact layout (``stop`` = "|"):  prompt ``P:`` ; answer ``kanu/tebo/rila|`` ; a sequential group is one line
+``P:kanu/tebo/rila|mosa/pel/vido|...`` ; sketches are the first hop ``S:kanu|mosa|...`` and a sketch is expanded from
+the hinted prompt ``Pkanu:`` into a whole path ``kanu/tebo/rila|``.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any
+
+from sesa_cli.config import ConfigError, TaskConfig
+from sesa_cli.tasks.base import Score, Task, register_task
+
+_ONSETS = "bdfgklmnprstvz"
+_VOWELS = "aeiou"
+
+
+@dataclass
+class PathTaskConfig(TaskConfig):
+    """The paper's synthetic Path Exploration task (paper.md section 3), rebuilt with made-up names.
+
+    With the defaults 8 x 8 x 8 = 512 leaves and 20 targets, a uniform valid path hits a target 20/512 = 3.9% of
+    the time: the "few percent" of the paper's weak base models.
+    """
+
+    regions: int = 8
+    """Number of top-level regions."""
+    cities: int = 8
+    """Cities per region."""
+    districts: int = 8
+    """Districts per city."""
+    num_targets: int = 20
+    """U, the number of hidden target leaves."""
+    world_seed: int = 0
+    """Seed of the hierarchy's names (fixed: the warm start learns this world)."""
+    target_seed: int = 0
+    """Seed that picks the target leaves (conf: ``${seed}``); never seen by the warm start."""
+    list_max: int = 12
+    """Longest list of distinct paths in the warm-start corpus (should be >= sampler.group_size)."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if min(self.regions, self.cities, self.districts) < 1:
+            raise ConfigError("task.regions, task.cities and task.districts must be >= 1")
+        leaves = self.regions * self.cities * self.districts
+        if not 1 <= self.num_targets <= leaves:
+            raise ConfigError(f"task.num_targets={self.num_targets} must be between 1 and the {leaves} leaves")
+
+
+def _names(rng: random.Random, count: int) -> list[str]:
+    """``count`` distinct pronounceable names of 2-3 syllables."""
+    seen: set[str] = set()
+    out: list[str] = []
+    while len(out) < count:
+        name = "".join(rng.choice(_ONSETS) + rng.choice(_VOWELS) for _ in range(rng.choice((2, 2, 3))))
+        if name not in seen:
+            seen.add(name)
+            out.append(name)
+    return out
+
+
+@register_task("path", PathTaskConfig)
+class PathTask(Task):
+    stop = "|"
+    between = ""
+    cfg: PathTaskConfig
+
+    def __init__(self, cfg: TaskConfig, seed: int = 0) -> None:
+        if not isinstance(cfg, PathTaskConfig):
+            raise ConfigError("task=path needs a PathTaskConfig")
+        super().__init__(cfg, seed)
+
+    # ---------------------------------------------------------------- the world
+    @cached_property
+    def tree(self) -> dict[str, dict[str, list[str]]]:
+        """region -> city -> districts; sibling names are distinct, names repeat across branches."""
+        rng = random.Random(f"path-world-{self.cfg.world_seed}")
+        return {
+            region: {city: _names(rng, self.cfg.districts) for city in _names(rng, self.cfg.cities)}
+            for region in _names(rng, self.cfg.regions)
+        }
+
+    @cached_property
+    def leaves(self) -> list[str]:
+        return [f"{r}/{c}/{d}" for r, cities in self.tree.items() for c, ds in cities.items() for d in ds]
+
+    @cached_property
+    def targets(self) -> frozenset[str]:
+        rng = random.Random(f"path-targets-{self.cfg.world_seed}-{self.cfg.target_seed}")
+        return frozenset(rng.sample(self.leaves, self.cfg.num_targets))
+
+    def alphabet(self) -> str:
+        return _ONSETS + _VOWELS + "/|:PS"
+
+    def warm_start_key(self) -> dict[str, Any]:
+        c = self.cfg
+        return {"name": self.name, "shape": [c.regions, c.cities, c.districts], "world": c.world_seed,
+                "list_max": c.list_max, "v": 2}  # fmt: skip
+
+    # ---------------------------------------------------------------- instances
+    def instance(self, split: str, index: int) -> Any:
+        # One prompt, as in the paper: "name a path". Every instance is the same question.
+        return None
+
+    def prompt(self, inst: Any) -> str:
+        return "P:"
+
+    def target_keys(self, inst: Any) -> frozenset[str]:
+        return self.targets
+
+    def parse(self, completion: str) -> str | None:
+        """The named path if it is a valid leaf of the world, else None. Never raises."""
+        text = completion.split(self.stop, 1)[0].strip()
+        parts = text.split("/")
+        if len(parts) != 3:
+            return None
+        region, city, district = parts
+        if district in self.tree.get(region, {}).get(city, ()):
+            return text
+        return None
+
+    def score(self, inst: Any, completion: str) -> Score:
+        key = self.parse(completion)
+        hit = key is not None and key in self.targets
+        return Score(reward=1.0 if hit else 0.0, success=hit, key=key)
+
+    # ---------------------------------------------------------------- sketches: the first hop
+    def sketch_head(self, inst: Any) -> str:
+        return "S:"
+
+    def solve_prompt(self, inst: Any, sketch: str) -> str:
+        region = "".join(ch for ch in sketch.split(self.stop, 1)[0] if ch in _ONSETS + _VOWELS)
+        return f"P{region}:"
+
+    # ---------------------------------------------------------------- warm start
+    def warm_start_corpus(self, rng: random.Random, n: int) -> list[str]:
+        """Three kinds of lines, all uniform over the world (the targets are never favoured):
+
+        * 70%: lists of 1..list_max distinct valid paths ``P:a|b|c|`` (single paths are lists of one);
+        * 15%: lists of 1..regions distinct regions ``S:r1|r2|`` (sequential sketches);
+        * 15%: sketch -> solution pairs ``Pr:r/c/d|``.
+        """
+        regions = list(self.tree)
+        out: list[str] = []
+        for _ in range(n):
+            u = rng.random()
+            if u < 0.7:
+                k = rng.randint(1, self.cfg.list_max)
+                out.append("P:" + "".join(p + self.stop for p in rng.sample(self.leaves, k)))
+            elif u < 0.85:
+                k = rng.randint(1, len(regions))
+                out.append("S:" + "".join(r + self.stop for r in rng.sample(regions, k)))
+            else:
+                leaf = rng.choice(self.leaves)
+                out.append(self.solve_prompt(None, leaf.split("/")[0]) + leaf + self.stop)
+        return out

@@ -1,0 +1,317 @@
+"""The RL loop: sample groups -> score -> advantages -> clipped policy-gradient update -> metrics and checkpoints.
+
+No config parsing and no printing here beyond the ``on_step`` progress hook; the command layer owns both.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from sesa_cli import algos
+from sesa_cli import metrics as M
+from sesa_cli.config import TrainConfig
+from sesa_cli.evaluation import draw, sample_records, summarize
+from sesa_cli.models.loading import Policy
+from sesa_cli.rollout.samplers import ParallelSampler, Rollout, make_sampler
+from sesa_cli.rollout.scoring import ScoringBatch, build_batch, completion_logps
+from sesa_cli.runs import RunDir
+from sesa_cli.tasks.base import Task
+
+log = logging.getLogger(__name__)
+
+StepHook = Callable[[int, dict[str, Any]], None]
+
+
+class NonFiniteLossError(RuntimeError):
+    pass
+
+
+class Trainer:
+    """Owns the policy, optimizer, samplers and run dir of one training run."""
+
+    def __init__(self, cfg: TrainConfig, task: Task, policy: Policy, run: RunDir) -> None:
+        self.cfg = cfg
+        self.task = task
+        self.policy = policy
+        self.run = run
+        self.model = policy.model
+        dtype = cfg.model.dtype
+        self.sampler = make_sampler(cfg.sampler, task, policy, dtype)
+        self.eval_sampler = ParallelSampler(cfg.sampler, task, policy, dtype)
+        self.optimizer = torch.optim.AdamW(
+            [p for p in self.model.parameters() if p.requires_grad],
+            lr=cfg.algo.lr,
+            weight_decay=cfg.train.weight_decay,
+        )
+        self.ref_model = None
+        if cfg.algo.kl_coef > 0:
+            self.ref_model = copy.deepcopy(self.model).eval().requires_grad_(False)
+        self.generator = torch.Generator().manual_seed(cfg.seed)
+        self.step = 0
+        self.next_instance = 0
+        self.found_targets: set[str] = set()
+        self.monitor = M.CollapseMonitor(
+            window=cfg.collapse.window,
+            max_distinct_correct=cfg.collapse.max_distinct_correct,
+            min_entropy=cfg.collapse.min_entropy,
+        )
+        self.nonfinite = 0
+        self.norm_constant = cfg.algo.norm_constant or task.cfg.max_new_tokens
+
+    # ------------------------------------------------------------------ sampling
+    def _draw_batch(self) -> tuple[list[list[Rollout]], int]:
+        """B groups; with DAPO dynamic sampling, zero-std groups are dropped and refilled (capped, counted)."""
+        b = self.cfg.train.batch_size
+        kept: list[list[Rollout]] = []
+        rounds = 0
+        while True:
+            need = b - len(kept)
+            instances = [self.task.instance("train", self.next_instance + i) for i in range(need)]
+            self.next_instance += need
+            groups = self.sampler.sample(instances, self.generator)
+            if not self.cfg.algo.dynamic_sampling:
+                return groups, 0
+            rewards = torch.tensor([[r.score.reward for r in g] for g in groups])
+            keep = ~algos.zero_std_groups(rewards)
+            kept.extend(g for g, k in zip(groups, keep.tolist(), strict=True) if k)
+            if len(kept) >= b or rounds >= self.cfg.algo.max_resample_rounds:
+                # Cap reached: keep the batch full with the last groups drawn (they carry no signal, but the batch
+                # size and so the step's token budget stay what the config says).
+                kept.extend(groups[: max(0, b - len(kept))] if len(kept) < b else [])
+                return kept[:b], rounds
+            rounds += 1
+
+    # ------------------------------------------------------------------ loss
+    def _loss_inputs(self, groups: list[list[Rollout]]) -> dict[str, Any]:
+        """Flatten groups into scored sequences with advantages (and sketch rows when train_sketches)."""
+        scfg = self.cfg.sampler
+        rewards = torch.tensor([[r.score.reward for r in g] for g in groups], dtype=torch.float32)
+        adv = algos.compute_advantages(rewards, self.cfg.algo)  # (n_groups, group)
+        rows = [r for g in groups for r in g]
+        advantages = adv.flatten().tolist()
+        ctx_mode = scfg.loss_context
+        contexts = [r.context_ids if ctx_mode == "conditioned" else r.prompt_ids for r in rows]
+        completions = [r.completion.ids for r in rows]
+        behaviour = [r.completion.logps for r in rows]
+        if scfg.train_sketches and rows and rows[0].sketch_completion is not None:
+            # A sketch's advantage is the mean advantage of its solutions; sketches are scored in the context that
+            # drew them (there is no "plain prompt" form of a sketch).
+            by_sketch: dict[int, list[float]] = {}
+            first: dict[int, Rollout] = {}
+            for r, a in zip(rows, advantages, strict=True):
+                by_sketch.setdefault(id(r.sketch_completion), []).append(a)
+                first.setdefault(id(r.sketch_completion), r)
+            for key, r in first.items():
+                assert r.sketch_completion is not None
+                assert r.sketch_context_ids is not None
+                contexts.append(r.sketch_context_ids)
+                completions.append(r.sketch_completion.ids)
+                behaviour.append(r.sketch_completion.logps)
+                advantages.append(float(np.mean(by_sketch[key])))
+        return {"contexts": contexts, "completions": completions, "behaviour": behaviour,
+                "advantages": torch.tensor(advantages), "n_solutions": len(rows),
+                "sample_contexts": [r.context_ids for r in rows]}  # fmt: skip
+
+    def _update(self, inputs: dict[str, Any]) -> dict[str, float]:
+        cfg, scfg = self.cfg, self.cfg.sampler
+        pad = int(self.policy.tokenizer.pad_token_id)
+        batch = build_batch(inputs["contexts"], inputs["completions"], pad)
+        mask = batch.response_mask
+        n = mask.shape[0]
+        temp = scfg.temperature
+        behaviour = torch.zeros_like(mask)
+        for i, lp in enumerate(inputs["behaviour"]):
+            behaviour[i, : len(lp)] = torch.tensor(lp)
+        multi = cfg.algo.ppo_epochs > 1 or cfg.algo.minibatches > 1
+        need_old = multi or scfg.loss_context == "is"
+        old = None
+        if need_old:
+            with torch.no_grad():
+                old, _ = completion_logps(self.model, batch, temp, dtype=cfg.model.dtype)
+        seq_weights = None
+        stats: dict[str, float] = {}
+        if scfg.loss_context == "is":
+            # Truncated importance weight of the whole solution: min(c, pi(y|x) / pi(y|ctx)), with pi(y|ctx) the
+            # behaviour log-prob recorded while sampling. Sketch rows (scored in their own context) get weight 1.
+            log_w = ((old - behaviour) * mask).sum(1)
+            # Identical contexts make the ratio exactly 1 (not 1 up to float noise between the cached sampling pass
+            # and this forward); sketch rows are not importance-weighted.
+            same = torch.tensor([c == p for c, p in zip(inputs["sample_contexts"], inputs["contexts"], strict=False)])
+            log_w[: len(same)] = torch.where(same, 0.0, log_w[: len(same)])
+            log_w[inputs["n_solutions"] :] = 0.0
+            seq_weights = torch.exp(log_w).clamp(max=scfg.is_clip)
+            stats["is/weight_mean"] = float(seq_weights[: inputs["n_solutions"]].mean())
+            stats["is/weight_max"] = float(seq_weights[: inputs["n_solutions"]].max())
+        ref = None
+        if self.ref_model is not None:
+            with torch.no_grad():
+                ref, _ = completion_logps(self.ref_model, batch, temp, dtype=cfg.model.dtype)
+        advantages = inputs["advantages"]
+        sums: dict[str, list[float]] = {}
+        self.model.train()
+        for _epoch in range(cfg.algo.ppo_epochs):
+            order = torch.randperm(n, generator=self.generator) if multi else torch.arange(n)
+            for chunk in order.chunk(cfg.algo.minibatches):
+                sub = _select(batch, chunk)
+                logps, ents = completion_logps(self.model, sub, temp, dtype=cfg.model.dtype)
+                old_sub = old[chunk] if multi and old is not None else logps.detach()
+                loss, m = algos.compute_loss(
+                    logps, old_sub, advantages[chunk], sub.response_mask, cfg.algo,
+                    ref_logps=None if ref is None else ref[chunk],
+                    entropies=ents if cfg.algo.entropy_coef > 0 else None,
+                    seq_weights=None if seq_weights is None else seq_weights[chunk],
+                    norm_constant=self.norm_constant,
+                )  # fmt: skip
+                if not torch.isfinite(loss):
+                    self.nonfinite += 1
+                    log.warning("non-finite loss at step %d: update skipped", self.step)
+                    if self.nonfinite >= cfg.train.max_nonfinite:
+                        raise NonFiniteLossError(
+                            f"{self.nonfinite} consecutive non-finite losses; lower algo.lr or check the task reward"
+                        )
+                    self.optimizer.zero_grad(set_to_none=True)
+                    continue
+                self.nonfinite = 0
+                self.optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.algo.max_grad_norm)
+                self._set_lr()
+                self.optimizer.step()
+                m["loss"] = float(loss.detach())
+                m["grad_norm"] = float(grad_norm)
+                for k, v in m.items():
+                    sums.setdefault(k, []).append(v)
+        self.model.eval()
+        stats.update({f"loss/{k}": float(np.mean(v)) for k, v in sums.items()})
+        return stats
+
+    def _set_lr(self) -> None:
+        warm = self.cfg.train.warmup_steps
+        scale = min(1.0, (self.step + 1) / warm) if warm > 0 else 1.0
+        for group in self.optimizer.param_groups:
+            group["lr"] = self.cfg.algo.lr * scale
+
+    # ------------------------------------------------------------------ one step
+    def train_step(self) -> dict[str, Any]:
+        t0 = time.perf_counter()
+        groups, resample_rounds = self._draw_batch()
+        t_sample = time.perf_counter() - t0
+        rows = [r for g in groups for r in g]
+        keys = [r.score.key for r in rows]
+        correct = [r.score.success for r in rows]
+        group_size = len(groups[0])
+        entropies = [e for r in rows for e in r.completion.entropies]
+        row: dict[str, Any] = {"step": self.step + 1}
+        stats = M.reward_stats([[r.score.reward for r in g] for g in groups])
+        row.update({f"train/{k}": v for k, v in stats.items()})
+        row["train/success"] = float(np.mean(correct))
+        row["train/valid"] = float(np.mean([k is not None for k in keys]))
+        row.update({f"train/{k}": v for k, v in M.group_diversity(keys, correct, group_size).items()})
+        row["train/entropy"] = float(np.mean(entropies)) if entropies else 0.0
+        row["train/response_len"] = float(np.mean([len(r.completion.ids) for r in rows]))
+        targets = self.task.target_keys(groups[0][0].inst)
+        if targets:
+            hit = {k for k in keys if k in targets}
+            self.found_targets |= hit
+            row["train/coverage"] = len(hit) / len(targets)
+            row["train/targets_found"] = len(self.found_targets)
+        if self.cfg.algo.dynamic_sampling:
+            row["train/resample_rounds"] = resample_rounds
+        t1 = time.perf_counter()
+        row.update(self._update(self._loss_inputs(groups)))
+        t_update = time.perf_counter() - t1
+        self.step += 1
+        flagged = self.monitor.update(self.step, row["train/distinct_correct"], row["train/entropy"])
+        row["collapse/flag"] = int(flagged)
+        row["time/sample_s"] = t_sample
+        row["time/update_s"] = t_update
+        row["time/step_s"] = time.perf_counter() - t0
+        self._last_groups = groups
+        return row
+
+    # ------------------------------------------------------------------ evaluation
+    def evaluate(self) -> dict[str, Any]:
+        n_inst = self.task.cfg.eval_instances
+        instances = [self.task.instance("val", i) for i in range(n_inst)]
+        gen = torch.Generator().manual_seed(10_000 + self.cfg.seed)  # same eval draws at every step of a run
+        groups = draw(self.eval_sampler, instances, self.cfg.train.eval_samples, gen)
+        return {"step": self.step, **summarize(self.task, groups)}
+
+    # ------------------------------------------------------------------ checkpoints
+    def save_checkpoint(self) -> Path:
+        tmp = self.run.begin_checkpoint(self.step)
+        self.model.save_pretrained(tmp)
+        self.policy.tokenizer.save_pretrained(tmp)
+        torch.save(self.optimizer.state_dict(), tmp / "optimizer.pt")
+        torch.save({"generator": self.generator.get_state()}, tmp / "rng.pt")
+        state = {
+            "step": self.step,
+            "next_instance": self.next_instance,
+            "found_targets": sorted(self.found_targets),
+            "collapse": self.monitor.state_dict(),
+            "collapsed": self.monitor.collapsed,
+            "config": asdict(self.cfg),
+        }
+        (tmp / "trainer_state.json").write_text(json.dumps(state, indent=2, default=str))
+        final = self.run.commit_checkpoint(tmp, self.step)
+        self.run.write_csv()
+        return final
+
+    def load_checkpoint(self, ckpt: Path, restore_optimizer: bool = True) -> None:
+        """Restore optimizer, step counter, data position, monitor and RNG (weights are loaded with the policy)."""
+        state = json.loads((ckpt / "trainer_state.json").read_text())
+        self.step = int(state["step"])
+        self.next_instance = int(state["next_instance"])
+        self.found_targets = set(state.get("found_targets", []))
+        self.monitor.load_state_dict(state["collapse"])
+        if restore_optimizer:
+            opt_state = torch.load(ckpt / "optimizer.pt", map_location="cpu", weights_only=True)
+            self.optimizer.load_state_dict(opt_state)
+        rng = ckpt / "rng.pt"
+        if rng.is_file():
+            self.generator.set_state(torch.load(rng, weights_only=True)["generator"])
+
+    # ------------------------------------------------------------------ the loop
+    def fit(self, on_step: StepHook | None = None) -> dict[str, Any]:
+        """Train until train.steps; returns the last training row merged with the final evaluation."""
+        tc = self.cfg.train
+        last: dict[str, Any] = {}
+        try:
+            while self.step < tc.steps:
+                row = self.train_step()
+                self.run.log_metrics(row)
+                if tc.sample_every and self.step % tc.sample_every == 0:
+                    self.run.dump_samples(self.step, sample_records(self._last_groups, self.policy.decode))
+                if tc.eval_every and self.step % tc.eval_every == 0 and self.step < tc.steps:
+                    ev = self.evaluate()
+                    self.run.log_metrics(ev)
+                    row = {**row, **ev}
+                if tc.checkpoint_every and self.step % tc.checkpoint_every == 0 and self.step < tc.steps:
+                    self.save_checkpoint()
+                last = row
+                if on_step is not None:
+                    on_step(self.step, row)
+        except KeyboardInterrupt:
+            if self.step > 0:
+                path = self.save_checkpoint()
+                log.warning("interrupted: checkpoint saved to %s", path)
+            raise
+        ev = self.evaluate()
+        self.run.log_metrics(ev)
+        self.save_checkpoint()
+        return {**last, **ev}
+
+
+def _select(batch: ScoringBatch, idx: torch.Tensor) -> ScoringBatch:
+    """The rows ``idx`` of a scoring batch (a mini-batch)."""
+    return ScoringBatch(*(getattr(batch, f)[idx] for f in ScoringBatch.__dataclass_fields__))

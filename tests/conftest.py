@@ -1,0 +1,58 @@
+"""Shared fixtures: a tiny warm-started path model built once per session, config composition, a CLI runner."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+# A small world (4 x 4 x 4 = 64 leaves, 20 targets) and a short warm start: enough for the model to name mostly
+# valid paths, cheap enough for the default test run.
+TINY = ["model.warm_start_steps=150", "model.warm_start_corpus_size=4000", "task.regions=4", "task.cities=4",
+        "task.districts=4", "task.list_max=8"]  # fmt: skip
+
+
+@pytest.fixture(scope="session")
+def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("sesa-cache")
+
+
+@pytest.fixture(scope="session")
+def tiny_overrides(cache_dir: Path) -> list[str]:
+    return [*TINY, f"model.cache_dir={cache_dir}"]
+
+
+def compose_train(overrides: list[str]):
+    """The typed TrainConfig for ``sesa train <overrides>``."""
+    from hydra import compose, initialize_config_dir
+
+    from sesa_cli.config import conf_dir, register_configs, to_object
+
+    register_configs()
+    with initialize_config_dir(version_base="1.3", config_dir=str(conf_dir())):
+        return to_object(compose("train", overrides=overrides))
+
+
+@pytest.fixture(scope="session")
+def path_setup(tiny_overrides: list[str]):
+    """(TrainConfig, task, policy) of the default path task on the session's tiny base."""
+    from sesa_cli.models.loading import load_policy
+    from sesa_cli.tasks.base import make_task
+
+    cfg = compose_train([*tiny_overrides, "task=path"])
+    task = make_task(cfg.task, cfg.seed)
+    policy = load_policy(cfg.model, task)
+    return cfg, task, policy
+
+
+def run_cli(argv: list[str], monkeypatch: pytest.MonkeyPatch) -> int:
+    """Run ``sesa <argv>`` in-process; returns the exit code."""
+    from sesa_cli.cli import main
+
+    monkeypatch.setattr(sys, "argv", ["sesa", *argv])
+    try:
+        main(argv)
+    except SystemExit as exc:
+        return int(exc.code or 0)
+    return 0

@@ -1,0 +1,343 @@
+"""Shared contract of the multi-turn agent tasks (frozenlake, sokoban, sudoku): parsing, layouts, corpus, configs."""
+
+from __future__ import annotations
+
+import random
+import re
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from sesa_cli import config
+from sesa_cli.config import ConfigError
+from sesa_cli.tasks.agent import AgentTask, split_seed
+from sesa_cli.tasks.base import Score
+from sesa_cli.tasks.frozenlake import FrozenLakeTask, FrozenLakeTaskConfig
+from sesa_cli.tasks.sokoban import SokobanTask, SokobanTaskConfig
+from sesa_cli.tasks.sudoku import SudokuTask, SudokuTaskConfig
+
+NAMES = ("frozenlake", "sokoban", "sudoku")
+STYLES = ("compact", "chat")
+_CLASSES = {
+    "frozenlake": (FrozenLakeTask, FrozenLakeTaskConfig),
+    "sokoban": (SokobanTask, SokobanTaskConfig),
+    "sudoku": (SudokuTask, SudokuTaskConfig),
+}
+# One well-formed action per task and style, and one unknown name.
+_ACTION = {
+    ("frozenlake", "compact"): "D",
+    ("frozenlake", "chat"): "Down",
+    ("sokoban", "compact"): "U",
+    ("sokoban", "chat"): "Up",
+    ("sudoku", "compact"): "r1c1=1",
+    ("sudoku", "chat"): "place 1 at row 1 col 1",
+}
+_UNKNOWN = {"compact": "Z", "chat": "Jump"}
+
+
+def make(name: str, style: str = "compact", seed: int = 0, **kw) -> AgentTask:
+    cls, schema = _CLASSES[name]
+    return cls(schema(name=name, style=style, **kw), seed)
+
+
+def answer(task: AgentTask, body: str) -> str:
+    return f"ok</think><answer>{body}</answer>" if task.chat else body + task.stop
+
+
+@pytest.fixture(params=[(n, s) for n in NAMES for s in STYLES], ids=lambda p: f"{p[0]}-{p[1]}")
+def task(request) -> AgentTask:
+    return make(*request.param)
+
+
+# ------------------------------------------------------------------------------------------------ parsing
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("style", STYLES)
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(texts=st.lists(st.text(), min_size=1, max_size=6))
+def test_step_and_score_never_raise(name: str, style: str, texts: list[str]) -> None:
+    task = make(name, style)
+    inst = task.instance("train", 0)
+    env = task.make_env(inst)
+    for text in texts:
+        turn = env.step(text)
+        assert isinstance(turn.reward, float)
+        assert len(turn.actions) <= task.cfg.max_actions_per_turn
+        assert turn.done or turn.feedback
+    score = task.score(inst, texts[0])
+    assert isinstance(score, Score)
+    full, episode = task.transcript(inst, texts)
+    assert full.startswith(task.prompt(inst))
+    assert isinstance(episode.reward, float)
+
+
+@pytest.mark.parametrize("name", NAMES)
+@settings(max_examples=60, deadline=None)
+@given(junk=st.text(alphabet="LDRUrc=0123456789 |.:?#_OXPSG√\n,;", max_size=40))
+def test_compact_alphabet_junk_never_raises(name: str, junk: str) -> None:
+    task = make(name)
+    env = task.make_env(task.instance("val", 1))
+    while not env.done:
+        env.step(junk)
+    assert env.turns <= task.cfg.max_turns
+
+
+def test_unknown_action_gets_the_format_penalty(task: AgentTask) -> None:
+    inst = task.instance("train", 0)
+    name, style = task.name, task.cfg.style
+    turn = task.make_env(inst).step(answer(task, _UNKNOWN[style]))
+    assert turn.reward == pytest.approx(task.cfg.format_penalty)
+    assert (turn.valid, turn.actions, turn.done) == (False, (), False)
+    # An unknown action next to a known one: the known one runs, the turn still pays the penalty.
+    sep = " || " if task.chat else " "
+    env, ref = task.make_env(inst), task.make_env(inst)
+    turn = env.step(answer(task, _ACTION[name, style] + sep + _UNKNOWN[style]))
+    good = ref.step(answer(task, _ACTION[name, style]))
+    assert turn.actions == good.actions
+    assert len(turn.actions) == 1
+    assert not turn.valid
+    assert good.valid
+    assert turn.reward == pytest.approx(good.reward + task.cfg.format_penalty)
+
+
+def test_unparseable_and_empty_answers_run_nothing(task: AgentTask) -> None:
+    inst = task.instance("train", 0)
+    cases = ["", "no tags at all", answer(task, "")]
+    cases += ["<answer>Up</answer>"] if task.chat else [_ACTION[task.name, "compact"]]  # no </think> / no stop
+    for text in cases:
+        turn = task.make_env(inst).step(text)
+        assert turn.actions == ()
+        assert not turn.valid
+        assert turn.reward == pytest.approx(task.cfg.format_penalty)
+
+
+@pytest.mark.parametrize("name", ["frozenlake", "sokoban"])
+def test_chat_action_names_are_case_insensitive(name: str) -> None:
+    task = make(name, "chat")
+    inst = task.instance("train", 2)
+    text = "x</think><answer>dOwN ||  LEFT|| right </answer>"
+    tokens = task.parse_response(text) or []
+    assert [task.canonical(t) for t in tokens] == ["Down", "Left", "Right"]
+    turn = task.make_env(inst).step(text)
+    assert turn.valid
+    assert turn.actions == ("Down", "Left", "Right")[: len(turn.actions)]  # the episode may end early
+    assert task.canonical("D") is None  # chat style wants names
+
+
+def test_sudoku_chat_forms() -> None:
+    task = make("sudoku", "chat")
+    forms = ["place 3 at row 1 col 2", "PLACE 3 AT (1, 2)", "3 at 1,2", "(1,2,3)", "1, 2, 3", "R1C2=3"]
+    assert [task.canonical(f) for f in forms] == ["r1c2=3"] * len(forms)
+    assert task.canonical("place 7 at row 1 col 2") is None  # value out of range for 4x4
+    assert task.canonical("9" * 5000 + ",1,1") is None
+
+
+def test_actions_per_turn_and_budget(task: AgentTask) -> None:
+    inst = task.instance("train", 3)
+    env = task.make_env(inst)
+    acts = task.random_actions(env, random.Random(0), 8)
+    sep = " || " if task.chat else ("" if task.name != "sudoku" else " ")
+    turn = env.step(answer(task, sep.join(task.encode([a]) for a in acts)))
+    assert len(turn.actions) <= task.cfg.max_actions_per_turn
+    # Play until the end: never more than max_actions actions or max_turns turns.
+    while not env.done:
+        env.step(answer(task, task.encode(task.random_actions(env, random.Random(env.turns), 5))))
+    assert len(env.history) <= task.cfg.max_actions
+    assert env.turns <= task.cfg.max_turns
+
+
+# ------------------------------------------------------------------------------------------------ layouts
+def test_transcript_is_prompt_plus_responses_and_feedbacks(task: AgentTask) -> None:
+    rng = random.Random(5)
+    for index in range(5):
+        inst = task.instance("train", index)
+        responses = task._random_responses(inst, rng)
+        responses += [answer(task, "")]  # a response after the end is ignored
+        env = task.make_env(inst)
+        expected = task.prompt(inst)
+        rewards = 0.0
+        for text in responses:
+            turn = env.step(text)
+            expected += text + turn.feedback
+            rewards += turn.reward
+            ends = ("<think>",) if task.chat else (":",)
+            assert turn.feedback.endswith(ends) if not turn.done else turn.feedback == ""
+            if turn.done:
+                break
+        full, score = task.transcript(inst, responses)
+        assert full == expected
+        assert score.reward == pytest.approx(rewards)
+        assert score.success == env.success
+        assert score.key == (",".join(env.history) or None)
+
+
+def test_prompt_ends_where_the_response_begins(task: AgentTask) -> None:
+    inst = task.instance("val", 0)
+    if task.chat:
+        assert task.prompt(inst).endswith(f"Max response length: {task.chat_max_words} words (tokens).\n<think>")
+        assert task.stop == "</answer>"
+    else:
+        assert task.prompt(inst).endswith("\n:")
+        assert task.stop == "|"
+    assert task.solve_prompt(inst, task.sketch(task.random_plan(inst, random.Random(0)))).endswith(
+        "<think>" if task.chat else "|\n:"
+    )
+
+
+def test_score_is_the_open_loop_first_turn(task: AgentTask) -> None:
+    inst = task.instance("train", 1)
+    text = answer(task, task.encode(task.random_actions(task.make_env(inst), random.Random(1), 3)))
+    turn = task.make_env(inst).step(text)
+    score = task.score(inst, text)
+    assert score.reward == pytest.approx(turn.reward)
+    assert score.success == turn.success
+    assert score.key == (",".join(turn.actions) or None)
+
+
+def test_sketches_and_solve_prompt(task: AgentTask) -> None:
+    inst = task.instance("train", 4)
+    rng = random.Random(2)
+    plans = task._distinct_plans(inst, rng, 4)
+    assert len({task.encode(p) for p in plans}) == len(plans) >= 2
+    sketches = [task.sketch(p) for p in plans]
+    assert all(s.endswith(task.stop) for s in sketches)
+    assert all(task.plan_text(s) == task.encode(p) for s, p in zip(sketches, plans, strict=True))
+    head = task.sketch_head(inst)
+    assert head.endswith("\n" if task.chat else "?")
+    solve = task.solve_prompt(inst, sketches[0])
+    assert task.encode(plans[0]) in solve
+    assert task.has_sketch()
+
+
+# ------------------------------------------------------------------------------------------------ instances
+@pytest.mark.parametrize("name", NAMES)
+def test_train_and_val_instances_differ_and_are_deterministic(name: str) -> None:
+    task, again = make(name, seed=3), make(name, seed=3)
+    train = [task.instance("train", i) for i in range(20)]
+    val = [task.instance("val", i) for i in range(20)]
+    assert train == [again.generate("train", i) for i in range(20)]
+    train_prompts = [task.prompt(x) for x in train]
+    val_prompts = [task.prompt(x) for x in val]
+    assert not set(train_prompts) & set(val_prompts)
+    assert len(set(train_prompts)) >= 18
+    assert make(name, seed=4).prompt(make(name, seed=4).instance("train", 0)) != train_prompts[0]
+    with pytest.raises(ValueError, match="split"):
+        task.instance("test", 0)
+
+
+def test_split_seeds_are_disjoint() -> None:
+    train = {split_seed("x", "train", s, i) for s in range(3) for i in range(500)}
+    val = {split_seed("x", "val", s, i) for s in range(3) for i in range(500)}
+    assert not train & val
+    assert all(v % 2 for v in val)
+    assert not any(t % 2 for t in train)
+
+
+# ------------------------------------------------------------------------------------------------ warm start
+@pytest.mark.parametrize("name", NAMES)
+def test_warm_start_corpus(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    task = make(name)
+    splits: set[str] = set()
+    original = task.instance
+
+    def spy(split: str, index: int):
+        splits.add(split)
+        return original(split, index)
+
+    monkeypatch.setattr(task, "instance", spy)
+    corpus = task.warm_start_corpus(random.Random(0), 300)
+    assert len(corpus) == 300
+    alphabet = set(task.alphabet())
+    for line in corpus:
+        assert line
+        assert set(line) <= alphabet, set(line) - alphabet
+    assert splits == {"train"}
+    # All three kinds are present: played episodes, sketch lists, sketch -> solution.
+    assert any(":" in line and "?" not in line for line in corpus)
+    assert any("?" in line and ":" not in line for line in corpus)
+    assert any("?" in line and ":" in line for line in corpus)
+    assert corpus == make(name).warm_start_corpus(random.Random(0), 300)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_warm_start_episodes_are_transcripts_with_some_success(name: str) -> None:
+    task = make(name)
+    rng = random.Random(1)
+    wins = 0
+    for i in range(150):
+        inst = task.instance("train", i)
+        responses = task._random_responses(inst, rng)
+        assert all(1 <= len(task.parse_response(r) or []) <= 5 for r in responses)
+        wins += task.transcript(inst, responses)[1].success
+    assert 0 < wins < 0.5 * 150  # unskilled: low but non-zero base success
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_chat_corpus_is_well_formed(name: str) -> None:
+    task = make(name, "chat")
+    for line in task.warm_start_corpus(random.Random(0), 20):
+        assert line.startswith("You're a helpful assistant. ")
+
+
+def test_warm_start_key_tracks_config_and_seed() -> None:
+    assert make("sokoban").warm_start_key() != make("sokoban", num_boxes=2).warm_start_key()
+    assert make("sokoban").warm_start_key() != make("sokoban", seed=1).warm_start_key()
+    assert make("sokoban").warm_start_key() == make("sokoban", max_new_tokens=9).warm_start_key()
+
+
+# ------------------------------------------------------------------------------------------------ configs
+@pytest.mark.parametrize("name", NAMES)
+def test_yaml_composes(name: str) -> None:
+    from hydra import compose, initialize_config_dir
+
+    config.register_configs()
+    with initialize_config_dir(config_dir=str(config.conf_dir()), version_base=None):
+        cfg = compose(overrides=[f"+task={name}", "task.style=chat"])
+    obj = config.to_object(cfg.task)
+    cls, schema = _CLASSES[name]
+    assert type(obj) is schema
+    assert (obj.name, obj.style) == (name, "chat")
+    compact = make(name)
+    longest = compact.encode([compact.canonical(_ACTION[name, "compact"]) or ""] * 5) + compact.stop
+    assert obj.max_new_tokens >= len(longest)
+    assert isinstance(cls(obj, 0).prompt(cls(obj, 0).instance("val", 0)), str)
+
+
+@pytest.mark.parametrize(
+    ("name", "kw", "match"),
+    [
+        ("frozenlake", {"p": 0.0}, "task.p"),
+        ("frozenlake", {"max_turns": 0}, "task.max_turns"),
+        ("sokoban", {"dim_room": [3, 6]}, "task.dim_room"),
+        ("sokoban", {"min_solution_steps": 11}, "task.min_solution_steps"),
+        ("sudoku", {"size": 6}, "task.size"),
+        ("sudoku", {"num_blanks": 8, "max_actions": 7}, "task.max_actions"),
+        ("sudoku", {"num_blanks": 8, "max_turns": 1}, "task.max_turns"),
+        ("sudoku", {"format_penalty": 0.5}, "task.format_penalty"),
+    ],
+)
+def test_bad_configs_name_the_key(name: str, kw: dict, match: str) -> None:
+    with pytest.raises(ConfigError, match=match):
+        _CLASSES[name][1](name=name, **kw)
+
+
+_RAGEN_PATTERN = re.compile(r"<think>(.*?)</think>\s*<answer>(.*?)</answer>", re.DOTALL)
+_PIECES = ["<think>", "</think>", "<answer>", "</answer>", " ", "\n", "Up", "||", "x", "<|im_end|>"]
+
+
+def _ragen_actions(response: str) -> list[str] | None:
+    """RAGEN's ``_parse_response`` (enable_think, ``<think>`` pre-filled): the answer's actions, or None."""
+    match = _RAGEN_PATTERN.search("<think>" + response)
+    if match is None:
+        return None
+    answer = match.group(2)
+    for special in ("<think>", "</think>", "<answer>", "</answer>", "<|im_start|>", "<|im_end|>"):
+        answer = answer.replace(special, "")
+    return [a.strip() for a in answer.split("||") if a.strip()]
+
+
+@settings(max_examples=400, deadline=None)
+@given(response=st.one_of(st.text(), st.lists(st.sampled_from(_PIECES), max_size=14).map("".join)))
+def test_chat_parsing_matches_ragens_regex(response: str) -> None:
+    task = make("sokoban", "chat")
+    assert task.parse_response(response) == _ragen_actions(response)

@@ -1,0 +1,402 @@
+"""sesa_cli.algos against values worked out by hand on small tensors.
+
+Every expected number below is written out from the arithmetic in the comment next to it, not recomputed with the
+formula under test.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from sesa_cli.algos import (
+    ADVANTAGES,
+    AGGREGATIONS,
+    POLICY_LOSSES,
+    compute_advantages,
+    compute_loss,
+    get,
+    kl_penalty,
+    register,
+    zero_std_groups,
+)
+from sesa_cli.config import AlgoConfig, ConfigError
+
+ALGO_CONF_DIR = Path(__file__).resolve().parents[1] / "conf" / "algo"
+E_01 = 1.1051709180756477  # exp(0.1)
+
+
+def grad(tensor: torch.Tensor) -> torch.Tensor:
+    assert tensor.grad is not None
+    return tensor.grad
+
+
+def close(actual: object, expected: object, atol: float = 1e-6) -> None:
+    torch.testing.assert_close(
+        torch.as_tensor(actual), torch.as_tensor(expected), atol=atol, rtol=0, check_dtype=False
+    )
+
+
+# ---------------------------------------------------------------------------------------------------- advantages
+REWARDS = torch.tensor([[1.0, 0.0, 0.0, 1.0], [3.0, 1.0, 0.0, 0.0]])
+# group 0: mean 0.5, deviations ±0.5, unbiased var = 4 * 0.25 / 3 = 1/3, std = 0.5773503
+# group 1: mean 1, deviations [2, 0, -1, -1], unbiased var = 6 / 3 = 2, std = 1.4142136
+ADVANTAGE_CASES = {
+    # (r - mean) / std: ±0.5 / 0.5773503 = ±0.8660254; [2, 0, -1, -1] / 1.4142136
+    "grpo": [[0.8660254, -0.8660254, -0.8660254, 0.8660254], [1.4142136, 0.0, -0.7071068, -0.7071068]],
+    # r - mean
+    "dr_grpo": [[0.5, -0.5, -0.5, 0.5], [2.0, 0.0, -1.0, -1.0]],
+    # r_i - mean of the other three: 1 - 1/3, 0 - 2/3, ... ; 3 - 1/3, 1 - 3/3, 0 - 4/3, 0 - 4/3
+    "rloo": [[0.6666667, -0.6666667, -0.6666667, 0.6666667], [2.6666667, 0.0, -1.3333333, -1.3333333]],
+}
+
+
+@pytest.mark.parametrize(("name", "expected"), ADVANTAGE_CASES.items())
+def test_advantages_by_hand(name: str, expected: list[list[float]]) -> None:
+    advantages = compute_advantages(REWARDS, AlgoConfig(advantage=name, adv_eps=0.0))
+    assert advantages.shape == (2, 4)
+    close(advantages, expected)
+
+
+def test_grpo_adds_eps_and_zero_std_group_gets_zero() -> None:
+    rewards = torch.tensor([[1.0, 1.0, 1.0, 1.0], [1.0, 0.0, 0.0, 1.0]])
+    advantages = compute_advantages(rewards, AlgoConfig(advantage="grpo", adv_eps=0.5))
+    # group 0: std 0 -> 0 / 0.5; group 1: ±0.5 / (0.5773503 + 0.5) = ±0.4641016
+    close(advantages, [[0.0, 0.0, 0.0, 0.0], [0.4641016, -0.4641016, -0.4641016, 0.4641016]])
+
+
+def test_advantages_accept_integer_rewards_and_need_two_rollouts() -> None:
+    close(compute_advantages(torch.tensor([[2, 0]]), AlgoConfig(advantage="dr_grpo")), [[1.0, -1.0]])
+    with pytest.raises(ValueError, match="at least 2"):
+        compute_advantages(torch.tensor([[1.0]]), AlgoConfig(advantage="rloo"))
+
+
+def test_zero_std_groups_mixed_batch() -> None:
+    rewards = torch.tensor([[1.0, 1.0, 1.0, 1.0], [0.0, 1.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0], [0.5, 0.5, 0.5, 0.5]])
+    zero_std = zero_std_groups(rewards)
+    assert zero_std.dtype == torch.bool
+    # One flag per group, so the DAPO filter indexes the batch without changing its layout.
+    assert zero_std.tolist() == [True, False, True, True]
+    assert rewards[~zero_std].shape == (1, 4)
+
+
+# ------------------------------------------------------------------------------------------------------ ppo_clip
+# Three sequences with masks of lengths 3, 2, 1; the ratio r = exp(logps - old_logps) of each token is set by hand.
+# clip_low = 0.2, clip_high = 0.28 (DAPO), so r is clipped to [0.8, 1.28]. Per-token loss -min(r*A, clip(r)*A):
+#   seq 0, A = +1:  r=1.5 -> -min(1.5, 1.28) = -1.28 (clipped); r=0.5 -> -min(0.5, 0.8) = -0.5; r=1 -> -1.0
+#   seq 1, A = -2:  r=0.5 -> -min(-1.0, -1.6) = 1.6 (clipped); r=1.5 -> -min(-3.0, -2.56) = 3.0; padding
+#   seq 2, A = 0.5: r=1.1 -> -min(0.55, 0.55) = -0.55; padding, padding
+# Sums per sequence: -2.78, 4.6, -0.55; all tokens: 1.27 over 6 tokens.
+RATIOS = [[1.5, 0.5, 1.0], [0.5, 1.5, 1.0], [1.1, 1.0, 1.0]]
+ADV = torch.tensor([1.0, -2.0, 0.5])
+MASK = torch.tensor([[1, 1, 1], [1, 1, 0], [1, 0, 0]])
+PPO = AlgoConfig(clip_low=0.2, clip_high=0.28)
+
+
+def ppo_batch() -> tuple[torch.Tensor, torch.Tensor]:
+    logps = torch.tensor([[-0.5, -1.0, -1.5], [-0.7, -0.2, -0.3], [-1.2, -0.9, -0.4]], requires_grad=True)
+    old_logps = logps.detach() - torch.tensor(RATIOS).log()
+    old_logps[MASK == 0] = -100.0  # garbage in padding: a ratio of e^99 there must not leak into the loss
+    return logps, old_logps
+
+
+@pytest.mark.parametrize(
+    ("aggregation", "expected"),
+    [
+        ("token_mean", 1.27 / 6),  # 0.2116667
+        ("seq_mean_token_mean", (-2.78 / 3 + 4.6 / 2 - 0.55 / 1) / 3),  # (-0.9266667 + 2.3 - 0.55) / 3 = 0.2744444
+        ("seq_sum_norm", 1.27 / (3 * 4)),  # batch 3, norm_constant 4: 0.1058333
+    ],
+)
+def test_ppo_clip_by_hand(aggregation: str, expected: float) -> None:
+    logps, old_logps = ppo_batch()
+    cfg = AlgoConfig(clip_low=0.2, clip_high=0.28, aggregation=aggregation)
+    loss, metrics = compute_loss(logps, old_logps, ADV, MASK, cfg, norm_constant=4)
+    close(loss, expected)
+    close(metrics["pg_loss"], expected)
+    close(metrics["clip_frac"], 2 / 6)
+    close(metrics["ratio_mean"], (1.5 + 0.5 + 1.0 + 0.5 + 1.5 + 1.1) / 6)
+    loss.backward()
+    assert grad(logps) is not None
+    assert torch.isfinite(grad(logps)).all()
+    assert (grad(logps)[MASK == 0] == 0).all()
+
+
+def test_ppo_clip_gradient_zero_where_clipped() -> None:
+    logps, old_logps = ppo_batch()
+    loss, _ = compute_loss(logps, old_logps, ADV, MASK, PPO)
+    loss.backward()
+    # d(-A r)/d logp = -A r over 6 tokens; 0 at the two clipped tokens and in padding.
+    expected = [[0.0, -0.5 / 6, -1.0 / 6], [0.0, 3.0 / 6, 0.0], [-0.55 / 6, 0.0, 0.0]]
+    close(grad(logps), expected)
+
+
+def test_ppo_clip_gradient_at_ratio_one_is_minus_advantage_over_tokens() -> None:
+    logps = torch.tensor([[-0.3, -1.1, -2.0], [-0.4, -0.9, -0.1], [-1.5, -0.2, -0.6]], requires_grad=True)
+    loss, metrics = compute_loss(logps, logps.detach(), ADV, MASK, PPO)
+    loss.backward()
+    # -A * mask / sum(mask) with sum(mask) = 6
+    expected = [[-1 / 6, -1 / 6, -1 / 6], [2 / 6, 2 / 6, 0.0], [-0.5 / 6, 0.0, 0.0]]
+    close(grad(logps), expected)
+    close(metrics["approx_kl"], 0.0)
+    close(metrics["ratio_mean"], 1.0)
+    close(metrics["clip_frac"], 0.0)
+
+
+def test_seq_weights_of_one_change_nothing() -> None:
+    logps_a, old_logps = ppo_batch()
+    logps_b, _ = ppo_batch()
+    loss_a, _ = compute_loss(logps_a, old_logps, ADV, MASK, PPO)
+    loss_b, metrics = compute_loss(logps_b, old_logps, ADV, MASK, PPO, seq_weights=torch.ones(3))
+    loss_a.backward()
+    loss_b.backward()
+    assert loss_a.item() == loss_b.item()
+    assert torch.equal(grad(logps_a), grad(logps_b))
+    assert metrics["is_weight_mean"] == 1.0
+    assert metrics["is_weight_max"] == 1.0
+
+
+def test_seq_weights_scale_each_sequence() -> None:
+    logps, old_logps = ppo_batch()
+    weights = torch.tensor([2.0, 0.5, 1.0], requires_grad=True)
+    loss, metrics = compute_loss(logps, old_logps, ADV, MASK, PPO, seq_weights=weights)
+    close(loss, (2 * -2.78 + 0.5 * 4.6 + 1 * -0.55) / 6)  # -3.81 / 6 = -0.635
+    close(metrics["is_weight_mean"], 3.5 / 3)
+    close(metrics["is_weight_max"], 2.0)
+    loss.backward()
+    assert weights.grad is None  # a constant: no gradient flows into the importance weight
+
+
+# ---------------------------------------------------------------------------------------------------------- KL
+def test_kl_penalty_by_hand() -> None:
+    logps = torch.tensor([-1.0, -2.0, -0.5])
+    ref_logps = torch.tensor([-2.0, -1.0, -0.5])
+    close(kl_penalty(logps, ref_logps, "k1"), [1.0, -1.0, 0.0])
+    close(kl_penalty(logps, ref_logps, "k2"), [0.5, 0.5, 0.0])
+    # exp(ref - logp) - (ref - logp) - 1: e^-1 + 1 - 1 = 0.3678794; e^1 - 1 - 1 = 0.7182818; 0
+    close(kl_penalty(logps, ref_logps, "k3"), [0.3678794, 0.7182818, 0.0])
+
+
+def test_k3_is_never_negative() -> None:
+    gen = torch.Generator().manual_seed(0)
+    logps, ref_logps = torch.randn(2, 64, 32, generator=gen) * 5
+    assert (kl_penalty(logps, ref_logps, "k3") >= 0).all()
+    with pytest.raises(ConfigError, match="k1, k2, k3"):
+        kl_penalty(logps, ref_logps, "k4")
+
+
+def test_total_loss_adds_kl_and_subtracts_entropy() -> None:
+    logps = torch.tensor([[-1.0, -2.0]], requires_grad=True)
+    ref_logps = torch.tensor([[-2.0, -1.0]])
+    entropies = torch.tensor([[0.5, 1.5]], requires_grad=True)
+    cfg = AlgoConfig(kl_coef=0.1, entropy_coef=0.01)
+    loss, metrics = compute_loss(
+        logps, logps.detach(), torch.tensor([1.0]), torch.ones(1, 2), cfg, ref_logps=ref_logps, entropies=entropies
+    )
+    # pg: ratio 1, A = 1 -> -1 per token, mean -1; k3 mean (0.3678794 + 0.7182818) / 2 = 0.5430806; entropy mean 1
+    close(metrics["pg_loss"], -1.0)
+    close(metrics["kl"], 0.5430806)
+    close(metrics["entropy"], 1.0)
+    close(loss, -1.0 + 0.1 * 0.5430806 - 0.01 * 1.0)  # -0.9556919
+    loss.backward()
+    close(grad(entropies), [[-0.005, -0.005]])  # -0.01 / 2 tokens: the bonus pushes entropy up
+
+
+def test_coefficients_without_their_inputs_raise() -> None:
+    logps = torch.zeros(1, 2)
+    with pytest.raises(ValueError, match="ref_logps"):
+        compute_loss(logps, logps, torch.ones(1), torch.ones(1, 2), AlgoConfig(kl_coef=0.1))
+    with pytest.raises(ValueError, match="entropies"):
+        compute_loss(logps, logps, torch.ones(1), torch.ones(1, 2), AlgoConfig(entropy_coef=0.1))
+
+
+# --------------------------------------------------------------------------------------------- clip_cov, kl_cov
+# Two sequences of three valid tokens, A = +1 and -1 (batch mean 0), logps with batch mean -2:
+#   logp - mean = [[1.5, 0, -1], [1, -0.5, -1]]
+#   cov = (A - 0) * (logp - mean) = [[1.5, 0, -1], [-1, 0.5, 1]]
+# A ratio of 0.2 over 6 valid tokens acts on max(1, int(1.2)) = 1 token.
+COV_LOGPS = [[-0.5, -2.0, -3.0], [-1.0, -2.5, -3.0]]
+COV_ADV = torch.tensor([1.0, -1.0])
+COV_MASK = torch.ones(2, 3)
+
+
+@pytest.mark.parametrize(
+    ("lb", "ub", "selected", "expected_loss"),
+    [
+        # only cov 1.5 is in [1.2, 5]; the loss loses that token's -A = -1: (-1 * 2 + 1 * 3) / 6
+        (1.2, 5.0, (0, 0), 1 / 6),
+        # only cov 0.5 is in [0.4, 0.6]; the loss loses that token's -A = +1: (-1 * 3 + 1 * 2) / 6
+        (0.4, 0.6, (1, 1), -1 / 6),
+    ],
+)
+def test_clip_cov_detaches_the_expected_token(
+    lb: float, ub: float, selected: tuple[int, int], expected_loss: float
+) -> None:
+    logps = torch.tensor(COV_LOGPS, requires_grad=True)
+    cfg = AlgoConfig(loss="clip_cov", clip_cov_ratio=0.2, clip_cov_lb=lb, clip_cov_ub=ub)
+    loss, metrics = compute_loss(logps, logps.detach(), COV_ADV, COV_MASK, cfg)
+    loss.backward()
+    # ratio 1: per-token loss -A, gradient -A / 6, except the detached token (loss 0, gradient 0)
+    expected_grad = torch.tensor([[-1 / 6] * 3, [1 / 6] * 3])
+    expected_grad[selected] = 0.0
+    close(grad(logps), expected_grad)
+    close(loss, expected_loss)
+    close(metrics["clip_cov_frac"], 1 / 6)
+
+
+def test_clip_cov_random_pick_is_local_and_deterministic() -> None:
+    # Default window [1, 5] holds two tokens, cov 1.5 at (0, 0) and cov 1.0 at (1, 2); one is picked at random.
+    cfg = AlgoConfig(loss="clip_cov", clip_cov_ratio=0.2)
+    rng_state = torch.random.get_rng_state()
+    picks = []
+    for generator in (None, None, torch.Generator().manual_seed(1)):
+        logps = torch.tensor(COV_LOGPS, requires_grad=True)
+        loss, _ = compute_loss(logps, logps.detach(), COV_ADV, COV_MASK, cfg, generator=generator)
+        loss.backward()
+        zero = torch.nonzero(grad(logps) == 0).tolist()
+        assert len(zero) == 1
+        picks.append(tuple(zero[0]))
+    assert torch.equal(torch.random.get_rng_state(), rng_state)  # the global RNG is untouched
+    assert picks[0] == picks[1]  # same batch, same pick
+    assert set(picks) <= {(0, 0), (1, 2)}
+
+
+def test_clip_cov_leaves_ppo_clipped_tokens_alone() -> None:
+    # Same batch, but the ratio of (0, 0) is 1.5 > 1.28 with A = +1: PPO clips it, so it is no Clip-Cov candidate
+    # and the window [1.2, 5] is empty.
+    logps = torch.tensor(COV_LOGPS, requires_grad=True)
+    old_logps = logps.detach().clone()
+    old_logps[0, 0] -= math.log(1.5)
+    cfg = AlgoConfig(loss="clip_cov", clip_cov_ratio=0.2, clip_cov_lb=1.2, clip_high=0.28)
+    _, metrics = compute_loss(logps, old_logps, COV_ADV, COV_MASK, cfg)
+    close(metrics["clip_cov_frac"], 0.0)
+    close(metrics["clip_frac"], 1 / 6)
+
+
+@pytest.mark.parametrize(
+    ("ratio", "penalised"),
+    [
+        (0.2, {(0, 0)}),  # top-1 cov: 1.5
+        (0.4, {(0, 0), (1, 2)}),  # max(1, int(2.4)) = 2: covs 1.5 and 1.0
+    ],
+)
+def test_kl_cov_penalises_the_top_covariance_tokens(ratio: float, penalised: set[tuple[int, int]]) -> None:
+    logps = torch.tensor(COV_LOGPS, requires_grad=True)
+    old_logps = logps.detach() - 0.1  # every ratio e^0.1, |logp - old_logp| = 0.1
+    cfg = AlgoConfig(loss="kl_cov", kl_cov_ratio=ratio, kl_cov_coef=1.0)
+    loss, metrics = compute_loss(logps, old_logps, COV_ADV, COV_MASK, cfg)
+    loss.backward()
+    # -A e^0.1 sums to 0 over the batch; each penalised token adds 1.0 * 0.1; 6 tokens
+    close(loss, 0.1 * len(penalised) / 6)
+    close(metrics["kl_cov_frac"], len(penalised) / 6)
+    close(metrics["clip_frac"], 0.0)
+    # gradient -A e^0.1 / 6 = ∓0.1841952, plus 1.0 * sign(0.1) / 6 on penalised tokens
+    expected_grad = torch.tensor([[-E_01 / 6] * 3, [E_01 / 6] * 3])
+    for token in penalised:
+        expected_grad[token] += 1 / 6
+    close(grad(logps), expected_grad)
+
+
+def test_kl_cov_penalty_is_inert_at_ratio_one() -> None:
+    logps = torch.tensor(COV_LOGPS, requires_grad=True)
+    loss, _ = compute_loss(logps, logps.detach(), COV_ADV, COV_MASK, AlgoConfig(loss="kl_cov", kl_cov_ratio=0.2))
+    loss.backward()
+    close(grad(logps), [[-1 / 6] * 3, [1 / 6] * 3])
+
+
+# ------------------------------------------------------------------------------------------- empty rows, registry
+@pytest.mark.parametrize("loss_name", sorted(POLICY_LOSSES))
+@pytest.mark.parametrize("aggregation", sorted(AGGREGATIONS))
+def test_all_zero_mask_rows_stay_finite(loss_name: str, aggregation: str) -> None:
+    cfg = AlgoConfig(loss=loss_name, aggregation=aggregation, kl_coef=0.1, entropy_coef=0.01)
+    mask = torch.tensor([[1, 1, 0], [0, 0, 0], [1, 0, 0]])
+    for batch_mask in (mask, torch.zeros_like(mask)):
+        logps = torch.tensor([[-0.5, -1.0, -torch.inf], [-torch.inf, 3.0, -1e4], [-1.2, 0.0, 0.0]])
+        logps.requires_grad_(True)
+        entropies = torch.tensor([[0.3, 0.2, torch.nan], [torch.nan, 1.0, 1.0], [0.1, 0.0, 0.0]], requires_grad=True)
+        old_logps = torch.full((3, 3), -100.0)
+        loss, metrics = compute_loss(
+            logps,
+            old_logps,
+            torch.tensor([1.0, -1.0, 0.5]),
+            batch_mask,
+            cfg,
+            ref_logps=torch.full((3, 3), -1.0),
+            entropies=entropies,
+            norm_constant=3,
+        )
+        loss.backward()
+        assert torch.isfinite(loss)
+        assert all(math.isfinite(value) for value in metrics.values()), metrics
+        assert torch.isfinite(grad(logps)).all()
+        assert torch.isfinite(grad(entropies)).all()
+        if not batch_mask.any():
+            assert loss.item() == 0.0
+
+
+def test_seq_mean_token_mean_skips_empty_rows() -> None:
+    values = torch.tensor([[1.0, 3.0], [5.0, 7.0], [9.0, 11.0]])
+    mask = torch.tensor([[1, 1], [0, 0], [1, 0]])
+    # sequences with tokens: mean(1, 3) = 2 and mean(9) = 9 -> (2 + 9) / 2
+    close(AGGREGATIONS["seq_mean_token_mean"](values, mask), 5.5)
+    close(AGGREGATIONS["token_mean"](values, mask), (1 + 3 + 9) / 3)
+    close(AGGREGATIONS["seq_sum_norm"](values, mask, norm_constant=2), (1 + 3 + 9) / (3 * 2))
+
+
+@pytest.mark.parametrize(
+    ("registry", "field", "valid"),
+    [
+        (ADVANTAGES, "advantage", "dr_grpo, grpo, rloo"),
+        (POLICY_LOSSES, "loss", "clip_cov, kl_cov, ppo_clip"),
+        (AGGREGATIONS, "aggregation", "seq_mean_token_mean, seq_sum_norm, token_mean"),
+    ],
+)
+def test_unknown_names_list_the_valid_ones(registry: dict, field: str, valid: str) -> None:
+    with pytest.raises(ConfigError, match=f"unknown algo.{field} 'nope'; valid: {valid}"):
+        get(registry, "nope", f"algo.{field}")
+    cfg = AlgoConfig()
+    setattr(cfg, field, "nope")
+    if registry is ADVANTAGES:
+        with pytest.raises(ConfigError, match=valid):
+            compute_advantages(REWARDS, cfg)
+    else:
+        with pytest.raises(ConfigError, match=valid):
+            compute_loss(torch.zeros(1, 2), torch.zeros(1, 2), torch.ones(1), torch.ones(1, 2), cfg)
+
+
+@pytest.mark.parametrize("registry", [ADVANTAGES, POLICY_LOSSES, AGGREGATIONS])
+def test_registering_a_name_twice_raises(registry: dict) -> None:
+    name = next(iter(registry))
+    before = dict(registry)
+    with pytest.raises(ValueError, match="registered twice"):
+        register(registry, name)(lambda *args, **kwargs: None)
+    assert registry == before
+
+
+# ---------------------------------------------------------------------------------------------------- conf/algo
+ALGO_YAMLS = sorted(ALGO_CONF_DIR.glob("*.yaml"))
+
+
+def test_every_documented_algo_option_exists() -> None:
+    names = {path.stem for path in ALGO_YAMLS}
+    assert names >= {"grpo", "dr_grpo", "dapo", "rloo", "entropy_bonus", "clip_cov", "kl_cov"}
+
+
+@pytest.mark.parametrize("path", ALGO_YAMLS, ids=lambda path: path.stem)
+def test_algo_yaml_merges_onto_schema(path: Path) -> None:
+    assert path.read_text().startswith("# "), "each option starts with a comment citing its paper"
+    raw = OmegaConf.load(path)
+    cfg = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(AlgoConfig), raw))
+    assert isinstance(cfg, AlgoConfig)
+    assert cfg.name == path.stem
+    assert cfg.advantage in ADVANTAGES
+    assert cfg.loss in POLICY_LOSSES
+    assert cfg.aggregation in AGGREGATIONS
+    # Only the four naming keys plus what differs from the schema's defaults.
+    defaults = AlgoConfig()
+    extra = set(raw) - {"name", "advantage", "loss", "aggregation"}
+    assert {key for key in extra if raw[key] == getattr(defaults, key)} == set()

@@ -1,0 +1,86 @@
+"""The `sesa` CLI in-process: help, bad input (one line, exit 2), and tiny end-to-end runs of every built command."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import run_cli
+
+
+def test_help_lists_every_command(monkeypatch, capsys):
+    assert run_cli(["--help"], monkeypatch) == 0
+    out = capsys.readouterr().out
+    for name in ("train", "eval", "revive", "diversity-report"):
+        assert name in out
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["trian"], "unknown command 'trian' (did you mean 'train'?)"),
+        (["train", "sampler=nope"], "sampler=nope is not a sampler option; choose one of: parallel, sequential"),
+        (["train", "task.foo=1"], "unknown key 'task.foo'; valid keys under 'task': "),
+        (["train", "train.steps=abc"], "train.steps: Value 'abc' of type 'str' could not be converted to Integer"),
+        (["train", "sampler.stage1=x"], "sampler.stage1='x' is not valid; choose one of: solution, sketch"),
+        (["train", "-m", "sampler=parallel,nope"], "sampler=nope is not a sampler option"),
+        (["train", "sampler.group_size=1"], "sampler.group_size must be >= 2"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(monkeypatch, capsys, argv, expected):
+    assert run_cli(argv, monkeypatch) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert expected in err[-1]
+    assert not any("Traceback" in line for line in err)
+
+
+def test_cfg_job_passes_through_to_hydra(monkeypatch, capsys):
+    assert run_cli(["train", "--cfg", "job", "sampler=parallel", "seed=7"], monkeypatch) == 0
+    out = capsys.readouterr().out
+    assert "name: parallel" in out
+    assert "seed: 7" in out
+    assert "target_seed: ${seed}" in out
+
+
+def _read_jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+SMALL = ["train.batch_size=2", "sampler.group_size=4", "train.eval_samples=8", "train.sample_every=2"]
+
+
+def test_train_end_to_end_writes_the_run_dir(monkeypatch, tmp_path, tiny_overrides):
+    run_dir = tmp_path / "run"
+    argv = ["train", *tiny_overrides, *SMALL, "train.steps=3", "train.checkpoint_every=2", "train.eval_every=2",
+            f"hydra.run.dir={run_dir}"]  # fmt: skip
+    assert run_cli(argv, monkeypatch) == 0
+    for name in ("config.yaml", "run.json", "metrics.jsonl", "metrics.csv", "samples/step_000002.jsonl"):
+        assert (run_dir / name).is_file(), name
+    rows = _read_jsonl(run_dir / "metrics.jsonl")
+    assert [r["step"] for r in rows if "train/reward_mean" in r] == [1, 2, 3]
+    assert [r["step"] for r in rows if "eval/success" in r] == [2, 3]
+    assert {"eval/pass@1", "eval/pass@8", "eval/coverage@8", "eval/distinct_correct@8"} <= set(rows[-1])
+    for step in (2, 3):
+        ckpt = run_dir / "checkpoints" / f"step_{step:06d}"
+        for name in ("model.safetensors", "config.json", "tokenizer.json", "optimizer.pt", "trainer_state.json"):
+            assert (ckpt / name).is_file(), (step, name)
+    assert json.loads((run_dir / "checkpoints/step_000003/trainer_state.json").read_text())["step"] == 3
+    assert "sampler:" in (run_dir / "config.yaml").read_text()
+
+
+def test_multirun_sweep_then_diversity_report(monkeypatch, tmp_path, tiny_overrides):
+    sweep = tmp_path / "sweep"
+    argv = ["train", "-m", *tiny_overrides, *SMALL, "sampler=parallel,sequential", "train.steps=2",
+            "train.eval_every=0", f"hydra.sweep.dir={sweep}"]  # fmt: skip
+    assert run_cli(argv, monkeypatch) == 0
+    jobs = sorted(p for p in sweep.iterdir() if p.is_dir() and p.name.isdigit())
+    assert [p.name for p in jobs] == ["0", "1"]
+    for job in jobs:
+        assert (job / "checkpoints" / "step_000002" / "trainer_state.json").is_file()
+    out = tmp_path / "report"
+    assert run_cli(["diversity-report", f"runs=[{sweep}]", f"hydra.run.dir={out}"], monkeypatch) == 0
+    for name in ("summary.csv", "report.md", "report.html", "success.png", "entropy.png"):
+        assert (out / name).is_file(), name
+    assert "sampler=sequential" in (out / "summary.csv").read_text()

@@ -1,0 +1,37 @@
+"""Every config option of every group composes and validates into the typed schema."""
+
+from __future__ import annotations
+
+import pytest
+
+from sesa_cli.config import ConfigError, TrainConfig, conf_dir
+from tests.conftest import compose_train
+
+GROUPS = ["model", "task", "sampler", "algo"]
+OPTIONS = [(g, p.stem) for g in GROUPS for p in sorted((conf_dir() / g).glob("*.yaml"))]
+
+
+def test_every_group_has_options():
+    assert {g for g, _ in OPTIONS} == set(GROUPS)
+
+
+@pytest.mark.parametrize(("group", "option"), OPTIONS)
+def test_option_composes(group, option):
+    cfg = compose_train([f"{group}={option}"])
+    assert isinstance(cfg, TrainConfig)
+    assert getattr(cfg, group).name == option
+
+
+def test_defaults_are_the_documented_ones():
+    cfg = compose_train([])
+    assert (cfg.model.name, cfg.task.name, cfg.sampler.name, cfg.algo.name) == ("tiny", "path", "sequential", "grpo")
+    assert cfg.task.target_seed == cfg.seed
+
+
+def test_targets_follow_the_seed():
+    assert compose_train(["seed=3"]).task.target_seed == 3
+
+
+def test_cross_field_errors_name_the_field():
+    with pytest.raises(ConfigError, match=r"model\.hidden_size=130 must be divisible by model\.num_heads=4"):
+        compose_train(["model.hidden_size=130"])

@@ -1,0 +1,104 @@
+"""FrozenLake against gymnasium's own FrozenLakeEnv, step for step, slippery included."""
+
+from __future__ import annotations
+
+import random
+
+import gymnasium as gym
+import pytest
+from gymnasium.envs.toy_text.frozen_lake import generate_random_map
+
+from sesa_cli.tasks.frozenlake import (
+    ACTIONS,
+    FrozenLakeInstance,
+    FrozenLakeTask,
+    FrozenLakeTaskConfig,
+    _has_path,
+    generate_map,
+)
+
+
+def make(**kw) -> FrozenLakeTask:
+    return FrozenLakeTask(FrozenLakeTaskConfig(name="frozenlake", **kw), 0)
+
+
+@pytest.mark.parametrize(
+    ("is_slippery", "success_rate"), [(True, 1 / 3), (True, 0.8), (False, 1.0)], ids=["gym", "ragen2", "still"]
+)
+@pytest.mark.parametrize("size", [4, 6])
+def test_transitions_match_gymnasium(is_slippery: bool, success_rate: float, size: int) -> None:
+    rng = random.Random(size)
+    task = make(size=size, is_slippery=is_slippery, success_rate=success_rate, max_actions=50, max_turns=50)
+    for trial in range(40):
+        desc = generate_random_map(size=size, p=0.8, seed=trial)
+        seed = rng.randrange(2**31)
+        ours = task.make_env(FrozenLakeInstance(tuple(desc), seed))
+        ref = gym.make("FrozenLake-v1", desc=desc, is_slippery=is_slippery, success_rate=success_rate)
+        state, _ = ref.reset(seed=seed)
+        assert ours.position == divmod(state, size)
+        for _ in range(40):
+            a = rng.randrange(4)
+            state, reward, terminated, _, _ = ref.step(a)
+            turn = ours.step(ACTIONS[a][0] + "|")  # one action per turn, through the parser
+            assert ours.position == divmod(state, size)
+            assert turn.reward == reward
+            assert turn.actions == (ACTIONS[a],)
+            assert turn.done == terminated
+            if terminated:
+                assert turn.success == (desc[state // size][state % size] == "G")
+                break
+
+
+def test_apply_matches_gymnasium_without_the_parser() -> None:
+    task = make(is_slippery=True)
+    for index in range(30):
+        inst = task.instance("train", index)
+        env = task.make_env(inst)
+        ref = gym.make("FrozenLake-v1", desc=list(inst.desc), is_slippery=True, success_rate=0.8)
+        ref.reset(seed=inst.seed)
+        rng = random.Random(index)
+        for _ in range(20):
+            a = rng.randrange(4)
+            state, reward, terminated, _, _ = ref.step(a)
+            r, over, _ = env.apply(ACTIONS[a])
+            assert (env.position, r, over) == (divmod(state, 4), reward, terminated)
+            if over:
+                break
+
+
+def test_maps_are_solvable_with_random_start_and_goal() -> None:
+    starts, goals = set(), set()
+    for seed in range(200):
+        desc = generate_map(4, 0.9, seed)
+        board = [list(row) for row in desc]
+        assert sum(row.count("S") for row in desc) == 1
+        assert sum(row.count("G") for row in desc) == 1
+        assert _has_path(board)
+        starts.add(next((r, row.index("S")) for r, row in enumerate(desc) if "S" in row))
+        goals.add(next((r, row.index("G")) for r, row in enumerate(desc) if "G" in row))
+    assert len(starts) > 8  # RAGEN: start and goal anywhere
+    assert len(goals) > 8
+    assert generate_map(5, 0.8, 7, random_start_goal=False) == generate_random_map(size=5, p=0.8, seed=7)
+
+
+def test_render_uses_ragen_symbols() -> None:
+    task = make(is_slippery=False)
+    inst = FrozenLakeInstance(("SFFF", "FHFH", "FFFH", "HFFG"), 0)
+    env = task.make_env(inst)
+    assert env.render() == "P___\n_O_O\n___O\nO__G"
+    turn = env.step("RD|")
+    assert env.render() == "____\n_X_O\n___O\nO__G"
+    assert (turn.done, turn.success, turn.reward, turn.actions) == (True, False, 0.0, ("Right", "Down"))
+    env = task.make_env(inst)
+    turns = [env.step(r) for r in ("DDRR|", "DR|")]
+    assert turns[0].feedback == "\n____\n_O_O\n__PO\nO__G\n:"
+    assert (turns[1].done, turns[1].success, turns[1].reward) == (True, True, 1.0)
+    assert env.render() == "____\n_O_O\n___O\nO__√"
+
+
+def test_compact_example_from_the_docstring() -> None:
+    task = make(is_slippery=False)
+    inst = FrozenLakeInstance(("FSFF", "FFFH", "FHFH", "HFFG"), 0)
+    text, score = task.transcript(inst, ["DR|"])
+    assert text == "_P__\n___O\n_O_O\nO__G\n:DR|\n____\n__PO\n_O_O\nO__G\n:"
+    assert (score.key, score.reward, score.success) == ("Down,Right", 0.0, False)

@@ -1,0 +1,62 @@
+"""Samplers: what context each rollout of a group was drawn from."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import torch
+
+from sesa_cli.rollout.samplers import make_sampler
+
+
+def _sampler(path_setup, **kw):
+    cfg, task, policy = path_setup
+    return make_sampler(replace(cfg.sampler, **kw), task, policy), task, policy
+
+
+def test_parallel_draws_every_rollout_from_the_plain_prompt(path_setup):
+    sampler, task, _policy = _sampler(path_setup, name="parallel", group_size=4)
+    groups = sampler.sample([None, None], torch.Generator().manual_seed(0))
+    assert [len(g) for g in groups] == [4, 4]
+    x = sampler.encode_prompt(task.prompt(None))
+    assert all(r.context_ids == x == r.prompt_ids for g in groups for r in g)
+
+
+def test_kth_solution_is_conditioned_on_exactly_the_earlier_ones(path_setup):
+    sampler, task, policy = _sampler(path_setup, name="sequential", stage1="solution", group_size=5)
+    groups = sampler.sample([None, None, None], torch.Generator().manual_seed(0))
+    x = sampler.encode_prompt(task.prompt(None))
+    between = policy.encode(task.between) if task.between else []
+    for group in groups:
+        for k, r in enumerate(group):
+            expected = list(x)
+            for earlier in group[:k]:
+                expected += earlier.completion.ids + between
+            assert r.context_ids == expected
+            assert r.prompt_ids == x
+
+
+def test_kth_sketch_context_holds_exactly_the_earlier_sketches(path_setup):
+    sampler, task, _policy = _sampler(path_setup, name="sequential", stage1="sketch", group_size=4,
+                                     solutions_per_sketch=2, sketch_max_tokens=8)  # fmt: skip
+    groups = sampler.sample([None, None], torch.Generator().manual_seed(0))
+    head = sampler.encode_prompt(task.sketch_head(None))
+    for group in groups:
+        assert len(group) == 8  # G sketches x m solutions
+        sketches = [group[i].sketch_completion for i in range(0, 8, 2)]
+        for k in range(4):
+            r = group[2 * k]
+            expected = list(head)
+            for s in sketches[:k]:
+                expected += s.ids
+            assert r.sketch_context_ids == expected
+            # both solutions of a sketch expand it from the same solve prompt
+            assert group[2 * k].context_ids == group[2 * k + 1].context_ids
+            assert r.context_ids == sampler.encode_prompt(task.solve_prompt(None, r.sketch))
+
+
+def test_scores_come_from_the_task(path_setup):
+    sampler, task, _ = _sampler(path_setup, name="parallel", group_size=8)
+    for group in sampler.sample([None], torch.Generator().manual_seed(3)):
+        for r in group:
+            assert r.score == task.score(None, r.text)

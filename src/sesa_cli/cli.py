@@ -16,8 +16,12 @@ from sesa_cli import __version__
 # command -> (module under sesa_cli.commands, one-line help, issue that builds it if not built yet)
 COMMANDS: dict[str, tuple[str, str, int | None]] = {
     "train": ("train", "RL training of a policy on a task; writes a run dir with metrics and checkpoints", None),
-    "eval": ("eval", "evaluate a checkpoint or base model: success, pass@k, coverage, distinct, entropy", 6),
-    "revive": ("revive", "continue a (collapsed) run from a checkpoint with new settings, e.g. sampler=sequential", 6),
+    "eval": ("eval", "evaluate a checkpoint or base model: success, pass@k, coverage, distinct, entropy", None),
+    "revive": (
+        "revive",
+        "continue a (collapsed) run from a checkpoint with new settings, e.g. sampler=sequential",
+        None,
+    ),
     "diversity-report": ("diversity_report", "compare runs: tables and plots of success, diversity, entropy", None),
 }
 

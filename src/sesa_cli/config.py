@@ -263,6 +263,55 @@ class TrainConfig:
 
 
 @dataclass
+class ReviveConfig(TrainConfig):
+    """``sesa revive``: continue a run from one of its checkpoints with changed settings.
+
+    The parent run's resolved config is reloaded and the command line's overrides apply on top of it (a group choice
+    such as ``sampler=sequential`` replaces the whole group; ``sampler.group_size=4`` changes one key).
+    """
+
+    ckpt: str = MISSING
+    """A run dir or a checkpoint dir (checkpoints/step_N) of the parent run."""
+    step: str = "last"
+    """Which checkpoint of a run dir: ``last``, ``auto`` (the first one saved after the collapse monitor flagged a
+    step; an error if none was) or a step number."""
+    more_steps: int = 100
+    """Steps to train after the checkpoint (the new run ends at checkpoint step + more_steps)."""
+
+    def __post_init__(self) -> None:
+        if self.step not in ("last", "auto") and not str(self.step).isdigit():
+            raise ConfigError(f"step={self.step!r} must be last, auto or a step number")
+        if self.more_steps < 1:
+            raise ConfigError("more_steps must be >= 1")
+
+
+@dataclass
+class EvalSettings:
+    """``eval.*``."""
+
+    n: int = 16
+    """Samples per instance (pass@k is reported for k = 1, 2, 4, ..., n)."""
+    instances: int = 8
+    """Validation instances (the task's validation split; the path task has a single prompt)."""
+
+
+@dataclass
+class EvalConfig:
+    """``sesa eval``: evaluate a checkpoint, a run's last checkpoint, or the base model of ``model``."""
+
+    model: ModelConfig = field(default_factory=ModelConfig)
+    task: TaskConfig = MISSING
+    sampler: SamplerConfig = field(default_factory=SamplerConfig)
+    eval: EvalSettings = field(default_factory=EvalSettings)
+    ckpt: str | None = None
+    """A checkpoint dir or run dir (its config is reloaded); unset = the base model named by ``model``."""
+    seed: int = 0
+    """Seed of the evaluation draws."""
+    device: str = "cpu"
+    """Torch device."""
+
+
+@dataclass
 class DiversityReportConfig:
     """``sesa diversity-report``: compare finished runs from their files."""
 
@@ -279,6 +328,8 @@ def register_configs() -> None:
     cs = ConfigStore.instance()
     cs.store(name="train_schema", node=TrainConfig)
     cs.store(name="diversity_report_schema", node=DiversityReportConfig)
+    cs.store(name="revive_schema", node=ReviveConfig)
+    cs.store(name="eval_schema", node=EvalConfig)
     # Each task module registers its schema next to its class; conf/task/<name>.yaml names it in its defaults.
     from sesa_cli.tasks import TASK_SCHEMAS
 

@@ -64,8 +64,18 @@ def final_table(row: dict[str, Any], title: str) -> None:
     table = Table(title=title, show_header=True)
     table.add_column("metric")
     table.add_column("value", justify="right")
+    # Of each @k family only k = 1 and the largest k; the full curves are in metrics.jsonl.
+    largest: dict[str, int] = {}
+    for key in row:
+        if "@" in key:
+            family, k = key.rsplit("@", 1)
+            largest[family] = max(largest.get(family, 0), int(k))
     for key in sorted(row):
         value = row[key]
+        if "@" in key:
+            family, k = key.rsplit("@", 1)
+            if int(k) not in (1, largest[family]):
+                continue
         if key == "step" or key.startswith(("train/", "eval/", "collapse/")):
             table.add_row(key, f"{value:.4g}" if isinstance(value, float) else str(value))
     console.print(table)

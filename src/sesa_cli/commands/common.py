@@ -47,6 +47,9 @@ def hydra_context() -> tuple[Path, list[str]]:
 
 
 def resolved_yaml(cfg: Any) -> str:
+    """A DictConfig or a config dataclass as resolved YAML."""
     from omegaconf import OmegaConf
 
+    if not isinstance(cfg, dict) and not OmegaConf.is_config(cfg):
+        cfg = OmegaConf.structured(cfg)
     return OmegaConf.to_yaml(cfg, resolve=True)

@@ -1,0 +1,81 @@
+"""``sesa eval``: success, pass@k, coverage@k, distinct@k and entropy of a checkpoint (or a base model)."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+import hydra
+from omegaconf import DictConfig
+
+from sesa_cli.commands.common import hydra_context, resolved_yaml, seed_everything, user_errors
+from sesa_cli.config import EvalConfig, conf_dir, register_configs, to_object
+
+log = logging.getLogger("sesa.eval")
+register_configs()
+
+
+def run(cfg: EvalConfig, run_dir: Path, overrides: list[str] | None = None) -> dict[str, Any]:
+    """Evaluate and write ``samples.jsonl`` + ``metrics.json`` under ``run_dir``; return the metrics."""
+    import torch
+    from rich.console import Console
+    from rich.table import Table
+
+    from sesa_cli.evaluation import draw, sample_records, summarize
+    from sesa_cli.models.loading import load_policy, load_pretrained_dir
+    from sesa_cli.rollout.samplers import ParallelSampler, make_sampler
+    from sesa_cli.runs import RunDir, atomic_write_text, resolve_checkpoint
+    from sesa_cli.tasks.base import make_task
+
+    seed_everything(cfg.seed)
+    run = RunDir(run_dir)
+    task = make_task(cfg.task, cfg.seed)
+    ckpt = resolve_checkpoint(cfg.ckpt) if cfg.ckpt else None
+    policy = load_pretrained_dir(ckpt, cfg.device) if ckpt else load_policy(cfg.model, task, cfg.device)
+    run.write_run_info("eval", overrides or [], parent=str(ckpt) if ckpt else None)
+    sampler = (
+        ParallelSampler(cfg.sampler, task, policy, cfg.model.dtype)
+        if cfg.sampler.name == "parallel"
+        else make_sampler(cfg.sampler, task, policy, cfg.model.dtype)
+    )
+    instances = [task.instance("val", i) for i in range(cfg.eval.instances)]
+    groups = draw(sampler, instances, cfg.eval.n, torch.Generator().manual_seed(cfg.seed))
+    metrics: dict[str, Any] = {"step": _ckpt_step(ckpt), **summarize(task, groups)}
+    metrics.update({"eval/n": cfg.eval.n, "eval/instances": cfg.eval.instances, "ckpt": str(ckpt) if ckpt else None})
+    records = sample_records(groups, policy.decode)
+    atomic_write_text(run.path / "samples.jsonl", "".join(json.dumps(r) + "\n" for r in records))
+    atomic_write_text(run.path / "metrics.json", json.dumps(metrics, indent=2))
+    table = Table(title=f"sesa eval: {ckpt or cfg.model.name} on task={task.name} sampler={cfg.sampler.name}")
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    for key, value in metrics.items():
+        if key.startswith("eval/"):
+            table.add_row(key, f"{value:.4g}" if isinstance(value, float) else str(value))
+    Console().print(table)
+    log.info("wrote %s and %s", run.path / "metrics.json", run.path / "samples.jsonl")
+    return metrics
+
+
+def _ckpt_step(ckpt: Path | None) -> int:
+    if ckpt is None:
+        return 0
+    return int(json.loads((ckpt / "trainer_state.json").read_text())["step"])
+
+
+@hydra.main(version_base="1.3", config_path=str(conf_dir()), config_name="eval")
+def main(cfg: DictConfig) -> None:
+    from sesa_cli.commands.reload import reload_config
+    from sesa_cli.runs import resolve_checkpoint, run_dir_of_checkpoint
+
+    with user_errors("eval"):
+        run_dir, overrides = hydra_context()
+        if cfg.get("ckpt"):
+            ckpt = resolve_checkpoint(cfg.ckpt)
+            config = reload_config("eval", run_dir_of_checkpoint(ckpt) / "config.yaml", overrides)
+        else:
+            config = to_object(cfg)
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / "config.yaml").write_text(resolved_yaml(config))
+        run(config, run_dir, overrides)

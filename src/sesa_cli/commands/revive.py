@@ -1,0 +1,85 @@
+"""``sesa revive ckpt=RUN_DIR|CHECKPOINT [step=auto|last|N] [overrides]``: continue a run with new settings.
+
+Reloads the parent run's config, applies the overrides (typically ``sampler=sequential``), restores weights,
+optimizer, step counter, data position and RNG, and trains ``more_steps`` further steps in a new run dir whose
+metrics continue the parent's step numbering. ``run.json`` records the parent checkpoint and the overrides.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import hydra
+from omegaconf import DictConfig
+
+from sesa_cli.commands.common import hydra_context, resolved_yaml, seed_everything, user_errors
+from sesa_cli.config import ConfigError, ReviveConfig, conf_dir, register_configs
+
+log = logging.getLogger("sesa.revive")
+register_configs()
+
+
+def pick_checkpoint(path: str, step: str) -> Path:
+    """The checkpoint named by ``ckpt`` and ``step`` (last, auto = first saved after a collapse flag, or N)."""
+    from sesa_cli.runs import list_checkpoints, resolve_checkpoint
+
+    p = Path(path).expanduser()
+    if (p / "trainer_state.json").is_file():
+        return p
+    last = resolve_checkpoint(p)  # validates the run dir, errors if it has no checkpoints
+    if step == "last":
+        return last
+    ckpts = list_checkpoints(p)
+    if step == "auto":
+        for _, ckpt in ckpts:
+            if json.loads((ckpt / "trainer_state.json").read_text())["collapse"].get("first_flag_step") is not None:
+                return ckpt
+        raise ConfigError(f"step=auto: the collapse monitor flagged no step in any checkpoint of {p}")
+    for n, ckpt in ckpts:
+        if n == int(step):
+            return ckpt
+    raise ConfigError(f"run {p} has no checkpoint at step {step}; it has: {', '.join(str(n) for n, _ in ckpts)}")
+
+
+def run(cfg: ReviveConfig, run_dir: Path, overrides: list[str] | None = None) -> dict[str, Any]:
+    from sesa_cli.commands.train import fit
+    from sesa_cli.models.loading import load_pretrained_dir
+    from sesa_cli.runs import RunDir, read_metrics, run_dir_of_checkpoint
+    from sesa_cli.tasks.base import make_task
+    from sesa_cli.trainer import Trainer
+
+    ckpt = pick_checkpoint(cfg.ckpt, cfg.step)
+    state = json.loads((ckpt / "trainer_state.json").read_text())
+    start = int(state["step"])
+    cfg = replace(cfg, train=replace(cfg.train, steps=start + cfg.more_steps))
+    seed_everything(cfg.seed)
+    run = RunDir(run_dir)
+    run.write_config(resolved_yaml(cfg))
+    parent_run = run_dir_of_checkpoint(ckpt)
+    run.write_run_info("revive", overrides or [], parent=str(ckpt), parent_step=start, parent_run=str(parent_run))
+    # The parent's metrics up to the checkpoint, so the new run's curves read as one continuous history.
+    history = [r for r in read_metrics(parent_run / "metrics.jsonl") if r.get("step", 0) <= start]
+    for row in history:
+        run.log_metrics({**row, "revive/parent": 1})
+    task = make_task(cfg.task, cfg.seed)
+    policy = load_pretrained_dir(ckpt, cfg.device)
+    trainer = Trainer(cfg, task, policy, run)
+    trainer.load_checkpoint(ckpt)
+    log.info("reviving %s at step %d with overrides %s", ckpt, start, overrides)
+    return fit(trainer, run_dir)
+
+
+@hydra.main(version_base="1.3", config_path=str(conf_dir()), config_name="revive")
+def main(cfg: DictConfig) -> None:
+    from sesa_cli.commands.reload import reload_config
+    from sesa_cli.runs import run_dir_of_checkpoint
+
+    with user_errors("revive"):
+        run_dir, overrides = hydra_context()
+        ckpt = pick_checkpoint(str(cfg.ckpt), str(cfg.step))
+        config = reload_config("revive", run_dir_of_checkpoint(ckpt) / "config.yaml", overrides)
+        run(config, run_dir, overrides)

@@ -1,0 +1,83 @@
+"""`sesa eval` and `sesa revive` on a tiny trained run: files, reloaded config, optimizer state, step numbering."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.conftest import run_cli
+
+SMALL = ["train.batch_size=2", "sampler.group_size=4", "train.eval_samples=8", "train.eval_every=0"]
+
+
+@pytest.fixture(scope="module")
+def parent_run(tmp_path_factory, tiny_overrides) -> Path:
+    run_dir = tmp_path_factory.mktemp("parent") / "run"
+    mp = pytest.MonkeyPatch()
+    try:
+        argv = ["train", *tiny_overrides, *SMALL, "sampler=parallel", "sampler.group_size=4", "train.steps=4",
+                "train.checkpoint_every=2", "seed=3", f"hydra.run.dir={run_dir}"]  # fmt: skip
+        assert run_cli(argv, mp) == 0
+    finally:
+        mp.undo()
+    return run_dir
+
+
+def test_eval_writes_samples_and_metrics(parent_run, tmp_path, monkeypatch):
+    out = tmp_path / "eval"
+    argv = ["eval", f"ckpt={parent_run}", "eval.n=8", "eval.instances=2", f"hydra.run.dir={out}"]
+    assert run_cli(argv, monkeypatch) == 0
+    metrics = json.loads((out / "metrics.json").read_text())
+    for key in ("eval/success", "eval/entropy", "eval/pass@1", "eval/pass@2", "eval/pass@4", "eval/pass@8",
+                "eval/coverage@8", "eval/distinct@8", "eval/distinct_correct@8"):  # fmt: skip
+        assert key in metrics, key
+    assert metrics["step"] == 4  # a run dir means its last checkpoint
+    rows = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
+    assert len(rows) == 16
+    assert {"context", "completion", "reward", "success", "key"} <= set(rows[0])
+    config = (out / "config.yaml").read_text()
+    assert "regions: 4" in config  # the parent's (test-sized) world was reloaded, not the default one
+    assert "target_seed: 3" in config
+
+
+def test_revive_restores_optimizer_and_continues_step_numbering(parent_run, tmp_path, monkeypatch):
+    out = tmp_path / "revive"
+    ckpt = parent_run / "checkpoints" / "step_000002"
+    argv = ["revive", f"ckpt={parent_run}", "step=2", "sampler=sequential", "more_steps=2", f"hydra.run.dir={out}"]
+    assert run_cli(argv, monkeypatch) == 0
+    info = json.loads((out / "run.json").read_text())
+    assert info["command"] == "revive"
+    assert info["parent"] == str(ckpt)
+    assert "sampler=sequential" in info["overrides"]
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    new = [r["step"] for r in rows if "train/reward_mean" in r and not r.get("revive/parent")]
+    assert new == [3, 4]
+    assert [r["step"] for r in rows if r.get("revive/parent")] == [1, 2]
+    config = (out / "config.yaml").read_text()
+    assert "name: sequential" in config
+    assert "group_size: 4" in config
+    assert "regions: 4" in config
+    # optimizer state was restored, then stepped twice more: Adam's step counters continue from the parent's
+    parent_opt = torch.load(ckpt / "optimizer.pt", weights_only=True)
+    child_opt = torch.load(out / "checkpoints" / "step_000004" / "optimizer.pt", weights_only=True)
+    parent_steps = {int(s["step"]) for s in parent_opt["state"].values()}
+    child_steps = {int(s["step"]) for s in child_opt["state"].values()}
+    assert parent_steps == {2}
+    assert child_steps == {4}
+
+
+def test_revive_step_auto_without_a_flag_is_a_clear_error(parent_run, monkeypatch, capsys):
+    assert run_cli(["revive", f"ckpt={parent_run}", "step=auto"], monkeypatch) == 2
+    assert "flagged no step" in capsys.readouterr().err
+
+
+def test_revive_bad_checkpoint_paths(tmp_path, monkeypatch, capsys):
+    assert run_cli(["revive", f"ckpt={tmp_path / 'nope'}"], monkeypatch) == 2
+    assert "does not exist" in capsys.readouterr().err
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "empty" / "metrics.jsonl").write_text("")
+    assert run_cli(["revive", f"ckpt={tmp_path / 'empty'}"], monkeypatch) == 2
+    assert "has no checkpoints" in capsys.readouterr().err

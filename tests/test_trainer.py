@@ -89,3 +89,18 @@ def test_checkpoint_round_trip_restores_optimizer_and_step(path_setup, tmp_path)
     assert a.keys() == b.keys()
     for k in a:
         assert torch.equal(a[k]["exp_avg"], b[k]["exp_avg"])
+
+
+def test_ctrl_c_saves_a_checkpoint_before_exiting(path_setup, tmp_path):
+    trainer = _trainer(path_setup, tmp_path, name="parallel")
+
+    def interrupt(step, row):
+        if step == 2:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        trainer.fit(on_step=interrupt)
+    ckpt = trainer.run.checkpoint_dir(2)
+    assert (ckpt / "trainer_state.json").is_file()
+    assert (ckpt / "model.safetensors").is_file()
+    assert not list(trainer.run.checkpoints.glob("*.tmp"))

@@ -234,8 +234,9 @@ class CollapseConfig:
 
     window: int = 5
     """Consecutive collapse-like steps before a step is flagged."""
-    max_distinct_correct: float = 1.0
-    """Mean distinct correct solutions per group at or below which a step looks collapsed."""
+    max_distinct_correct: float = 1.25
+    """Mean distinct correct solutions per group at or below which a step looks collapsed (see CollapseMonitor for
+    the measurements behind 1.25)."""
     min_entropy: float = 0.05
     """Mean token entropy (nats) below which sampling counts as near-deterministic."""
 

@@ -314,7 +314,7 @@ class CollapseMonitor:
     A step is *collapse-like* when both hold:
 
     * ``distinct_correct <= max_distinct_correct``: the mean number of distinct correct solutions per group is at
-      most 1 by default, i.e. each group finds at most one solution, however many samples it draws;
+      most 1.25 by default, i.e. groups find one solution, however many samples they draw;
     * ``entropy < min_entropy``: the mean token entropy of the sampling distribution is below 0.05 nats by default,
       i.e. sampling is near-deterministic (for comparison, a fair choice between two tokens is ln 2 ≈ 0.69 nats).
 
@@ -328,8 +328,10 @@ class CollapseMonitor:
 
     window: int = 5
     """Consecutive collapse-like updates needed before flagging (>= 1)."""
-    max_distinct_correct: float = 1.0
-    """Collapse-like if the mean distinct-correct keys per group is at most this (1.0 = one solution per group)."""
+    max_distinct_correct: float = 1.25
+    """Collapse-like if the mean distinct-correct keys per group is at most this. 1.25 rather than 1.0: measured on
+    the path task (8 groups of 8), collapsed parallel GRPO runs log 1.0 or 1.125 (one group in eight stumbles on a
+    second target), healthy early training 1.5-2.4; a bound of exactly 1.0 missed one of three collapsed seeds."""
     min_entropy: float = 0.05
     """Collapse-like if the mean token entropy (nats) is strictly below this (near-deterministic sampling)."""
     streak: int = field(default=0, init=False)

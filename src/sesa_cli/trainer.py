@@ -66,6 +66,7 @@ class Trainer:
             min_entropy=cfg.collapse.min_entropy,
         )
         self.nonfinite = 0
+        self._last_groups: list[list[Rollout]] = []  # the latest step's rollouts, for sample dumps
         self.norm_constant = cfg.algo.norm_constant or task.cfg.max_new_tokens
 
     # ------------------------------------------------------------------ sampling

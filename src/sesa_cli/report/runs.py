@@ -23,9 +23,10 @@ from sesa_cli.config import ConfigError
 METRICS_JSONL = "metrics.jsonl"
 METRICS_JSON = "metrics.json"
 
-# Override keys that never distinguish one experiment from another: the seed is what we average over, and hydra.*
-# only moves files around.
-_IGNORED_KEYS = ("seed",)
+# Override keys that never distinguish one experiment from another: the seed is what we average over, hydra.* only
+# moves files around, and ckpt names the parent of an eval or revive run, which differs per seed (revive runs from
+# the collapse checkpoints of seeds 0, 1, 2 are three seeds of one experiment).
+_IGNORED_KEYS = ("seed", "ckpt")
 _IGNORED_PREFIXES = ("hydra.", "hydra/")
 
 

@@ -93,6 +93,17 @@ class Task(ABC):
         """``n`` complete training strings (prompt + answer(s)) in exactly the layout rollouts use."""
 
 
+def sketch_body(sketch: str, stop: str, chat: bool, limit: int, max_text: int = 100_000) -> str:
+    """The content of a drafted sketch, as a solve prompt quotes it: in chat style what follows ``<answer>``; the
+    text before ``stop``; its first line; at most ``limit`` characters. Never raises (any input type)."""
+    if not isinstance(sketch, str):
+        return ""
+    body = sketch[:max_text]
+    if chat:
+        body = body.split("<answer>", 1)[-1]
+    return body.split(stop, 1)[0].strip().split("\n", 1)[0][:limit]
+
+
 TASKS: dict[str, type[Task]] = {}
 """Task option name -> class."""
 TASK_SCHEMAS: dict[str, type[TaskConfig]] = {}

@@ -37,7 +37,7 @@ from typing import Any
 
 from sesa_cli.config import ConfigError, TaskConfig
 from sesa_cli.tasks import safe_arith
-from sesa_cli.tasks.base import Score, Task, register_task
+from sesa_cli.tasks.base import Score, Task, register_task, sketch_body
 
 SCORE = 1.0
 """RAGEN's ``score``: reward of a correct equation."""
@@ -379,12 +379,7 @@ class CountdownTask(Task):
 
     def sketch_text(self, sketch: str) -> str:
         """The step inside a drafted sketch (chat: the answer's content; compact: the text before ``stop``)."""
-        if not isinstance(sketch, str):
-            return ""
-        body = sketch[:_MAX_TEXT]
-        if self.chat:
-            body = body.split("<answer>", 1)[-1]
-        return body.split(self.stop, 1)[0].strip().split("\n", 1)[0][:200]
+        return sketch_body(sketch, self.stop, self.chat, 200, _MAX_TEXT)
 
     def solve_prompt(self, inst: CountdownInstance, sketch: str) -> str:
         step = self.sketch_text(sketch)

@@ -40,7 +40,7 @@ from typing import Any
 
 from sesa_cli.config import ConfigError, TaskConfig
 from sesa_cli.tasks import safe_arith
-from sesa_cli.tasks.base import Score, Task, register_task
+from sesa_cli.tasks.base import Score, Task, register_task, sketch_body
 from sesa_cli.tasks.countdown import CHAT_STOP, COMPACT_STOP, FORMAT_PROMPT, SYSTEM_PROMPT, THINK, think_answer
 
 INSTRUCTION = "You are solving Math problems. Put your final answer in \\boxed{}."
@@ -366,12 +366,7 @@ class MathTask(Task):
 
     def sketch_text(self, sketch: str) -> str:
         """The plan inside a drafted sketch (chat: the answer's content; compact: the text before ``stop``)."""
-        if not isinstance(sketch, str):
-            return ""
-        body = sketch[:_MAX_TEXT]
-        if self.chat:
-            body = body.split("<answer>", 1)[-1]
-        return body.split(self.stop, 1)[0].strip().split("\n", 1)[0][:300]
+        return sketch_body(sketch, self.stop, self.chat, 300, _MAX_TEXT)
 
     def solve_prompt(self, inst: MathInstance, sketch: str) -> str:
         step = self.sketch_text(sketch)

@@ -1,0 +1,121 @@
+"""Rollout benchmark (issue #4): run with `nox -s bench` or `python bench/rollout.py [--repeats 3]`.
+
+Prints, in one process on one machine:
+  (a) sesa's engine tokens/s against Hugging Face `model.generate` on the same model, batch and sampling settings
+      (T=1, no top-k/top-p, every row forced to the full length so both produce the same number of tokens);
+  (b) wall time of a whole train step (sample + score + update) for sampler=parallel, sequential (stage1=solution)
+      and sequential (stage1=sketch) at the same G and prompts per step, as ratios against parallel.
+Targets (spec section 7): engine >= 1.5x generate; sequential <= 1.3x and two-stage <= 1.5x the parallel step.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import torch
+from hydra import compose, initialize_config_dir
+
+from sesa_cli.config import conf_dir, register_configs, to_object
+from sesa_cli.models.loading import load_policy
+from sesa_cli.rollout.engine import Engine, SamplingParams
+from sesa_cli.runs import RunDir
+from sesa_cli.tasks.base import make_task
+from sesa_cli.trainer import Trainer
+
+
+def config(overrides: list[str]):
+    register_configs()
+    with initialize_config_dir(version_base="1.3", config_dir=str(conf_dir())):
+        return to_object(compose("train", overrides=overrides))
+
+
+def bench_engine(policy, batch: int, new_tokens: int, repeats: int) -> tuple[float, float]:
+    model, tok = policy.model, policy.tokenizer
+    prompt = [tok.bos_token_id, *policy.encode("P:")]
+    engine = Engine(model, tok.pad_token_id)
+    ids = torch.tensor([prompt] * batch)
+    eng_t, gen_t = [], []
+    for r in range(repeats + 1):  # the first round warms both up
+        gen = torch.Generator().manual_seed(r)
+        t0 = time.perf_counter()
+        comps = engine.start([prompt] * batch).sample(new_tokens, [], SamplingParams(), gen)
+        t1 = time.perf_counter()
+        assert all(len(c.ids) == new_tokens for c in comps)
+        with torch.no_grad():
+            out = model.generate(
+                ids, attention_mask=torch.ones_like(ids), do_sample=True, temperature=1.0, top_k=0, top_p=1.0,
+                max_new_tokens=new_tokens, min_new_tokens=new_tokens, pad_token_id=tok.pad_token_id,
+            )  # fmt: skip
+        t2 = time.perf_counter()
+        assert out.shape[1] - ids.shape[1] == new_tokens
+        if r:
+            eng_t.append(t1 - t0)
+            gen_t.append(t2 - t1)
+    n = batch * new_tokens
+    return n / statistics.median(eng_t), n / statistics.median(gen_t)
+
+
+def bench_steps(base_overrides: list[str], steps: int, repeats: int) -> dict[str, tuple[float, float]]:
+    variants = {
+        "parallel": ["sampler=parallel"],
+        "sequential (solution)": ["sampler=sequential", "sampler.stage1=solution"],
+        "sequential (sketch)": ["sampler=sequential", "sampler.stage1=sketch"],
+    }
+    out = {}
+    for name, extra in variants.items():
+        cfg = config([*base_overrides, *extra])
+        cfg = replace(cfg, algo=replace(cfg.algo, lr=0.0))  # keep the policy fixed: same distribution each step
+        task = make_task(cfg.task, cfg.seed)
+        times, tokens = [], []
+        for _ in range(repeats):
+            policy = load_policy(cfg.model, task)
+            with tempfile.TemporaryDirectory() as tmp:
+                trainer = Trainer(cfg, task, policy, RunDir(Path(tmp)))
+                trainer.train_step()  # warm-up
+                for _ in range(steps):
+                    t0 = time.perf_counter()
+                    trainer.train_step()
+                    times.append(time.perf_counter() - t0)
+                    rows = [r for g in trainer._last_groups for r in g]
+                    sketch = {
+                        id(r.sketch_completion): len(r.sketch_completion.ids) for r in rows if r.sketch_completion
+                    }
+                    tokens.append(sum(len(r.completion.ids) for r in rows) + sum(sketch.values()))
+        out[name] = (statistics.median(times), statistics.mean(tokens))
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=5, help="timed train steps per repeat")
+    parser.add_argument("--cache-dir", default="outputs/cache")
+    args = parser.parse_args()
+    torch.manual_seed(0)
+    base = [f"model.cache_dir={args.cache_dir}", "task=path"]
+    cfg = config(base)
+    policy = load_policy(cfg.model, make_task(cfg.task, cfg.seed))
+    print(f"torch {torch.__version__}, threads {torch.get_num_threads()}, model=tiny "
+          f"({sum(p.numel() for p in policy.model.parameters()):,} params)")  # fmt: skip
+    for batch in (8, 64):
+        eng, gen = bench_engine(policy, batch, 24, args.repeats)
+        print(f"(a) batch {batch:3d} x 24 tokens: engine {eng:8.0f} tok/s | generate {gen:8.0f} tok/s | "
+              f"ratio {eng / gen:.2f}x (target >= 1.5x)")  # fmt: skip
+    steps = bench_steps(base, args.steps, args.repeats)
+    par = steps["parallel"][0]
+    for name, (t, tokens) in steps.items():
+        target = {
+            "parallel": "",
+            "sequential (solution)": " (target <= 1.3x)",
+            "sequential (sketch)": " (target <= 1.5x)",
+        }
+        print(f"(b) {name:22s} {t:6.3f} s/step  {tokens:6.0f} tokens/step  ratio {t / par:.2f}x{target[name]}")
+
+
+if __name__ == "__main__":
+    main()

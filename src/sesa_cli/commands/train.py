@@ -17,7 +17,7 @@ register_configs()
 
 
 def run(cfg: TrainConfig, run_dir: Path, overrides: list[str] | None = None, resolved: str | None = None,
-        parent: str | None = None, show_progress: bool = True) -> dict[str, Any]:  # fmt: skip
+        show_progress: bool = True) -> dict[str, Any]:  # fmt: skip
     """Train as configured, writing everything under ``run_dir``; returns the final metrics."""
     from sesa_cli.models.loading import load_policy
     from sesa_cli.runs import RunDir
@@ -28,7 +28,7 @@ def run(cfg: TrainConfig, run_dir: Path, overrides: list[str] | None = None, res
     run = RunDir(run_dir)
     if resolved is not None:
         run.write_config(resolved)
-    run.write_run_info("train" if parent is None else "revive", overrides or [], parent=parent)
+    run.write_run_info("train", overrides or [])
     task = make_task(cfg.task, cfg.seed)
     policy = load_policy(cfg.model, task, cfg.device)
     trainer = Trainer(cfg, task, policy, run)
@@ -58,7 +58,7 @@ def fit(trainer: Any, run_dir: Path, show_progress: bool = True) -> dict[str, An
         cfg.train.batch_size, cfg.sampler.group_size, per_step, cfg.task.max_new_tokens,
         trainer.step + 1, cfg.train.steps,
     )  # fmt: skip
-    with TrainProgress(total=cfg.train.steps, start=trainer.step, enabled=show_progress) as progress:
+    with TrainProgress(cfg.train.steps, trainer.step, show_progress, cfg.train.log_every) as progress:
         final = trainer.fit(on_step=progress.update)
     final_table(final, title=f"final metrics ({run_dir})")
     return final

@@ -81,3 +81,14 @@ def test_revive_bad_checkpoint_paths(tmp_path, monkeypatch, capsys):
     (tmp_path / "empty" / "metrics.jsonl").write_text("")
     assert run_cli(["revive", f"ckpt={tmp_path / 'empty'}"], monkeypatch) == 2
     assert "has no checkpoints" in capsys.readouterr().err
+
+
+def test_eval_foreign_checkpoint_and_empty_report_are_clear_errors(tmp_path, monkeypatch, capsys):
+    (tmp_path / "foreign").mkdir()
+    (tmp_path / "foreign" / "weights.bin").write_text("not a sesa checkpoint")
+    assert run_cli(["eval", f"ckpt={tmp_path / 'foreign'}"], monkeypatch) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1
+    assert "neither a sesa checkpoint" in err[0]
+    assert run_cli(["diversity-report", "runs=[]"], monkeypatch) == 2
+    assert "runs=[...] is empty" in capsys.readouterr().err

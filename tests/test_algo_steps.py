@@ -33,16 +33,18 @@ def test_one_step_of_every_sampler_and_algo(path_setup, tiny_overrides, tmp_path
     assert moved or row["train/frac_zero_std"] == 1.0  # no update only when no group carried a signal
 
 
-def test_dapo_dynamic_sampling_keeps_the_batch_size(path_setup, tiny_overrides, tmp_path):
+@pytest.mark.parametrize("cap", [0, 3])
+def test_dapo_dynamic_sampling_keeps_the_batch_size(path_setup, tiny_overrides, tmp_path, cap):
     _, _, policy = path_setup
     cfg = compose_train([*tiny_overrides, "algo=dapo", "sampler=parallel", "train.batch_size=4",
-                         "sampler.group_size=4", "algo.max_resample_rounds=3"])  # fmt: skip
+                         "sampler.group_size=4", f"algo.max_resample_rounds={cap}"])  # fmt: skip
     trainer = Trainer(cfg, make_task(cfg.task, cfg.seed), copy.deepcopy(policy), RunDir(tmp_path))
     for _ in range(3):
         groups, rounds = trainer._draw_batch()
         assert len(groups) == 4
         assert all(len(g) == 4 for g in groups)
-        assert 0 <= rounds <= 3
+        assert len({id(g) for g in groups}) == 4  # no group counted twice when the cap fills the batch
+        assert 0 <= rounds <= cap
     row = trainer.train_step()
     assert "train/resample_rounds" in row
 

@@ -84,11 +84,13 @@ class Trainer:
                 return groups, 0
             rewards = torch.tensor([[r.score.reward for r in g] for g in groups])
             keep = ~algos.zero_std_groups(rewards)
-            kept.extend(g for g, k in zip(groups, keep.tolist(), strict=True) if k)
+            flags = keep.tolist()
+            kept.extend(g for g, k in zip(groups, flags, strict=True) if k)
             if len(kept) >= b or rounds >= self.cfg.algo.max_resample_rounds:
-                # Cap reached: keep the batch full with the last groups drawn (they carry no signal, but the batch
+                # Cap reached: fill the batch with this round's zero-std groups (they carry no signal, but the batch
                 # size and so the step's token budget stay what the config says).
-                kept.extend(groups[: max(0, b - len(kept))] if len(kept) < b else [])
+                dropped = [g for g, k in zip(groups, flags, strict=True) if not k]
+                kept.extend(dropped[: max(0, b - len(kept))])
                 return kept[:b], rounds
             rounds += 1
 

@@ -268,7 +268,8 @@ class ReviveConfig(TrainConfig):
     """``sesa revive``: continue a run from one of its checkpoints with changed settings.
 
     The parent run's resolved config is reloaded and the command line's overrides apply on top of it (a group choice
-    such as ``sampler=sequential`` replaces the whole group; ``sampler.group_size=4`` changes one key).
+    such as ``sampler=sequential`` applies that option's YAML over the parent's group, so settings the option does
+    not set carry over; ``sampler.group_size=4`` changes one key). See sesa_cli/commands/reload.py.
     """
 
     ckpt: str = MISSING

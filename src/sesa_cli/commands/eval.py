@@ -25,7 +25,7 @@ def run(cfg: EvalConfig, run_dir: Path, overrides: list[str] | None = None) -> d
 
     from sesa_cli.evaluation import draw, sample_records, summarize
     from sesa_cli.models.loading import load_policy, load_pretrained_dir
-    from sesa_cli.rollout.samplers import ParallelSampler, make_sampler
+    from sesa_cli.rollout.samplers import make_sampler
     from sesa_cli.runs import RunDir, atomic_write_text, resolve_checkpoint
     from sesa_cli.tasks.base import make_task
 
@@ -35,11 +35,7 @@ def run(cfg: EvalConfig, run_dir: Path, overrides: list[str] | None = None) -> d
     ckpt = resolve_checkpoint(cfg.ckpt) if cfg.ckpt else None
     policy = load_pretrained_dir(ckpt, cfg.device) if ckpt else load_policy(cfg.model, task, cfg.device)
     run.write_run_info("eval", overrides or [], parent=str(ckpt) if ckpt else None)
-    sampler = (
-        ParallelSampler(cfg.sampler, task, policy, cfg.model.dtype)
-        if cfg.sampler.name == "parallel"
-        else make_sampler(cfg.sampler, task, policy, cfg.model.dtype)
-    )
+    sampler = make_sampler(cfg.sampler, task, policy, cfg.model.dtype)
     instances = [task.instance("val", i) for i in range(cfg.eval.instances)]
     groups = draw(sampler, instances, cfg.eval.n, torch.Generator().manual_seed(cfg.seed))
     metrics: dict[str, Any] = {"step": _ckpt_step(ckpt), **summarize(task, groups)}

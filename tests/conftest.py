@@ -9,8 +9,11 @@ import pytest
 
 # A small world (4 x 4 x 4 = 64 leaves, 20 targets) and a short warm start: enough for the model to name mostly
 # valid paths, cheap enough for the default test run.
-TINY = ["model.warm_start_steps=150", "model.warm_start_corpus_size=4000", "task.regions=4", "task.cities=4",
-        "task.districts=4", "task.list_max=8"]  # fmt: skip
+TINY = ["task=path", "model.warm_start_steps=150", "model.warm_start_corpus_size=4000", "task.regions=4",
+        "task.cities=4", "task.districts=4", "task.list_max=8"]  # fmt: skip
+# Non-slippery 4x4 FrozenLake on the same short warm start (multi-turn rollouts).
+FROZENLAKE = ["task=frozenlake", "task.is_slippery=false", "model.warm_start_steps=150",
+              "model.warm_start_corpus_size=4000"]  # fmt: skip
 
 
 @pytest.fixture(scope="session")
@@ -41,6 +44,18 @@ def path_setup(tiny_overrides: list[str]):
     from sesa_cli.tasks.base import make_task
 
     cfg = compose_train([*tiny_overrides, "task=path"])
+    task = make_task(cfg.task, cfg.seed)
+    policy = load_policy(cfg.model, task)
+    return cfg, task, policy
+
+
+@pytest.fixture(scope="session")
+def frozenlake_setup(cache_dir: Path):
+    """(TrainConfig, task, policy) of non-slippery FrozenLake on the session's tiny base."""
+    from sesa_cli.models.loading import load_policy
+    from sesa_cli.tasks.base import make_task
+
+    cfg = compose_train([*FROZENLAKE, f"model.cache_dir={cache_dir}"])
     task = make_task(cfg.task, cfg.seed)
     policy = load_policy(cfg.model, task)
     return cfg, task, policy

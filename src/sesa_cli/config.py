@@ -102,9 +102,10 @@ class SamplerConfig:
     """Nucleus sampling mass in (0, 1]; 1 disables it."""
     top_k: int = 0
     """Keep only the k most likely tokens; 0 disables it."""
-    stage1: str = "solution"
-    """sequential only: ``solution`` conditions each whole solution on the earlier ones (the paper's synthetic-task
-    form); ``sketch`` drafts short sketches sequentially, then expands each into a solution in parallel."""
+    stage1: str = "auto"
+    """sequential only: ``sketch`` drafts short sketches (for agent tasks: plans) sequentially, then expands each into
+    a solution (an episode) in parallel, the paper's two-stage form; ``solution`` conditions each whole solution on
+    the earlier ones (the paper's synthetic-task form); ``auto`` = sketch when the task defines one, else solution."""
     sketch_max_tokens: int = 8
     """sequential, stage1=sketch: longest sketch in tokens."""
     solutions_per_sketch: int = 1
@@ -120,7 +121,7 @@ class SamplerConfig:
 
     def __post_init__(self) -> None:
         _choice(self.name, "sampler.name", ("parallel", "sequential"))
-        _choice(self.stage1, "sampler.stage1", ("solution", "sketch"))
+        _choice(self.stage1, "sampler.stage1", ("auto", "sketch", "solution"))
         _choice(self.loss_context, "sampler.loss_context", ("prompt", "conditioned", "is"))
         if self.group_size < 2:
             raise ConfigError("sampler.group_size must be >= 2: group-normalised advantages need two rollouts")

@@ -45,9 +45,9 @@ def summarize(task: Task, groups: Sequence[Sequence[Rollout]], prefix: str = "ev
         add("success", c / n)
         add("reward", float(np.mean([r.score.reward for r in group])))
         add("valid", sum(k is not None for k in keys) / n)
-        ents = [e for r in group for e in r.completion.entropies]
+        ents = [e for r in group for e in r.completion.policy_entropies]
         add("entropy", float(np.mean(ents)) if ents else 0.0)
-        add("response_len", float(np.mean([len(r.completion.ids) for r in group])))
+        add("response_len", float(np.mean([r.completion.n_sampled for r in group])))
         targets = task.target_keys(group[0].inst)
         for k in ks:
             add(f"pass@{k}", M.pass_at_k(n, c, k))

@@ -105,6 +105,7 @@ class Trainer:
         ctx_mode = scfg.loss_context
         contexts = [r.context_ids if ctx_mode == "conditioned" else r.prompt_ids for r in rows]
         completions = [r.completion.ids for r in rows]
+        masks: list[list[bool] | None] = [r.completion.mask for r in rows]
         behaviour = [r.completion.logps for r in rows]
         if scfg.train_sketches and rows and rows[0].sketch_completion is not None:
             # A sketch's advantage is the mean advantage of its solutions; sketches are scored in the context that
@@ -119,16 +120,17 @@ class Trainer:
                 assert r.sketch_context_ids is not None
                 contexts.append(r.sketch_context_ids)
                 completions.append(r.sketch_completion.ids)
+                masks.append(None)
                 behaviour.append(r.sketch_completion.logps)
                 advantages.append(float(np.mean(by_sketch[key])))
-        return {"contexts": contexts, "completions": completions, "behaviour": behaviour,
+        return {"contexts": contexts, "completions": completions, "masks": masks, "behaviour": behaviour,
                 "advantages": torch.tensor(advantages), "n_solutions": len(rows),
                 "sample_contexts": [r.context_ids for r in rows]}  # fmt: skip
 
     def _update(self, inputs: dict[str, Any]) -> dict[str, float]:
         cfg, scfg = self.cfg, self.cfg.sampler
         pad = int(self.policy.tokenizer.pad_token_id)
-        batch = build_batch(inputs["contexts"], inputs["completions"], pad)
+        batch = build_batch(inputs["contexts"], inputs["completions"], pad, inputs["masks"])
         mask = batch.response_mask
         n = mask.shape[0]
         temp = scfg.temperature
@@ -213,7 +215,7 @@ class Trainer:
         keys = [r.score.key for r in rows]
         correct = [r.score.success for r in rows]
         group_size = len(groups[0])
-        entropies = [e for r in rows for e in r.completion.entropies]
+        entropies = [e for r in rows for e in r.completion.policy_entropies]
         row: dict[str, Any] = {"step": self.step + 1}
         stats = M.reward_stats([[r.score.reward for r in g] for g in groups])
         row.update({f"train/{k}": v for k, v in stats.items()})
@@ -221,7 +223,7 @@ class Trainer:
         row["train/valid"] = float(np.mean([k is not None for k in keys]))
         row.update({f"train/{k}": v for k, v in M.group_diversity(keys, correct, group_size).items()})
         row["train/entropy"] = float(np.mean(entropies)) if entropies else 0.0
-        row["train/response_len"] = float(np.mean([len(r.completion.ids) for r in rows]))
+        row["train/response_len"] = float(np.mean([r.completion.n_sampled for r in rows]))
         targets = self.task.target_keys(groups[0][0].inst)
         if targets:
             hit = {k for k in keys if k in targets}

@@ -41,20 +41,15 @@ def fit(trainer: Any, run_dir: Path, show_progress: bool = True) -> dict[str, An
 
     cfg = trainer.cfg
     n_params = sum(p.numel() for p in trainer.model.parameters())
+    stage1 = getattr(trainer.sampler, "stage1", None)  # the sequential sampler's resolved stage1 (auto -> ...)
     per_step = (
-        cfg.train.batch_size
-        * cfg.sampler.group_size
-        * (
-            cfg.sampler.solutions_per_sketch
-            if cfg.sampler.stage1 == "sketch" and cfg.sampler.name == "sequential"
-            else 1
-        )
+        cfg.train.batch_size * cfg.sampler.group_size * (cfg.sampler.solutions_per_sketch if stage1 == "sketch" else 1)
     )
     log.info(
         "run dir %s | task=%s sampler=%s%s algo=%s | %s params | %d prompts x %d = %d rollouts/step, <= %d new "
         "tokens each | steps %d..%d",
         run_dir, cfg.task.name, cfg.sampler.name,
-        f"({cfg.sampler.stage1})" if cfg.sampler.name == "sequential" else "", cfg.algo.name, f"{n_params:,}",
+        f"({stage1})" if stage1 else "", cfg.algo.name, f"{n_params:,}",
         cfg.train.batch_size, cfg.sampler.group_size, per_step, cfg.task.max_new_tokens,
         trainer.step + 1, cfg.train.steps,
     )  # fmt: skip

@@ -16,7 +16,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
-from transformers import DynamicCache, PreTrainedModel
+from transformers import PreTrainedModel
+
+from sesa_cli.rollout.backends import make_backend
 
 
 @dataclass
@@ -38,6 +40,21 @@ class Completion:
     """Entropy (nats) of the temperature-scaled distribution at each sampled position."""
     stopped: bool
     """True if the row ended on a stop token, False if it hit its length limit."""
+    mask: list[bool] | None = None
+    """Multi-turn episodes: True on tokens the policy sampled, False on teacher-forced environment feedback (whose
+    ``logps``/``entropies`` entries are 0). None: every token was sampled."""
+
+    @property
+    def policy_entropies(self) -> list[float]:
+        """Entropies at the sampled positions only."""
+        if self.mask is None:
+            return self.entropies
+        return [e for e, m in zip(self.entropies, self.mask, strict=True) if m]
+
+    @property
+    def n_sampled(self) -> int:
+        """Number of tokens the policy sampled."""
+        return len(self.ids) if self.mask is None else sum(self.mask)
 
 
 def filter_logits(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
@@ -61,8 +78,7 @@ class Session:
     def __init__(self, engine: Engine, batch: int) -> None:
         self.engine = engine
         self.batch = batch
-        self.cache = DynamicCache()
-        self.attn_mask = torch.zeros(batch, 0, dtype=torch.long, device=engine.device)
+        self.state = engine.backend.new_state(batch)
         self.pos = torch.zeros(batch, dtype=torch.long, device=engine.device)
         self.last_logits: torch.Tensor | None = None  # (batch, vocab): next-token logits of every row
         self.tokens: list[list[int]] = [[] for _ in range(batch)]  # every real token of each row, in order
@@ -73,24 +89,19 @@ class Session:
         token of the chunk (batch, vocab) (rows with no real token keep their previous logits)."""
         eng = self.engine
         position_ids = (self.pos[:, None] + mask.cumsum(1) - 1).clamp(min=0)
-        self.attn_mask = torch.cat([self.attn_mask, mask], dim=1)
         with torch.no_grad(), eng.autocast():
-            out = eng.decoder(
-                input_ids=ids,
-                attention_mask=self.attn_mask,
-                position_ids=position_ids,
-                past_key_values=self.cache,
-                use_cache=True,
-            )
-            hidden = out.last_hidden_state  # (batch, L, hidden)
-            has = mask.sum(1) > 0
-            last = (mask.cumsum(1) * mask).argmax(1)  # index of the last real token per row
-            picked = hidden[torch.arange(self.batch, device=ids.device), last]
-            logits = eng.lm_head(picked).float()
+            hidden = eng.backend.forward(self.state, ids, mask, position_ids)  # (batch, L, hidden)
+            if ids.shape[1] == 1:
+                picked = hidden[:, 0]
+            else:
+                last = (mask.cumsum(1) * mask).argmax(1)  # index of the last real token per row
+                picked = hidden[torch.arange(self.batch, device=ids.device), last]
+            logits = eng.backend.logits(picked).float()
         self.pos += mask.sum(1)
         if self.last_logits is None:
             self.last_logits = logits
         else:
+            has = mask.sum(1) > 0
             self.last_logits = torch.where(has[:, None], logits, self.last_logits)
         return self.last_logits
 
@@ -175,12 +186,13 @@ class Session:
 
 
 class Engine:
-    """Wraps a causal LM for incremental, cache-continuing batched sampling."""
+    """Wraps a causal LM for incremental, cache-continuing batched sampling.
 
-    def __init__(self, model: PreTrainedModel, pad_id: int, dtype: str = "float32") -> None:
+    ``backend`` names a generation backend (:mod:`sesa_cli.rollout.backends`); ``hf`` runs the model's own forward."""
+
+    def __init__(self, model: PreTrainedModel, pad_id: int, dtype: str = "float32", backend: str = "hf") -> None:
         self.model = model
-        self.decoder = model.get_decoder()
-        self.lm_head = model.get_output_embeddings()
+        self.backend = make_backend(model, backend)
         self.pad_id = pad_id
         self.device = next(model.parameters()).device
         self.dtype = dtype

@@ -6,6 +6,14 @@
   drafts G sketches the same way from ``sketch_head(x)``; stage II expands each sketch into m solutions in one
   parallel session over ``solve_prompt(x, s_k)``.
 
+Multi-turn tasks (``task.multi_turn``) answer with whole episodes instead of single responses (:func:`run_episodes`):
+each turn samples a response, the task's environment steps on it, and its feedback (next observation, RAGEN's
+``Reward:`` line in chat style) is teacher-forced onto the same cache; the rollout's completion is the whole
+trajectory with a mask that keeps the observations out of the loss. Both samplers use the same runner, so sequential
+sampling works unchanged: with ``stage1=solution`` episode k continues the cache after episode k-1's trajectory; with
+``stage1=sketch`` (the default for every task that defines a sketch) the sketches are short plans, each then played
+out as an episode starting from ``solve_prompt(x, plan)``.
+
 Every rollout records the exact context that drew it (``context_ids``) and the plain prompt (``prompt_ids``), so the
 loss can score it under either (``sampler.loss_context``).
 """
@@ -20,7 +28,7 @@ import torch
 
 from sesa_cli.config import ConfigError, SamplerConfig
 from sesa_cli.models.loading import Policy
-from sesa_cli.rollout.engine import Completion, Engine, SamplingParams
+from sesa_cli.rollout.engine import Completion, Engine, SamplingParams, Session
 from sesa_cli.tasks.base import Score, Task
 
 
@@ -56,12 +64,58 @@ def stop_ids_for(policy: Policy, task: Task) -> list[int]:
     return stops
 
 
+def run_episodes(
+    session: Session,
+    task: Any,
+    instances: Sequence[Any],
+    policy: Policy,
+    stop_ids: list[int],
+    params: SamplingParams,
+    generator: torch.Generator,
+) -> tuple[list[Completion], list[Score]]:
+    """Play one episode of ``instances[i]`` on row i of ``session`` (each row's context ends where the first response
+    begins). Every turn samples a response per live row, steps that row's environment, and teacher-forces the
+    feedback; rows whose episode is over sample nothing more. Returns per row the trajectory as one Completion
+    (responses and feedback in order, ``mask`` True on response tokens) and the episode's Score."""
+    envs = [task.make_env(inst) for inst in instances]
+    n = len(envs)
+    ids: list[list[int]] = [[] for _ in range(n)]
+    logps: list[list[float]] = [[] for _ in range(n)]
+    ents: list[list[float]] = [[] for _ in range(n)]
+    mask: list[list[bool]] = [[] for _ in range(n)]
+    stopped = [False] * n
+    while True:
+        live = [not env.done for env in envs]
+        if not any(live):
+            break
+        comps = session.sample(task.cfg.max_new_tokens, stop_ids, params, generator, active=live)
+        feedback: list[list[int]] = [[] for _ in range(n)]
+        for i, comp in enumerate(comps):
+            if not live[i]:
+                continue
+            turn = envs[i].step(policy.decode(comp.ids))
+            ids[i] += comp.ids
+            logps[i] += comp.logps
+            ents[i] += comp.entropies
+            mask[i] += [True] * len(comp.ids)
+            stopped[i] = comp.stopped
+            if not turn.done:
+                feedback[i] = policy.encode(turn.feedback)
+                ids[i] += feedback[i]
+                logps[i] += [0.0] * len(feedback[i])
+                ents[i] += [0.0] * len(feedback[i])
+                mask[i] += [False] * len(feedback[i])
+        session.extend(feedback)
+    return (
+        [Completion(ids[i], logps[i], ents[i], stopped[i], mask[i]) for i in range(n)],
+        [env.score() for env in envs],
+    )
+
+
 class Sampler:
     """Draws groups of rollouts for a batch of instances."""
 
     def __init__(self, cfg: SamplerConfig, task: Task, policy: Policy, dtype: str = "float32") -> None:
-        if getattr(task, "multi_turn", False):
-            raise ConfigError(f"task={task.name} is multi-turn; multi-turn rollouts are not built yet (issue #5)")
         self.cfg = cfg
         self.task = task
         self.policy = policy
@@ -69,14 +123,32 @@ class Sampler:
         self.params = SamplingParams(cfg.temperature, cfg.top_p, cfg.top_k)
         self.stop_ids = stop_ids_for(policy, task)
         self.bos = [int(policy.tokenizer.bos_token_id)] if policy.tokenizer.bos_token_id is not None else []
+        self.multi_turn = bool(getattr(task, "multi_turn", False))
 
     def encode_prompt(self, text: str) -> list[int]:
         return self.bos + self.policy.encode(text)
 
-    def _rollout(self, group: int, inst: Any, ctx: list[int], comp: Completion, **extra: Any) -> Rollout:
-        text = self.policy.decode(comp.ids)
+    def answer(
+        self, session: Session, instances: Sequence[Any], generator: torch.Generator
+    ) -> list[tuple[Completion, Score]]:
+        """One answer per row of ``session`` (row i answers ``instances[i]``): a response scored by the task, or for
+        multi-turn tasks a whole episode."""
+        if self.multi_turn:
+            comps, scores = run_episodes(
+                session, self.task, instances, self.policy, self.stop_ids, self.params, generator
+            )
+            return list(zip(comps, scores, strict=True))
+        comps = session.sample(self.task.cfg.max_new_tokens, self.stop_ids, self.params, generator)
+        return [
+            (c, self.task.score(inst, self.policy.decode(c.ids))) for c, inst in zip(comps, instances, strict=True)
+        ]
+
+    def _rollout(
+        self, group: int, inst: Any, ctx: list[int], answer: tuple[Completion, Score], **extra: Any
+    ) -> Rollout:
+        comp, score = answer
         prompt_ids = self.encode_prompt(self.task.prompt(inst))
-        return Rollout(group, inst, prompt_ids, ctx, comp, text, self.task.score(inst, text), **extra)
+        return Rollout(group, inst, prompt_ids, ctx, comp, self.policy.decode(comp.ids), score, **extra)
 
     def sample(self, instances: Sequence[Any], generator: torch.Generator) -> list[list[Rollout]]:
         raise NotImplementedError
@@ -109,72 +181,86 @@ class ParallelSampler(Sampler):
         """n i.i.d. samples per instance from the plain prompt (also what evaluation uses)."""
         prompts = [self.encode_prompt(self.task.prompt(inst)) for inst in instances]
         rows = [prompts[g] for g in range(len(instances)) for _ in range(n)]
-        comps = self.engine.start(rows).sample(self.task.cfg.max_new_tokens, self.stop_ids, self.params, generator)
+        row_inst = [instances[g] for g in range(len(instances)) for _ in range(n)]
+        answers = self.answer(self.engine.start(rows), row_inst, generator)
         groups: list[list[Rollout]] = [[] for _ in instances]
-        for r, comp in enumerate(comps):
+        for r, ans in enumerate(answers):
             g = r // n
-            groups[g].append(self._rollout(g, instances[g], rows[r], comp))
+            groups[g].append(self._rollout(g, instances[g], rows[r], ans))
         return groups
 
     def sample(self, instances: Sequence[Any], generator: torch.Generator) -> list[list[Rollout]]:
         return self.sample_plain(instances, self.cfg.group_size, generator)
 
 
+def resolve_stage1(cfg: SamplerConfig, task: Task) -> str:
+    """``auto`` is ``sketch`` for a task that defines one (the paper's two-stage form), else ``solution``."""
+    if cfg.stage1 == "auto":
+        return "sketch" if task.has_sketch() else "solution"
+    return cfg.stage1
+
+
 @register_sampler("sequential")
 class SequentialSampler(Sampler):
     def __init__(self, cfg: SamplerConfig, task: Task, policy: Policy, dtype: str = "float32") -> None:
         super().__init__(cfg, task, policy, dtype)
-        if cfg.stage1 == "sketch" and not task.has_sketch():
+        self.stage1 = resolve_stage1(cfg, task)
+        if self.stage1 == "sketch" and not task.has_sketch():
             raise ConfigError(f"task {task.name!r} defines no sketch; use sampler.stage1=solution")
         self.between = policy.encode(task.between) if task.between else []
 
-    def _chain(self, heads: list[list[int]], max_new: int, generator: torch.Generator) -> list[list[tuple]]:
+    def _chain(
+        self, heads: list[list[int]], draw: Callable[[Session], list[tuple[Completion, Any]]]
+    ) -> list[list[tuple[list[int], tuple[Completion, Any]]]]:
         """Draw G items per row one after another on one cache: item k continues right after item k-1 (+ between).
 
-        Returns, per row, G pairs (context_ids that drew the item, Completion).
+        Returns, per row, G pairs (context_ids that drew the item, what ``draw`` returned for that row).
         """
         session = self.engine.start(heads)
-        chains: list[list[tuple]] = [[] for _ in heads]
+        chains: list[list[tuple[list[int], tuple[Completion, Any]]]] = [[] for _ in heads]
         for k in range(self.cfg.group_size):
             if k > 0 and self.between:
                 session.extend([self.between] * len(heads))
             contexts = [list(t) for t in session.tokens]
-            comps = session.sample(max_new, self.stop_ids, self.params, generator)
-            for row, comp in enumerate(comps):
-                chains[row].append((contexts[row], comp))
+            for row, item in enumerate(draw(session)):
+                chains[row].append((contexts[row], item))
         return chains
 
     def sample(self, instances: Sequence[Any], generator: torch.Generator) -> list[list[Rollout]]:
         task = self.task
-        if self.cfg.stage1 == "solution":
+        if self.stage1 == "solution":
             heads = [self.encode_prompt(task.prompt(inst)) for inst in instances]
-            chains = self._chain(heads, task.cfg.max_new_tokens, generator)
-            return [
-                [self._rollout(g, instances[g], ctx, comp) for ctx, comp in chain] for g, chain in enumerate(chains)
-            ]
+            chains = self._chain(heads, lambda session: self.answer(session, instances, generator))
+            return [[self._rollout(g, instances[g], ctx, ans) for ctx, ans in chain] for g, chain in enumerate(chains)]
         # stage I: sequential sketches
         heads = [self.encode_prompt(task.sketch_head(inst)) for inst in instances]
-        chains = self._chain(heads, self.cfg.sketch_max_tokens, generator)
-        # stage II: every sketch expanded into m solutions, all in parallel
+
+        def draw_sketches(session: Session) -> list[tuple[Completion, None]]:
+            comps = session.sample(self.cfg.sketch_max_tokens, self.stop_ids, self.params, generator)
+            return [(c, None) for c in comps]
+
+        chains = self._chain(heads, draw_sketches)
+        # stage II: every sketch expanded into m solutions (episodes for multi-turn tasks), all in parallel
         m = self.cfg.solutions_per_sketch
-        rows, meta = [], []
+        rows, row_inst, meta = [], [], []
         for g, chain in enumerate(chains):
-            for sketch_ctx, sketch_comp in chain:
+            for sketch_ctx, (sketch_comp, _) in chain:
                 sketch = self.policy.decode(sketch_comp.ids)
                 solve_ids = self.encode_prompt(task.solve_prompt(instances[g], sketch))
                 for _ in range(m):
                     rows.append(solve_ids)
+                    row_inst.append(instances[g])
                     meta.append((g, sketch, sketch_ctx, sketch_comp))
-        comps = self.engine.start(rows).sample(task.cfg.max_new_tokens, self.stop_ids, self.params, generator)
+        answers = self.answer(self.engine.start(rows), row_inst, generator)
         groups: list[list[Rollout]] = [[] for _ in instances]
-        for r, comp in enumerate(comps):
+        for r, ans in enumerate(answers):
             g, sketch, sketch_ctx, sketch_comp = meta[r]
             groups[g].append(
                 self._rollout(
                     g,
                     instances[g],
                     rows[r],
-                    comp,
+                    ans,
                     sketch=sketch,
                     sketch_context_ids=sketch_ctx,
                     sketch_completion=sketch_comp,

@@ -26,11 +26,19 @@ class ScoringBatch:
     targets: torch.Tensor
     """(batch, T) completion token ids (pad beyond each row's length)."""
     response_mask: torch.Tensor
-    """(batch, T) 1.0 on completion tokens, up to and including the first stop token; 0.0 on padding. Built from
-    lengths, never from ``token != pad`` (a policy could otherwise learn to emit PAD and escape the loss)."""
+    """(batch, T) 1.0 on completion tokens, up to and including the first stop token; 0.0 on padding and on
+    teacher-forced observations. Built from lengths and the rollout's own policy mask, never from ``token != pad``
+    (a policy could otherwise learn to emit PAD and escape the loss)."""
 
 
-def build_batch(contexts: Sequence[Sequence[int]], completions: Sequence[Sequence[int]], pad_id: int) -> ScoringBatch:
+def build_batch(
+    contexts: Sequence[Sequence[int]],
+    completions: Sequence[Sequence[int]],
+    pad_id: int,
+    masks: Sequence[Sequence[bool] | None] | None = None,
+) -> ScoringBatch:
+    """``masks[i]`` (optional, per completion token) marks the tokens the loss covers: a multi-turn episode's policy
+    tokens, never its teacher-forced observations. None = every completion token."""
     n = len(contexts)
     lengths = [len(c) + len(y) for c, y in zip(contexts, completions, strict=True)]
     width = max(lengths)
@@ -47,7 +55,8 @@ def build_batch(contexts: Sequence[Sequence[int]], completions: Sequence[Sequenc
         if y:
             positions[i, : len(y)] = torch.arange(len(c) - 1, len(c) - 1 + len(y))
             targets[i, : len(y)] = torch.as_tensor(list(y), dtype=torch.long)
-            mask[i, : len(y)] = 1.0
+            own = masks[i] if masks is not None else None
+            mask[i, : len(y)] = 1.0 if own is None else torch.as_tensor(list(own), dtype=torch.float32)
     return ScoringBatch(ids, attn, positions, targets, mask)
 
 

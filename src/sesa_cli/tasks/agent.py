@@ -117,6 +117,8 @@ class Env(ABC):
         self.success = False
         self.history: list[str] = []
         """Every executed action, in order (the episode's solution key)."""
+        self.total_reward = 0.0
+        """Sum of the turn rewards so far (format penalties included)."""
 
     # ---------------------------------------------------------------- the task-specific part
     @abstractmethod
@@ -159,7 +161,13 @@ class Env(ABC):
         # RAGEN shows the penalty in the Reward line only when no action could be executed.
         shown = env_reward + (self.cfg.format_penalty if not known else 0.0)
         feedback = "" if self.done else self.task.feedback(self, shown)
+        self.total_reward += reward
         return Turn(feedback, reward, self.done, self.success, tuple(executed), valid)
+
+    def score(self) -> Score:
+        """The episode's verdict: reward = sum of turn rewards (RAGEN's ``use_turn_scores=False``, credited to the
+        whole trajectory), success = solved, key = the executed actions joined by ","."""
+        return Score(reward=self.total_reward, success=self.success, key=",".join(self.history) or None)
 
 
 class AgentTask(Task):
@@ -253,8 +261,9 @@ class AgentTask(Task):
         from dataclasses import asdict
 
         fields = {k: v for k, v in asdict(self.cfg).items() if k not in ("eval_instances", "max_new_tokens")}
-        # The corpus is played on this seed's training instances.
-        return {"name": self.name, "seed": self.seed, "cfg": fields, "v": 1}
+        # The corpus is played on seed 0's training instances whatever the run's seed, so every seed of a sweep
+        # starts from the same cached base (as runs of a pretrained model do).
+        return {"name": self.name, "cfg": fields, "v": 2}
 
     # ---------------------------------------------------------------- layouts
     def _turn_block(self, turn: int, state: str, actions_left: int) -> str:
@@ -308,15 +317,12 @@ class AgentTask(Task):
         """Play ``responses`` turn by turn from a fresh env: the text after the first context, and the score."""
         env = self.make_env(inst)
         parts: list[str] = []
-        total = 0.0
         for text in responses:
             turn = env.step(text)
             parts += [text, turn.feedback]
-            total += turn.reward
             if turn.done:
                 break
-        key = ",".join(env.history) or None
-        return "".join(parts), Score(reward=total, success=env.success, key=key)
+        return "".join(parts), env.score()
 
     def transcript(self, inst: Any, responses: Sequence[str]) -> tuple[str, Score]:
         """The runner's exact text ``prompt + sum_t(response_t + feedback_t)`` (stopping when done) and its Score.
@@ -402,6 +408,8 @@ class AgentTask(Task):
         * 25% lists of 1..sketch_list_max distinct random plans ``sketch_head + s1 + between + s2 ...``;
         * 25% sketch -> solution: ``solve_prompt(inst, s)`` + the episode that plays the plan, then random moves.
         """
+        if self.seed != 0:
+            return type(self)(self.cfg, 0).warm_start_corpus(rng, n)
         out: list[str] = []
         for _ in range(n):
             inst = self.instance("train", rng.randrange(self.warm_pool))

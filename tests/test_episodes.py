@@ -1,0 +1,105 @@
+"""Multi-turn rollouts: episodes are the task's own transcript, observations stay out of the loss, both samplers."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import torch
+
+from sesa_cli.rollout.samplers import make_sampler
+from sesa_cli.rollout.scoring import build_batch
+
+
+def _sampler(setup, **kw):
+    cfg, task, policy = setup
+    return make_sampler(replace(cfg.sampler, **kw), task, policy), task, policy
+
+
+def _segments(policy, comp):
+    """The trajectory split into (is_policy, text) runs."""
+    out: list[tuple[bool, list[int]]] = []
+    for tok, m in zip(comp.ids, comp.mask, strict=True):
+        if out and out[-1][0] == m:
+            out[-1][1].append(tok)
+        else:
+            out.append((m, [tok]))
+    return [(m, policy.decode(ids)) for m, ids in out]
+
+
+def test_episode_is_the_tasks_transcript(frozenlake_setup):
+    sampler, task, policy = _sampler(frozenlake_setup, name="parallel", group_size=8)
+    instances = [task.instance("train", i) for i in range(3)]
+    groups = sampler.sample(instances, torch.Generator().manual_seed(0))
+    turns_seen = set()
+    for inst, group in zip(instances, groups, strict=True):
+        for r in group:
+            segs = _segments(policy, r.completion)
+            responses = [text for m, text in segs if m]
+            assert segs[0][0]  # the trajectory starts with a response
+            text, score = task.transcript(inst, responses)
+            # context + trajectory is exactly the runner text of the task (prompt, responses, feedback)
+            assert policy.decode(r.context_ids + r.completion.ids) == text
+            assert r.score == score
+            # the policy mask covers exactly the responses; feedback is never a policy token
+            assert r.completion.n_sampled == sum(len(policy.encode(t)) for t in responses)
+            assert all(lp == 0.0 for lp, m in zip(r.completion.logps, r.completion.mask, strict=True) if not m)
+            assert len(r.completion.policy_entropies) == r.completion.n_sampled
+            turns_seen.add(len(responses))
+    assert max(turns_seen) > 1  # some episodes ran several turns
+
+
+def test_feedback_is_exactly_the_environment_text(frozenlake_setup):
+    sampler, task, policy = _sampler(frozenlake_setup, name="parallel", group_size=8)
+    inst = task.instance("train", 7)
+    for r in sampler.sample([inst], torch.Generator().manual_seed(1))[0]:
+        env = task.make_env(inst)
+        for is_policy, text in _segments(policy, r.completion):
+            if is_policy:
+                turn = env.step(text)
+            else:
+                assert text == turn.feedback  # a feedback run always follows a response
+        assert env.done
+
+
+def test_loss_mask_excludes_observations(frozenlake_setup):
+    sampler, _task, policy = _sampler(frozenlake_setup, name="parallel", group_size=8)
+    rows = [r for g in sampler.sample([_task.instance("train", 1)], torch.Generator().manual_seed(2)) for r in g]
+    batch = build_batch([r.prompt_ids for r in rows], [r.completion.ids for r in rows],
+                        policy.tokenizer.pad_token_id, [r.completion.mask for r in rows])  # fmt: skip
+    for i, r in enumerate(rows):
+        n = len(r.completion.ids)
+        assert batch.response_mask[i, :n].tolist() == [float(m) for m in r.completion.mask]
+        assert batch.response_mask[i, n:].sum() == 0
+    assert any(not all(r.completion.mask) for r in rows)
+
+
+def test_sequential_episode_k_continues_after_the_earlier_episodes(frozenlake_setup):
+    sampler, task, policy = _sampler(frozenlake_setup, name="sequential", stage1="solution", group_size=3)
+    instances = [task.instance("train", i) for i in range(2)]
+    groups = sampler.sample(instances, torch.Generator().manual_seed(0))
+    between = policy.encode(task.between) if task.between else []
+    for inst, group in zip(instances, groups, strict=True):
+        x = sampler.encode_prompt(task.prompt(inst))
+        for k, r in enumerate(group):
+            expected = list(x)
+            for earlier in group[:k]:
+                expected += earlier.completion.ids + between
+            assert r.context_ids == expected
+            assert r.prompt_ids == x
+            responses = [t for m, t in _segments(policy, r.completion) if m]
+            assert r.score == task.transcript(inst, responses)[1]
+
+
+def test_agent_sketches_are_plans_placed_in_the_first_turn(frozenlake_setup):
+    sampler, task, _policy = _sampler(frozenlake_setup, name="sequential", stage1="auto", group_size=4)
+    assert sampler.stage1 == "sketch"
+    inst = task.instance("train", 3)
+    (group,) = sampler.sample([inst], torch.Generator().manual_seed(0))
+    head = sampler.encode_prompt(task.sketch_head(inst))
+    for k, r in enumerate(group):
+        expected = list(head)
+        for earlier in group[:k]:
+            expected += earlier.sketch_completion.ids
+        assert r.sketch_context_ids == expected
+        assert r.context_ids == sampler.encode_prompt(task.solve_prompt(inst, r.sketch))
+        assert r.prompt_ids == sampler.encode_prompt(task.prompt(inst))

@@ -84,3 +84,25 @@ def test_multirun_sweep_then_diversity_report(monkeypatch, tmp_path, tiny_overri
     for name in ("summary.csv", "report.md", "report.html", "success.png", "entropy.png"):
         assert (out / name).is_file(), name
     assert "sampler=sequential" in (out / "summary.csv").read_text()
+
+
+def test_frozenlake_train_both_samplers_then_eval(monkeypatch, tmp_path, cache_dir, frozenlake_setup):
+    """The default task end to end: multi-turn episodes through the CLI with each sampler, then sesa eval."""
+    from tests.conftest import FROZENLAKE
+
+    sweep = tmp_path / "sweep"
+    argv = ["train", "-m", *FROZENLAKE, f"model.cache_dir={cache_dir}", *SMALL, "sampler=parallel,sequential",
+            "train.steps=2", "train.eval_every=0", f"hydra.sweep.dir={sweep}"]  # fmt: skip
+    assert run_cli(argv, monkeypatch) == 0
+    for job in ("0", "1"):
+        rows = _read_jsonl(sweep / job / "metrics.jsonl")
+        assert [r["step"] for r in rows if "train/reward_mean" in r] == [1, 2]
+        assert rows[-1]["eval/valid"] >= 0.0
+        dump = _read_jsonl(sweep / job / "samples" / "step_000002.jsonl")
+        assert all("\n:" in r["context"] for r in dump)  # compact FrozenLake turn layout
+    out = tmp_path / "eval"
+    argv = ["eval", f"ckpt={sweep / '1'}", "eval.n=4", "eval.instances=2", f"hydra.run.dir={out}"]
+    assert run_cli(argv, monkeypatch) == 0
+    samples = _read_jsonl(out / "samples.jsonl")
+    assert len(samples) == 8
+    assert all(s["key"] is None or set(s["key"].split(",")) <= {"Left", "Down", "Right", "Up"} for s in samples)

@@ -24,8 +24,10 @@ def test_option_composes(group, option):
 
 def test_defaults_are_the_documented_ones():
     cfg = compose_train([])
-    assert (cfg.model.name, cfg.task.name, cfg.sampler.name, cfg.algo.name) == ("tiny", "path", "sequential", "grpo")
-    assert cfg.task.target_seed == cfg.seed
+    names = (cfg.model.name, cfg.task.name, cfg.sampler.name, cfg.algo.name)
+    assert names == ("tiny", "frozenlake", "sequential", "grpo")
+    assert cfg.sampler.stage1 == "auto"  # = sketch (plans) for frozenlake
+    assert compose_train(["task=path"]).task.target_seed == cfg.seed
 
 
 def test_targets_follow_the_seed():

@@ -24,7 +24,7 @@ def test_help_lists_every_command(monkeypatch, capsys):
         (["train", "sampler=nope"], "sampler=nope is not a sampler option; choose one of: parallel, sequential"),
         (["train", "task.foo=1"], "unknown key 'task.foo'; valid keys under 'task': "),
         (["train", "train.steps=abc"], "train.steps: Value 'abc' of type 'str' could not be converted to Integer"),
-        (["train", "sampler.stage1=x"], "sampler.stage1='x' is not valid; choose one of: solution, sketch"),
+        (["train", "sampler.stage1=x"], "sampler.stage1='x' is not valid; choose one of: auto, sketch, solution"),
         (["train", "-m", "sampler=parallel,nope"], "sampler=nope is not a sampler option"),
         (["train", "sampler.group_size=1"], "sampler.group_size must be >= 2"),
     ],
@@ -37,7 +37,7 @@ def test_bad_input_is_one_line_and_exit_2(monkeypatch, capsys, argv, expected):
 
 
 def test_cfg_job_passes_through_to_hydra(monkeypatch, capsys):
-    assert run_cli(["train", "--cfg", "job", "sampler=parallel", "seed=7"], monkeypatch) == 0
+    assert run_cli(["train", "--cfg", "job", "task=path", "sampler=parallel", "seed=7"], monkeypatch) == 0
     out = capsys.readouterr().out
     assert "name: parallel" in out
     assert "seed: 7" in out

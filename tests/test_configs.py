@@ -31,7 +31,7 @@ def test_defaults_are_the_documented_ones():
 
 
 def test_targets_follow_the_seed():
-    assert compose_train(["seed=3"]).task.target_seed == 3
+    assert compose_train(["task=path", "seed=3"]).task.target_seed == 3
 
 
 def test_cross_field_errors_name_the_field():

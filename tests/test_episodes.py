@@ -103,3 +103,35 @@ def test_agent_sketches_are_plans_placed_in_the_first_turn(frozenlake_setup):
         assert r.sketch_context_ids == expected
         assert r.context_ids == sampler.encode_prompt(task.solve_prompt(inst, r.sketch))
         assert r.prompt_ids == sampler.encode_prompt(task.prompt(inst))
+
+
+def test_update_raises_the_logprob_of_successful_episodes(frozenlake_setup, tmp_path):
+    """The RL signal through multi-turn episodes: one update makes the policy tokens of successful episodes more
+    likely and those of failed episodes in the same groups less likely (observations never enter the loss)."""
+    import copy
+
+    from sesa_cli.rollout.scoring import completion_logps
+    from sesa_cli.runs import RunDir
+    from sesa_cli.trainer import Trainer
+
+    cfg, task, policy = frozenlake_setup
+    cfg = replace(cfg, sampler=replace(cfg.sampler, name="parallel"), algo=replace(cfg.algo, lr=1e-4))
+    trainer = Trainer(cfg, task, copy.deepcopy(policy), RunDir(tmp_path / "run"))
+    groups, _ = trainer._draw_batch()
+    mixed = [g for g in groups if any(r.score.success for r in g) and not all(r.score.success for r in g)]
+    good = [r for g in mixed for r in g if r.score.success]
+    bad = [r for g in mixed for r in g if not r.score.success]
+    assert good
+    assert bad
+
+    def mean_logp(rows) -> float:
+        batch = build_batch([r.prompt_ids for r in rows], [r.completion.ids for r in rows],
+                            policy.tokenizer.pad_token_id, [r.completion.mask for r in rows])  # fmt: skip
+        with torch.no_grad():
+            logps, _ = completion_logps(trainer.model, batch)
+        return float((logps * batch.response_mask).sum(1).mean())
+
+    before_good, before_bad = mean_logp(good), mean_logp(bad)
+    trainer._update(trainer._loss_inputs(groups))
+    assert mean_logp(good) > before_good
+    assert mean_logp(bad) < before_bad

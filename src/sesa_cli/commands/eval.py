@@ -24,7 +24,7 @@ def run(cfg: EvalConfig, run_dir: Path, overrides: list[str] | None = None) -> d
     from rich.table import Table
 
     from sesa_cli.evaluation import draw, sample_records, summarize
-    from sesa_cli.models.loading import load_policy, load_pretrained_dir
+    from sesa_cli.models.loading import load_checkpoint, load_policy
     from sesa_cli.rollout.samplers import make_sampler
     from sesa_cli.runs import RunDir, atomic_write_text, resolve_checkpoint
     from sesa_cli.tasks.base import make_task
@@ -33,7 +33,7 @@ def run(cfg: EvalConfig, run_dir: Path, overrides: list[str] | None = None) -> d
     run = RunDir(run_dir)
     task = make_task(cfg.task, cfg.seed)
     ckpt = resolve_checkpoint(cfg.ckpt) if cfg.ckpt else None
-    policy = load_pretrained_dir(ckpt, cfg.device) if ckpt else load_policy(cfg.model, task, cfg.device)
+    policy = load_checkpoint(ckpt, cfg.model, task, cfg.device) if ckpt else load_policy(cfg.model, task, cfg.device)
     run.write_run_info("eval", overrides or [], parent=str(ckpt) if ckpt else None)
     sampler = make_sampler(cfg.sampler, task, policy, cfg.model.dtype)
     instances = [task.instance("val", i) for i in range(cfg.eval.instances)]

@@ -47,7 +47,7 @@ def pick_checkpoint(path: str, step: str) -> Path:
 
 def run(cfg: ReviveConfig, run_dir: Path, overrides: list[str] | None = None) -> dict[str, Any]:
     from sesa_cli.commands.train import fit
-    from sesa_cli.models.loading import load_pretrained_dir
+    from sesa_cli.models.loading import load_checkpoint
     from sesa_cli.runs import RunDir, read_metrics, run_dir_of_checkpoint
     from sesa_cli.tasks.base import make_task
     from sesa_cli.trainer import Trainer
@@ -66,7 +66,7 @@ def run(cfg: ReviveConfig, run_dir: Path, overrides: list[str] | None = None) ->
     for row in history:
         run.log_metrics({**row, "revive/parent": 1})
     task = make_task(cfg.task, cfg.seed)
-    policy = load_pretrained_dir(ckpt, cfg.device)
+    policy = load_checkpoint(ckpt, cfg.model, task, cfg.device)
     trainer = Trainer(cfg, task, policy, run)
     trainer.load_checkpoint(ckpt)
     log.info("reviving %s at step %d with overrides %s", ckpt, start, overrides)

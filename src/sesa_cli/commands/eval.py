@@ -10,7 +10,13 @@ from typing import Any
 import hydra
 from omegaconf import DictConfig
 
-from sesa_cli.commands.common import hydra_context, resolved_yaml, seed_everything, user_errors
+from sesa_cli.commands.common import (
+    hydra_context,
+    joblib_cpu_budget,
+    resolved_yaml,
+    seed_everything,
+    user_errors,
+)
 from sesa_cli.config import EvalConfig, conf_dir, register_configs, to_object
 
 log = logging.getLogger("sesa.eval")
@@ -66,6 +72,7 @@ def main(cfg: DictConfig) -> None:
     from sesa_cli.runs import resolve_checkpoint, run_dir_of_checkpoint
 
     with user_errors("eval"):
+        joblib_cpu_budget()
         run_dir, overrides = hydra_context()
         if cfg.get("ckpt"):
             ckpt = resolve_checkpoint(cfg.ckpt)

@@ -16,7 +16,13 @@ from typing import Any
 import hydra
 from omegaconf import DictConfig
 
-from sesa_cli.commands.common import hydra_context, resolved_yaml, seed_everything, user_errors
+from sesa_cli.commands.common import (
+    hydra_context,
+    joblib_cpu_budget,
+    resolved_yaml,
+    seed_everything,
+    user_errors,
+)
 from sesa_cli.config import ConfigError, ReviveConfig, conf_dir, register_configs
 
 log = logging.getLogger("sesa.revive")
@@ -79,6 +85,7 @@ def main(cfg: DictConfig) -> None:
     from sesa_cli.runs import run_dir_of_checkpoint
 
     with user_errors("revive"):
+        joblib_cpu_budget()
         run_dir, overrides = hydra_context()
         ckpt = pick_checkpoint(str(cfg.ckpt), str(cfg.step))
         config = reload_config("revive", run_dir_of_checkpoint(ckpt) / "config.yaml", overrides)

@@ -9,7 +9,13 @@ from typing import Any
 import hydra
 from omegaconf import DictConfig
 
-from sesa_cli.commands.common import hydra_context, resolved_yaml, seed_everything, user_errors
+from sesa_cli.commands.common import (
+    hydra_context,
+    joblib_cpu_budget,
+    resolved_yaml,
+    seed_everything,
+    user_errors,
+)
 from sesa_cli.config import TrainConfig, conf_dir, register_configs, to_object
 
 log = logging.getLogger("sesa.train")
@@ -75,6 +81,7 @@ def fit(trainer: Any, run_dir: Path, show_progress: bool = True) -> dict[str, An
 def main(cfg: DictConfig) -> float | None:
     with user_errors("train"):
         config = to_object(cfg)
+        joblib_cpu_budget()
         run_dir, overrides = hydra_context()
         final = run(config, run_dir, overrides, resolved_yaml(cfg))
         value = final.get("eval/success")

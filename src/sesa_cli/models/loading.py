@@ -141,4 +141,9 @@ def load_checkpoint(ckpt: Path, cfg: ModelConfig, task: Task, device: str = "cpu
 def enable_gradient_checkpointing(model: PreTrainedModel) -> None:
     """Recompute each decoder layer in backward (non-reentrant, so frozen inputs under LoRA need no grad hook).
     Active only in train mode: sampling (eval mode) is unaffected."""
-    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    kwargs = {"use_reentrant": False}
+    enable = getattr(model, "activation_checkpointing_enable", None)  # transformers >= 5.x name
+    if enable is not None:
+        enable(kwargs)
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)

@@ -296,3 +296,19 @@ def test_smollm2_exports_once_and_renders_chat_prompts(tmp_path: Path) -> None:
     assert text.startswith("<|im_start|>system\n")
     assert text.endswith("<|im_start|>assistant\n<think>")
     assert sampler.engine.stop_fn is not None  # "</answer>" is several BPE tokens
+
+
+def test_draw_in_chunks_of_max_rows(path_setup) -> None:
+    from sesa_cli.evaluation import draw
+    from sesa_cli.rollout.samplers import ParallelSampler
+
+    cfg, task, policy = path_setup
+    sampler = ParallelSampler(cfg.sampler, task, policy)
+    instances = [task.instance("val", i) for i in range(3)]
+    calls: list[int] = []
+    plain = sampler.sample_plain
+    sampler.sample_plain = lambda inst, n, gen: calls.append(len(inst)) or plain(inst, n, gen)  # type: ignore[method-assign]
+    groups = draw(sampler, instances, 2, torch.Generator().manual_seed(0), max_rows=4)
+    assert calls == [2, 1]  # at most 4 rows = 2 instances x 2 samples per call
+    assert [len(g) for g in groups] == [2, 2, 2]
+    assert [g[0].inst for g in groups] == instances

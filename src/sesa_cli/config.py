@@ -86,11 +86,17 @@ class ModelConfig:
     )
     """Names of the linear modules that get adapters (Llama/Qwen2 naming)."""
     gradient_checkpointing: bool = False
-    """Recompute decoder-layer activations in backward instead of storing them (less memory, ~30% more time)."""
+    """Recompute decoder-layer activations in backward instead of storing them (less memory; on SmolLM2 here it cost
+    no measurable time, see bench/memory.py)."""
+    max_batch_rows: int = 0
+    """Evaluation draws at most this many rows (instances x samples) at once; 0 = all at once. Bounds the KV cache
+    and prefill memory of real models (countdown's 16 x 64 evaluation rows with SmolLM2 would need > 10 GB)."""
 
     def __post_init__(self) -> None:
         _choice(self.dtype, "model.dtype", ("float32", "bfloat16"))
         _choice(self.prompt_style, "model.prompt_style", ("compact", "chat"))
+        if self.max_batch_rows < 0:
+            raise ConfigError("model.max_batch_rows must be >= 0 (0 = no limit)")
         if self.lora_rank < 1:
             raise ConfigError("model.lora_rank must be >= 1")
         if not 0 <= self.lora_dropout < 1:

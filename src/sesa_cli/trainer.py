@@ -269,7 +269,7 @@ class Trainer:
         n_inst = self.task.cfg.eval_instances
         instances = [self.task.instance("val", i) for i in range(n_inst)]
         gen = torch.Generator().manual_seed(10_000 + self.cfg.seed)  # same eval draws at every step of a run
-        groups = draw(self.eval_sampler, instances, self.cfg.train.eval_samples, gen)
+        groups = draw(self.eval_sampler, instances, self.cfg.train.eval_samples, gen, self.cfg.model.max_batch_rows)
         return {"step": self.step, **summarize(self.task, groups)}
 
     # ------------------------------------------------------------------ checkpoints

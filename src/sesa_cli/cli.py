@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import difflib
+import os
 import sys
 from importlib import import_module
 
@@ -65,6 +66,10 @@ def main(argv: list[str] | None = None) -> None:
     if issue is not None:
         fail(f"not built yet (issue #{issue})", name)
     rest = args[1:]
+    if os.environ.get("RANK", "0") != "0":
+        # A data-parallel replica other than rank 0 (accelerate launch / torchrun): rank 0 owns the run dir, so this
+        # one writes no .hydra/ files or log file there (sesa_cli.distributed).
+        rest = [*rest, "hydra.output_subdir=null", "hydra/job_logging=disabled"]
     from sesa_cli.commands.validate import validate_argv
 
     problem = validate_argv(module_name, rest)

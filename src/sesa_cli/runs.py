@@ -109,6 +109,34 @@ class RunDir:
         return final
 
 
+class ReplicaRunDir(RunDir):
+    """What a data-parallel rank other than 0 gets: the same paths, but it writes nothing (rank 0 owns the run dir;
+    see sesa_cli.distributed)."""
+
+    def __init__(self, path: Path) -> None:  # no mkdir
+        self.path = Path(path)
+        self.metrics_path = self.path / "metrics.jsonl"
+        self.checkpoints = self.path / "checkpoints"
+
+    def write_config(self, resolved_yaml: str) -> None:
+        pass
+
+    def write_run_info(self, command: str, overrides: list[str], parent: str | None = None, **extra: Any) -> None:
+        pass
+
+    def log_metrics(self, row: dict[str, Any]) -> None:
+        pass
+
+    def write_csv(self) -> None:
+        pass
+
+    def dump_samples(self, step: int, records: Iterable[dict[str, Any]]) -> None:
+        pass
+
+    def begin_checkpoint(self, step: int) -> Path:
+        raise RuntimeError("only rank 0 writes checkpoints")
+
+
 def read_metrics(path: Path) -> list[dict[str, Any]]:
     """Rows of a metrics.jsonl; a truncated last line (a run killed mid-write) is ignored."""
     rows = []

@@ -20,8 +20,10 @@ import torch
 from sesa_cli import algos
 from sesa_cli import metrics as M
 from sesa_cli.config import TrainConfig
+from sesa_cli.distributed import SingleProcess
 from sesa_cli.evaluation import draw, sample_records, summarize
 from sesa_cli.models.loading import Policy
+from sesa_cli.models.lora import is_lora, reference
 from sesa_cli.rollout.samplers import ParallelSampler, Rollout, make_sampler
 from sesa_cli.rollout.scoring import ScoringBatch, build_batch, completion_logps
 from sesa_cli.runs import RunDir
@@ -39,24 +41,32 @@ class NonFiniteLossError(RuntimeError):
 class Trainer:
     """Owns the policy, optimizer, samplers and run dir of one training run."""
 
-    def __init__(self, cfg: TrainConfig, task: Task, policy: Policy, run: RunDir) -> None:
+    def __init__(
+        self, cfg: TrainConfig, task: Task, policy: Policy, run: RunDir, dist: SingleProcess | None = None
+    ) -> None:
         self.cfg = cfg
         self.task = task
         self.policy = policy
         self.run = run
         self.model = policy.model
+        # Data parallelism (sesa_cli.distributed): one process by default, where every call below is the identity.
+        self.dist = dist or SingleProcess()
+        self.local_batch = self.dist.local_batch(cfg.train.batch_size)
+        self.dist.broadcast_parameters(self.model)
         dtype = cfg.model.dtype
         self.sampler = make_sampler(cfg.sampler, task, policy, dtype)
         self.eval_sampler = ParallelSampler(cfg.sampler, task, policy, dtype)
+        self.trainable = [p for p in self.model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(
-            [p for p in self.model.parameters() if p.requires_grad],
+            self.trainable,
             lr=cfg.algo.lr,
             weight_decay=cfg.train.weight_decay,
         )
         self.ref_model = None
-        if cfg.algo.kl_coef > 0:
+        if cfg.algo.kl_coef > 0 and not is_lora(self.model):
+            # LoRA needs no copy: its reference is the same model with the adapter disabled (see _ref_logps).
             self.ref_model = copy.deepcopy(self.model).eval().requires_grad_(False)
-        self.generator = torch.Generator().manual_seed(cfg.seed)
+        self.generator = torch.Generator().manual_seed(self.dist.seed(cfg.seed))
         self.step = 0
         self.next_instance = 0
         self.found_targets: set[str] = set()
@@ -72,12 +82,14 @@ class Trainer:
     # ------------------------------------------------------------------ sampling
     def _draw_batch(self) -> tuple[list[list[Rollout]], int]:
         """B groups; with DAPO dynamic sampling, zero-std groups are dropped and refilled (capped, counted)."""
-        b = self.cfg.train.batch_size
+        b = self.local_batch
         kept: list[list[Rollout]] = []
         rounds = 0
         while True:
             need = b - len(kept)
-            instances = [self.task.instance("train", self.next_instance + i) for i in range(need)]
+            instances = [
+                self.task.instance("train", self.dist.instance_index(self.next_instance + i)) for i in range(need)
+            ]
             self.next_instance += need
             groups = self.sampler.sample(instances, self.generator)
             if not self.cfg.algo.dynamic_sampling:
@@ -157,10 +169,7 @@ class Trainer:
             seq_weights = torch.exp(log_w).clamp(max=scfg.is_clip)
             stats["is/weight_mean"] = float(seq_weights[: inputs["n_solutions"]].mean())
             stats["is/weight_max"] = float(seq_weights[: inputs["n_solutions"]].max())
-        ref = None
-        if self.ref_model is not None:
-            with torch.no_grad():
-                ref, _ = completion_logps(self.ref_model, batch, temp, dtype=cfg.model.dtype)
+        ref = self._ref_logps(batch) if cfg.algo.kl_coef > 0 else None
         advantages = inputs["advantages"]
         sums: dict[str, list[float]] = {}
         self.model.train()
@@ -177,7 +186,7 @@ class Trainer:
                     seq_weights=None if seq_weights is None else seq_weights[chunk],
                     norm_constant=self.norm_constant,
                 )  # fmt: skip
-                if not torch.isfinite(loss):
+                if not self.dist.all_finite(loss):
                     self.nonfinite += 1
                     log.warning("non-finite loss at step %d: update skipped", self.step)
                     if self.nonfinite >= cfg.train.max_nonfinite:
@@ -189,6 +198,7 @@ class Trainer:
                 self.nonfinite = 0
                 self.optimizer.zero_grad(set_to_none=True)
                 loss.backward()
+                self.dist.average_gradients(self.trainable)
                 grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.algo.max_grad_norm)
                 self._set_lr()
                 self.optimizer.step()
@@ -199,6 +209,15 @@ class Trainer:
         self.model.eval()
         stats.update({f"loss/{k}": float(np.mean(v)) for k, v in sums.items()})
         return stats
+
+    def _ref_logps(self, batch: ScoringBatch) -> torch.Tensor:
+        """(batch, T) log-probs under the KL reference: the initial weights, or for LoRA the adapter disabled."""
+        temp, dtype = self.cfg.sampler.temperature, self.cfg.model.dtype
+        with torch.no_grad():
+            if self.ref_model is not None:
+                return completion_logps(self.ref_model, batch, temp, dtype=dtype)[0]
+            with reference(self.model) as ref_model:
+                return completion_logps(ref_model, batch, temp, dtype=dtype)[0]
 
     def _set_lr(self) -> None:
         warm = self.cfg.train.warmup_steps
@@ -236,6 +255,7 @@ class Trainer:
         row.update(self._update(self._loss_inputs(groups)))
         t_update = time.perf_counter() - t1
         self.step += 1
+        row = self.dist.mean_metrics(row)
         flagged = self.monitor.update(self.step, row["train/distinct_correct"], row["train/entropy"])
         row["collapse/flag"] = int(flagged)
         row["time/sample_s"] = t_sample
@@ -246,14 +266,19 @@ class Trainer:
 
     # ------------------------------------------------------------------ evaluation
     def evaluate(self) -> dict[str, Any]:
+        if not self.dist.is_main:  # the replicas are identical: rank 0 evaluates for all
+            return {"step": self.step}
         n_inst = self.task.cfg.eval_instances
         instances = [self.task.instance("val", i) for i in range(n_inst)]
         gen = torch.Generator().manual_seed(10_000 + self.cfg.seed)  # same eval draws at every step of a run
-        groups = draw(self.eval_sampler, instances, self.cfg.train.eval_samples, gen)
+        groups = draw(self.eval_sampler, instances, self.cfg.train.eval_samples, gen, self.cfg.model.max_batch_rows)
         return {"step": self.step, **summarize(self.task, groups)}
 
     # ------------------------------------------------------------------ checkpoints
     def save_checkpoint(self) -> Path:
+        """Weights (or the LoRA adapter only), tokenizer, optimizer, RNG and trainer state; rank 0 writes."""
+        if not self.dist.is_main:
+            return self.run.checkpoint_dir(self.step)
         tmp = self.run.begin_checkpoint(self.step)
         self.model.save_pretrained(tmp)
         self.policy.tokenizer.save_pretrained(tmp)
@@ -314,6 +339,7 @@ class Trainer:
         ev = self.evaluate()
         self.run.log_metrics(ev)
         self.save_checkpoint()
+        self.dist.barrier()
         return {**last, **ev}
 
 

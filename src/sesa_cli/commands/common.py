@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import random
 import sys
 from collections.abc import Iterator
@@ -53,3 +54,27 @@ def resolved_yaml(cfg: Any) -> str:
     if not isinstance(cfg, dict) and not OmegaConf.is_config(cfg):
         cfg = OmegaConf.structured(cfg)
     return OmegaConf.to_yaml(cfg, resolve=True)
+
+
+def joblib_cpu_budget() -> int | None:
+    """Under ``hydra/launcher=joblib``, give this job its share of the CPUs: cpus // n_jobs torch threads.
+
+    joblib's loky workers already export OMP_NUM_THREADS = cpus // n_jobs; this makes it explicit for torch's
+    intra-op pool (a job that spun up every core's OpenMP threads would starve its neighbours: on a 2-core machine
+    2 jobs x 2 threads run slower than 2 x 1). Returns the thread count, or None when not in a joblib sweep.
+    """
+    from hydra.core.hydra_config import HydraConfig
+
+    launcher = HydraConfig.get().launcher
+    if "JoblibLauncher" not in str(launcher.get("_target_", "")):
+        return None
+    import torch
+
+    cpus = os.cpu_count() or 1
+    n_jobs = int(launcher.get("n_jobs") or -1)
+    if n_jobs < 0:  # joblib: -1 = all cpus, -2 = all but one, ...
+        n_jobs = max(1, cpus + 1 + n_jobs)
+    threads = max(1, cpus // n_jobs)
+    torch.set_num_threads(threads)
+    log.info("joblib sweep job: %d of %d cpus (n_jobs=%d)", threads, cpus, n_jobs)
+    return threads

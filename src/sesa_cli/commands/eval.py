@@ -10,7 +10,13 @@ from typing import Any
 import hydra
 from omegaconf import DictConfig
 
-from sesa_cli.commands.common import hydra_context, resolved_yaml, seed_everything, user_errors
+from sesa_cli.commands.common import (
+    hydra_context,
+    joblib_cpu_budget,
+    resolved_yaml,
+    seed_everything,
+    user_errors,
+)
 from sesa_cli.config import EvalConfig, conf_dir, register_configs, to_object
 
 log = logging.getLogger("sesa.eval")
@@ -24,7 +30,7 @@ def run(cfg: EvalConfig, run_dir: Path, overrides: list[str] | None = None) -> d
     from rich.table import Table
 
     from sesa_cli.evaluation import draw, sample_records, summarize
-    from sesa_cli.models.loading import load_policy, load_pretrained_dir
+    from sesa_cli.models.loading import load_checkpoint, load_policy
     from sesa_cli.rollout.samplers import make_sampler
     from sesa_cli.runs import RunDir, atomic_write_text, resolve_checkpoint
     from sesa_cli.tasks.base import make_task
@@ -33,11 +39,11 @@ def run(cfg: EvalConfig, run_dir: Path, overrides: list[str] | None = None) -> d
     run = RunDir(run_dir)
     task = make_task(cfg.task, cfg.seed)
     ckpt = resolve_checkpoint(cfg.ckpt) if cfg.ckpt else None
-    policy = load_pretrained_dir(ckpt, cfg.device) if ckpt else load_policy(cfg.model, task, cfg.device)
+    policy = load_checkpoint(ckpt, cfg.model, task, cfg.device) if ckpt else load_policy(cfg.model, task, cfg.device)
     run.write_run_info("eval", overrides or [], parent=str(ckpt) if ckpt else None)
     sampler = make_sampler(cfg.sampler, task, policy, cfg.model.dtype)
     instances = [task.instance("val", i) for i in range(cfg.eval.instances)]
-    groups = draw(sampler, instances, cfg.eval.n, torch.Generator().manual_seed(cfg.seed))
+    groups = draw(sampler, instances, cfg.eval.n, torch.Generator().manual_seed(cfg.seed), cfg.model.max_batch_rows)
     metrics: dict[str, Any] = {"step": _ckpt_step(ckpt), **summarize(task, groups)}
     metrics.update({"eval/n": cfg.eval.n, "eval/instances": cfg.eval.instances, "ckpt": str(ckpt) if ckpt else None})
     records = sample_records(groups, policy.decode)
@@ -66,6 +72,7 @@ def main(cfg: DictConfig) -> None:
     from sesa_cli.runs import resolve_checkpoint, run_dir_of_checkpoint
 
     with user_errors("eval"):
+        joblib_cpu_budget()
         run_dir, overrides = hydra_context()
         if cfg.get("ckpt"):
             ckpt = resolve_checkpoint(cfg.ckpt)

@@ -16,7 +16,13 @@ from typing import Any
 import hydra
 from omegaconf import DictConfig
 
-from sesa_cli.commands.common import hydra_context, resolved_yaml, seed_everything, user_errors
+from sesa_cli.commands.common import (
+    hydra_context,
+    joblib_cpu_budget,
+    resolved_yaml,
+    seed_everything,
+    user_errors,
+)
 from sesa_cli.config import ConfigError, ReviveConfig, conf_dir, register_configs
 
 log = logging.getLogger("sesa.revive")
@@ -47,8 +53,9 @@ def pick_checkpoint(path: str, step: str) -> Path:
 
 def run(cfg: ReviveConfig, run_dir: Path, overrides: list[str] | None = None) -> dict[str, Any]:
     from sesa_cli.commands.train import fit
-    from sesa_cli.models.loading import load_pretrained_dir
-    from sesa_cli.runs import RunDir, read_metrics, run_dir_of_checkpoint
+    from sesa_cli.distributed import replicas
+    from sesa_cli.models.loading import load_checkpoint
+    from sesa_cli.runs import ReplicaRunDir, RunDir, read_metrics, run_dir_of_checkpoint
     from sesa_cli.tasks.base import make_task
     from sesa_cli.trainer import Trainer
 
@@ -56,8 +63,9 @@ def run(cfg: ReviveConfig, run_dir: Path, overrides: list[str] | None = None) ->
     state = json.loads((ckpt / "trainer_state.json").read_text())
     start = int(state["step"])
     cfg = replace(cfg, train=replace(cfg.train, steps=start + cfg.more_steps))
+    dist = replicas(cfg.device)  # one process unless started by `accelerate launch` (sesa_cli.distributed)
     seed_everything(cfg.seed)
-    run = RunDir(run_dir)
+    run = RunDir(run_dir) if dist.is_main else ReplicaRunDir(run_dir)
     run.write_config(resolved_yaml(cfg))
     parent_run = run_dir_of_checkpoint(ckpt)
     run.write_run_info("revive", overrides or [], parent=str(ckpt), parent_step=start, parent_run=str(parent_run))
@@ -66,11 +74,11 @@ def run(cfg: ReviveConfig, run_dir: Path, overrides: list[str] | None = None) ->
     for row in history:
         run.log_metrics({**row, "revive/parent": 1})
     task = make_task(cfg.task, cfg.seed)
-    policy = load_pretrained_dir(ckpt, cfg.device)
-    trainer = Trainer(cfg, task, policy, run)
+    policy = load_checkpoint(ckpt, cfg.model, task, dist.device or cfg.device)
+    trainer = Trainer(cfg, task, policy, run, dist)
     trainer.load_checkpoint(ckpt)
     log.info("reviving %s at step %d with overrides %s", ckpt, start, overrides)
-    return fit(trainer, run_dir)
+    return fit(trainer, run_dir, show_progress=dist.is_main)
 
 
 @hydra.main(version_base="1.3", config_path=str(conf_dir()), config_name="revive")
@@ -79,6 +87,7 @@ def main(cfg: DictConfig) -> None:
     from sesa_cli.runs import run_dir_of_checkpoint
 
     with user_errors("revive"):
+        joblib_cpu_budget()
         run_dir, overrides = hydra_context()
         ckpt = pick_checkpoint(str(cfg.ckpt), str(cfg.step))
         config = reload_config("revive", run_dir_of_checkpoint(ckpt) / "config.yaml", overrides)

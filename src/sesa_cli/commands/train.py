@@ -9,7 +9,13 @@ from typing import Any
 import hydra
 from omegaconf import DictConfig
 
-from sesa_cli.commands.common import hydra_context, resolved_yaml, seed_everything, user_errors
+from sesa_cli.commands.common import (
+    hydra_context,
+    joblib_cpu_budget,
+    resolved_yaml,
+    seed_everything,
+    user_errors,
+)
 from sesa_cli.config import TrainConfig, conf_dir, register_configs, to_object
 
 log = logging.getLogger("sesa.train")
@@ -19,20 +25,22 @@ register_configs()
 def run(cfg: TrainConfig, run_dir: Path, overrides: list[str] | None = None, resolved: str | None = None,
         show_progress: bool = True) -> dict[str, Any]:  # fmt: skip
     """Train as configured, writing everything under ``run_dir``; returns the final metrics."""
+    from sesa_cli.distributed import replicas
     from sesa_cli.models.loading import load_policy
-    from sesa_cli.runs import RunDir
+    from sesa_cli.runs import ReplicaRunDir, RunDir
     from sesa_cli.tasks.base import make_task
     from sesa_cli.trainer import Trainer
 
+    dist = replicas(cfg.device)  # one process unless started by `accelerate launch` (sesa_cli.distributed)
     seed_everything(cfg.seed)
-    run = RunDir(run_dir)
+    run = RunDir(run_dir) if dist.is_main else ReplicaRunDir(run_dir)
     if resolved is not None:
         run.write_config(resolved)
     run.write_run_info("train", overrides or [])
     task = make_task(cfg.task, cfg.seed)
-    policy = load_policy(cfg.model, task, cfg.device)
-    trainer = Trainer(cfg, task, policy, run)
-    return fit(trainer, run_dir, show_progress)
+    policy = load_policy(cfg.model, task, dist.device or cfg.device)
+    trainer = Trainer(cfg, task, policy, run, dist)
+    return fit(trainer, run_dir, show_progress and dist.is_main)
 
 
 def fit(trainer: Any, run_dir: Path, show_progress: bool = True) -> dict[str, Any]:
@@ -42,20 +50,25 @@ def fit(trainer: Any, run_dir: Path, show_progress: bool = True) -> dict[str, An
     cfg = trainer.cfg
     n_params = sum(p.numel() for p in trainer.model.parameters())
     stage1 = getattr(trainer.sampler, "stage1", None)  # the sequential sampler's resolved stage1 (auto -> ...)
+    n_trainable = sum(p.numel() for p in trainer.trainable)
+    world = trainer.dist.world
     per_step = (
         cfg.train.batch_size * cfg.sampler.group_size * (cfg.sampler.solutions_per_sketch if stage1 == "sketch" else 1)
     )
     log.info(
-        "run dir %s | task=%s sampler=%s%s algo=%s | %s params | %d prompts x %d = %d rollouts/step, <= %d new "
+        "run dir %s | task=%s sampler=%s%s algo=%s | %s params%s | %d prompts x %d = %d rollouts/step%s, <= %d new "
         "tokens each | steps %d..%d",
         run_dir, cfg.task.name, cfg.sampler.name,
         f"({stage1})" if stage1 else "", cfg.algo.name, f"{n_params:,}",
-        cfg.train.batch_size, cfg.sampler.group_size, per_step, cfg.task.max_new_tokens,
-        trainer.step + 1, cfg.train.steps,
+        f" ({n_trainable:,} trainable)" if n_trainable != n_params else "",
+        cfg.train.batch_size, cfg.sampler.group_size, per_step,
+        f" over {world} processes ({trainer.local_batch} prompts each)" if world > 1 else "",
+        cfg.task.max_new_tokens, trainer.step + 1, cfg.train.steps,
     )  # fmt: skip
     with TrainProgress(cfg.train.steps, trainer.step, show_progress, cfg.train.log_every) as progress:
         final = trainer.fit(on_step=progress.update)
-    final_table(final, title=f"final metrics ({run_dir})")
+    if trainer.dist.is_main:
+        final_table(final, title=f"final metrics ({run_dir})")
     return final
 
 
@@ -63,6 +76,7 @@ def fit(trainer: Any, run_dir: Path, show_progress: bool = True) -> dict[str, An
 def main(cfg: DictConfig) -> float | None:
     with user_errors("train"):
         config = to_object(cfg)
+        joblib_cpu_budget()
         run_dir, overrides = hydra_context()
         final = run(config, run_dir, overrides, resolved_yaml(cfg))
         value = final.get("eval/success")

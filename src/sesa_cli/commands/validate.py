@@ -68,7 +68,8 @@ def explain(exc: BaseException, config_name: str, overrides: list[str]) -> str:
         options = re.findall(r"^\t(\S+)$", msg, flags=re.MULTILINE)
         if m and options:
             group, value = m.groups()
-            return f"{group}={value} is not a {group} option; choose one of: {', '.join(options)}"
+            hint = " (launcher plugins: pip install 'sesa[launchers]')" if group == "hydra/launcher" else ""
+            return f"{group}={value} is not a {group} option; choose one of: {', '.join(options)}{hint}"
         m = re.search(r"Could not find '([^']+)'", msg)
         return f"no config named {m.group(1)!r}" if m else msg.splitlines()[0]
     cause = exc.__cause__ if exc.__cause__ is not None else exc

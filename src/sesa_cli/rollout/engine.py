@@ -12,7 +12,7 @@ fully masked. The log-prob and entropy of every sampled token come from the samp
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -170,6 +170,10 @@ class Session:
                     out_logps[i].append(logp_l[i])
                     out_ent[i].append(ent_l[i])
             is_stop = (tok[:, None] == stops).any(1) & running
+            if self.engine.stop_fn is not None:  # multi-token stop strings (e.g. "</answer>" in a BPE vocab)
+                for i in range(b):
+                    if run_l[i] and not is_stop[i] and self.engine.stop_fn(out_ids[i]):
+                        is_stop[i] = True
             for i in torch.nonzero(is_stop).flatten().tolist():
                 stopped[i] = True
             count += running.long()
@@ -188,14 +192,24 @@ class Session:
 class Engine:
     """Wraps a causal LM for incremental, cache-continuing batched sampling.
 
-    ``backend`` names a generation backend (:mod:`sesa_cli.rollout.backends`); ``hf`` runs the model's own forward."""
+    ``backend`` names a generation backend (:mod:`sesa_cli.rollout.backends`); ``hf`` runs the model's own forward.
+    ``stop_fn(ids)``, if given, is asked after every sampled token with the row's completion so far and ends the row
+    when it returns True, in addition to the stop ids (see sesa_cli.rollout.stops)."""
 
-    def __init__(self, model: PreTrainedModel, pad_id: int, dtype: str = "float32", backend: str = "hf") -> None:
+    def __init__(
+        self,
+        model: PreTrainedModel,
+        pad_id: int,
+        dtype: str = "float32",
+        stop_fn: Callable[[list[int]], bool] | None = None,
+        backend: str = "hf",
+    ) -> None:
         self.model = model
         self.backend = make_backend(model, backend)
         self.pad_id = pad_id
         self.device = next(model.parameters()).device
         self.dtype = dtype
+        self.stop_fn = stop_fn
 
     def autocast(self) -> torch.autocast:
         return torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.dtype == "bfloat16")

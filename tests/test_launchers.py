@@ -1,0 +1,41 @@
+"""Hydra launcher presets: a 2-job sweep with ``hydra/launcher=joblib``, each job on its share of the CPUs."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("hydra_plugins.hydra_joblib_launcher", reason="pip install hydra-joblib-launcher (extra: test)")
+
+
+def test_joblib_sweep_runs_two_jobs_with_one_cpu_budget_each(tmp_path: Path, tiny_overrides, path_setup) -> None:
+    # path_setup built the cached tiny base, so the jobs only load it
+    sweep = tmp_path / "sweep"
+    cmd = [sys.executable, "-m", "sesa_cli", "train", "-m", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2",
+           "seed=0,1", *tiny_overrides, "task=path", "train.steps=2", "train.batch_size=2", "sampler.group_size=2",
+           "train.eval_samples=4", f"hydra.sweep.dir={sweep}"]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=False, env={**os.environ})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    cpus = os.cpu_count() or 1
+    for job in ("0", "1"):
+        run = sweep / job
+        rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+        assert [r["step"] for r in rows if "train/reward_mean" in r] == [1, 2]
+        assert f"joblib sweep job: {max(1, cpus // 2)} of {cpus} cpus (n_jobs=2)" in (run / "train.log").read_text()
+    seeds = {json.loads((sweep / j / "run.json").read_text())["overrides"].count("seed=0") for j in ("0", "1")}
+    assert seeds == {0, 1}  # one job per seed
+
+
+def test_unknown_launcher_names_the_plugins_extra(monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    from tests.conftest import run_cli
+
+    assert run_cli(["train", "hydra/launcher=nope"], monkeypatch) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert "hydra/launcher=nope" in err
+    assert "sesa[launchers]" in err

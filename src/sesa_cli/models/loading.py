@@ -9,6 +9,7 @@ one-line ``ConfigError``.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -76,6 +77,9 @@ def load_pretrained_dir(path: Path, device: str = "cpu") -> Policy:
 
 def load_hub(hub_id: str, name: str, device: str = "cpu") -> Policy:
     """``from_pretrained(hub_id)`` (the hub, or its local cache when offline); one line when it is not available."""
+    hub_log = logging.getLogger("huggingface_hub")
+    level = hub_log.level
+    hub_log.setLevel(logging.ERROR)  # its retry warnings would break the one-line error (HF_HUB_OFFLINE=1: no retries)
     try:
         tokenizer = AutoTokenizer.from_pretrained(hub_id)
         model = AutoModelForCausalLM.from_pretrained(hub_id, dtype=torch.float32)
@@ -84,6 +88,8 @@ def load_hub(hub_id: str, name: str, device: str = "cpu") -> Policy:
             f"model={name}: {hub_id} is not available locally and the hub cannot be reached "
             f"({type(exc).__name__}); download it on a machine with hub access and set model.path=/path/to/copy"
         ) from None
+    finally:
+        hub_log.setLevel(level)
     return _finish(model, tokenizer, Path(hub_id), device)
 
 

@@ -61,6 +61,14 @@ def frozenlake_setup(cache_dir: Path):
     return cfg, task, policy
 
 
+def chained_context(head: list[int], earlier: list[list[int]], between: list[int]) -> list[int]:
+    """What sequential sampling must condition item k on: the head, then each earlier item followed by ``between``."""
+    out = list(head)
+    for ids in earlier:
+        out += ids + between
+    return out
+
+
 def run_cli(argv: list[str], monkeypatch: pytest.MonkeyPatch) -> int:
     """Run ``sesa <argv>`` in-process; returns the exit code."""
     from sesa_cli.cli import main

@@ -8,6 +8,7 @@ import torch
 
 from sesa_cli.rollout.samplers import make_sampler
 from sesa_cli.rollout.scoring import build_batch
+from tests.conftest import chained_context
 
 
 def _sampler(setup, **kw):
@@ -81,10 +82,7 @@ def test_sequential_episode_k_continues_after_the_earlier_episodes(frozenlake_se
     for inst, group in zip(instances, groups, strict=True):
         x = sampler.encode_prompt(task.prompt(inst))
         for k, r in enumerate(group):
-            expected = list(x)
-            for earlier in group[:k]:
-                expected += earlier.completion.ids + between
-            assert r.context_ids == expected
+            assert r.context_ids == chained_context(x, [e.completion.ids for e in group[:k]], between)
             assert r.prompt_ids == x
             responses = [t for m, t in _segments(policy, r.completion) if m]
             assert r.score == task.transcript(inst, responses)[1]

@@ -7,6 +7,7 @@ from dataclasses import replace
 import torch
 
 from sesa_cli.rollout.samplers import make_sampler
+from tests.conftest import chained_context
 
 
 def _sampler(path_setup, **kw):
@@ -29,10 +30,7 @@ def test_kth_solution_is_conditioned_on_exactly_the_earlier_ones(path_setup):
     between = policy.encode(task.between) if task.between else []
     for group in groups:
         for k, r in enumerate(group):
-            expected = list(x)
-            for earlier in group[:k]:
-                expected += earlier.completion.ids + between
-            assert r.context_ids == expected
+            assert r.context_ids == chained_context(x, [e.completion.ids for e in group[:k]], between)
             assert r.prompt_ids == x
 
 

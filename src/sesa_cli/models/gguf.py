@@ -13,13 +13,11 @@ import hashlib
 import importlib.util
 import json
 import logging
-import shutil
 import time
 from pathlib import Path
 
-from filelock import FileLock
-
 from sesa_cli.config import ConfigError, ModelConfig
+from sesa_cli.models.cache import build_once
 
 log = logging.getLogger(__name__)
 
@@ -67,19 +65,8 @@ def gguf_export_dir(cfg: ModelConfig) -> Path:
         raise ConfigError(
             f"reading {gguf.name} needs the gguf package; install it with: {install_hint(cfg.gguf_package)}"
         )
-    root = Path(cfg.cache_dir).expanduser()
-    target = root / export_key(cfg, gguf)
-    if (target / "export.json").is_file():
-        return target
-    root.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(target) + ".lock"):
-        if (target / "export.json").is_file():  # another job exported it while we waited
-            return target
-        tmp = target.with_name(target.name + ".tmp")
-        shutil.rmtree(tmp, ignore_errors=True)
-        export(gguf, tmp)
-        tmp.rename(target)  # atomic: a crash never leaves a half-written export behind
-    return target
+    target = Path(cfg.cache_dir).expanduser() / export_key(cfg, gguf)
+    return build_once(target, "export.json", lambda tmp: export(gguf, tmp))
 
 
 def export(gguf: Path, out_dir: Path) -> None:

@@ -13,17 +13,16 @@ import json
 import logging
 import math
 import random
-import shutil
 import time
 from pathlib import Path
 from typing import Any
 
 import torch
-from filelock import FileLock
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 from sesa_cli.config import ModelConfig
+from sesa_cli.models.cache import build_once
 from sesa_cli.tasks.base import Task
 
 log = logging.getLogger(__name__)
@@ -86,19 +85,8 @@ def cache_key(cfg: ModelConfig, task: Task) -> str:
 
 def tiny_base_dir(cfg: ModelConfig, task: Task) -> Path:
     """The cached warm-started base for (task, model config), built on first use (safe under parallel jobs)."""
-    root = Path(cfg.cache_dir).expanduser()
-    target = root / cache_key(cfg, task)
-    if (target / "warm_start.json").is_file():
-        return target
-    root.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(target) + ".lock"):
-        if (target / "warm_start.json").is_file():  # another job built it while we waited
-            return target
-        tmp = target.with_name(target.name + ".tmp")
-        shutil.rmtree(tmp, ignore_errors=True)
-        warm_start(cfg, task, tmp)
-        tmp.rename(target)  # atomic: a crash never leaves a half-written base behind
-    return target
+    target = Path(cfg.cache_dir).expanduser() / cache_key(cfg, task)
+    return build_once(target, "warm_start.json", lambda tmp: warm_start(cfg, task, tmp))
 
 
 def _pack_corpus(tokenizer: PreTrainedTokenizerFast, lines: list[str], block: int) -> torch.Tensor:

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 
@@ -31,6 +31,8 @@ from sesa_cli.models.loading import Policy
 from sesa_cli.rollout.engine import Completion, Engine, SamplingParams, Session
 from sesa_cli.rollout.stops import stop_string_fn
 from sesa_cli.tasks.base import Score, Task
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -133,25 +135,24 @@ class Sampler:
 
     def answer(
         self, session: Session, instances: Sequence[Any], generator: torch.Generator
-    ) -> list[tuple[Completion, Score]]:
+    ) -> list[tuple[Completion, str, Score]]:
         """One answer per row of ``session`` (row i answers ``instances[i]``): a response scored by the task, or for
-        multi-turn tasks a whole episode."""
+        multi-turn tasks a whole episode; each with its decoded text."""
         if self.multi_turn:
             comps, scores = run_episodes(
                 session, self.task, instances, self.policy, self.stop_ids, self.params, generator
             )
-            return list(zip(comps, scores, strict=True))
+            return [(c, self.policy.decode(c.ids), s) for c, s in zip(comps, scores, strict=True)]
         comps = session.sample(self.task.cfg.max_new_tokens, self.stop_ids, self.params, generator)
-        return [
-            (c, self.task.score(inst, self.policy.decode(c.ids))) for c, inst in zip(comps, instances, strict=True)
-        ]
+        texts = [self.policy.decode(c.ids) for c in comps]
+        return [(c, text, self.task.score(inst, text)) for c, text, inst in zip(comps, texts, instances, strict=True)]
 
     def _rollout(
-        self, group: int, inst: Any, ctx: list[int], answer: tuple[Completion, Score], **extra: Any
+        self, group: int, inst: Any, ctx: list[int], answer: tuple[Completion, str, Score], **extra: Any
     ) -> Rollout:
-        comp, score = answer
+        comp, text, score = answer
         prompt_ids = self.encode_prompt(self.task.prompt(inst))
-        return Rollout(group, inst, prompt_ids, ctx, comp, self.policy.decode(comp.ids), score, **extra)
+        return Rollout(group, inst, prompt_ids, ctx, comp, text, score, **extra)
 
     def sample(self, instances: Sequence[Any], generator: torch.Generator) -> list[list[Rollout]]:
         raise NotImplementedError
@@ -212,15 +213,13 @@ class SequentialSampler(Sampler):
             raise ConfigError(f"task {task.name!r} defines no sketch; use sampler.stage1=solution")
         self.between = policy.encode(task.between) if task.between else []
 
-    def _chain(
-        self, heads: list[list[int]], draw: Callable[[Session], list[tuple[Completion, Any]]]
-    ) -> list[list[tuple[list[int], tuple[Completion, Any]]]]:
+    def _chain(self, heads: list[list[int]], draw: Callable[[Session], list[T]]) -> list[list[tuple[list[int], T]]]:
         """Draw G items per row one after another on one cache: item k continues right after item k-1 (+ between).
 
         Returns, per row, G pairs (context_ids that drew the item, what ``draw`` returned for that row).
         """
         session = self.engine.start(heads)
-        chains: list[list[tuple[list[int], tuple[Completion, Any]]]] = [[] for _ in heads]
+        chains: list[list[tuple[list[int], T]]] = [[] for _ in heads]
         for k in range(self.cfg.group_size):
             if k > 0 and self.between:
                 session.extend([self.between] * len(heads))
@@ -238,16 +237,15 @@ class SequentialSampler(Sampler):
         # stage I: sequential sketches
         heads = [self.encode_prompt(task.sketch_head(inst)) for inst in instances]
 
-        def draw_sketches(session: Session) -> list[tuple[Completion, None]]:
-            comps = session.sample(self.cfg.sketch_max_tokens, self.stop_ids, self.params, generator)
-            return [(c, None) for c in comps]
+        def draw_sketches(session: Session) -> list[Completion]:
+            return session.sample(self.cfg.sketch_max_tokens, self.stop_ids, self.params, generator)
 
         chains = self._chain(heads, draw_sketches)
         # stage II: every sketch expanded into m solutions (episodes for multi-turn tasks), all in parallel
         m = self.cfg.solutions_per_sketch
         rows, row_inst, meta = [], [], []
         for g, chain in enumerate(chains):
-            for sketch_ctx, (sketch_comp, _) in chain:
+            for sketch_ctx, sketch_comp in chain:
                 sketch = self.policy.decode(sketch_comp.ids)
                 solve_ids = self.encode_prompt(task.solve_prompt(instances[g], sketch))
                 for _ in range(m):

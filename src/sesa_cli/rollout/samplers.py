@@ -148,10 +148,15 @@ class Sampler:
         return [(c, text, self.task.score(inst, text)) for c, text, inst in zip(comps, texts, instances, strict=True)]
 
     def _rollout(
-        self, group: int, inst: Any, ctx: list[int], answer: tuple[Completion, str, Score], **extra: Any
+        self,
+        group: int,
+        inst: Any,
+        prompt_ids: list[int],
+        ctx: list[int],
+        answer: tuple[Completion, str, Score],
+        **extra: Any,
     ) -> Rollout:
         comp, text, score = answer
-        prompt_ids = self.encode_prompt(self.task.prompt(inst))
         return Rollout(group, inst, prompt_ids, ctx, comp, text, score, **extra)
 
     def sample(self, instances: Sequence[Any], generator: torch.Generator) -> list[list[Rollout]]:
@@ -190,7 +195,7 @@ class ParallelSampler(Sampler):
         groups: list[list[Rollout]] = [[] for _ in instances]
         for r, ans in enumerate(answers):
             g = r // n
-            groups[g].append(self._rollout(g, instances[g], rows[r], ans))
+            groups[g].append(self._rollout(g, instances[g], prompts[g], rows[r], ans))
         return groups
 
     def sample(self, instances: Sequence[Any], generator: torch.Generator) -> list[list[Rollout]]:
@@ -233,9 +238,13 @@ class SequentialSampler(Sampler):
         if self.stage1 == "solution":
             heads = [self.encode_prompt(task.prompt(inst)) for inst in instances]
             chains = self._chain(heads, lambda session: self.answer(session, instances, generator))
-            return [[self._rollout(g, instances[g], ctx, ans) for ctx, ans in chain] for g, chain in enumerate(chains)]
+            return [
+                [self._rollout(g, instances[g], heads[g], ctx, ans) for ctx, ans in chain]
+                for g, chain in enumerate(chains)
+            ]
         # stage I: sequential sketches
         heads = [self.encode_prompt(task.sketch_head(inst)) for inst in instances]
+        prompts = [self.encode_prompt(task.prompt(inst)) for inst in instances]  # the plain prompts x
 
         def draw_sketches(session: Session) -> list[Completion]:
             return session.sample(self.cfg.sketch_max_tokens, self.stop_ids, self.params, generator)
@@ -260,6 +269,7 @@ class SequentialSampler(Sampler):
                 self._rollout(
                     g,
                     instances[g],
+                    prompts[g],
                     rows[r],
                     ans,
                     sketch=sketch,

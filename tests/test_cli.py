@@ -60,7 +60,7 @@ def test_train_end_to_end_writes_the_run_dir(monkeypatch, tmp_path, tiny_overrid
         assert (run_dir / name).is_file(), name
     rows = _read_jsonl(run_dir / "metrics.jsonl")
     assert [r["step"] for r in rows if "train/reward_mean" in r] == [1, 2, 3]
-    assert [r["step"] for r in rows if "eval/success" in r] == [2, 3]
+    assert [r["step"] for r in rows if "eval/success" in r] == [0, 2, 3]  # eval_before: the base at step 0
     assert {"eval/pass@1", "eval/pass@8", "eval/coverage@8", "eval/distinct_correct@8"} <= set(rows[-1])
     for step in (2, 3):
         ckpt = run_dir / "checkpoints" / f"step_{step:06d}"

@@ -55,7 +55,11 @@ def test_revive_restores_optimizer_and_continues_step_numbering(parent_run, tmp_
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     new = [r["step"] for r in rows if "train/reward_mean" in r and not r.get("revive/parent")]
     assert new == [3, 4]
-    assert [r["step"] for r in rows if r.get("revive/parent")] == [1, 2]
+    assert [r["step"] for r in rows if r.get("revive/parent")] == [
+        0,
+        1,
+        2,
+    ]  # the parent's base evaluation (step 0) and its two steps
     config = (out / "config.yaml").read_text()
     assert "name: sequential" in config
     assert "group_size: 4" in config

@@ -249,6 +249,9 @@ class TrainLoopConfig:
     """Save a checkpoint every this many steps (and always at the end); 0 = only at the end."""
     eval_every: int = 25
     """Validation every this many steps (and at the end); 0 = only at the end."""
+    eval_before: bool = True
+    """Also validate before the first update (verl's ``val_before_train``): the base model's figures, logged at the
+    run's starting step, so one run gives base and trained success."""
     eval_samples: int = 64
     """Samples per validation instance, drawn i.i.d. from the plain prompt (coverage@k, pass@k use them)."""
     sample_every: int = 25

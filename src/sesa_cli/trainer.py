@@ -316,6 +316,8 @@ class Trainer:
         """Train until train.steps; returns the last training row merged with the final evaluation."""
         tc = self.cfg.train
         last: dict[str, Any] = {}
+        if tc.eval_before and self.step < tc.steps:
+            self.run.log_metrics(self.evaluate())
         try:
             while self.step < tc.steps:
                 row = self.train_step()

@@ -8,6 +8,7 @@ import gymnasium as gym
 import pytest
 from gymnasium.envs.toy_text.frozen_lake import generate_random_map
 
+from sesa_cli.config import ConfigError
 from sesa_cli.tasks.frozenlake import (
     ACTIONS,
     FrozenLakeInstance,
@@ -102,3 +103,30 @@ def test_compact_example_from_the_docstring() -> None:
     text, score = task.transcript(inst, ["DR|"])
     assert text == "_P__\n___O\n_O_O\nO__G\n:DR|\n____\n__PO\n_O_O\nO__G\n:"
     assert (score.key, score.reward, score.success) == ("Down,Right", 0.0, False)
+
+
+def test_coordinate_observations_are_ragens() -> None:
+    inst = FrozenLakeInstance(("SFFF", "FHFH", "FFFH", "HFFG"), 0)
+    chat = make(is_slippery=False, observation_format="coord", style="chat").make_env(inst)
+    chat.step("</think><answer>Right || Down</answer>")
+    assert chat.render() == (
+        "Board size: 4 rows x 4 cols (zero-indexed).\nStart: (0, 0)\nGoal: (3, 3)\nPlayer in hole: (1, 1)\n"
+        "Holes: (1, 1), (1, 3), (2, 3), (3, 0)"
+    )
+    both = make(is_slippery=False, observation_format="grid_coord", style="chat").make_env(inst)
+    assert both.render().startswith("Coordinates: \nBoard size: 4 rows x 4 cols (zero-indexed).\nStart: (0, 0)\n")
+    assert both.render().endswith(
+        "\nPlayer: (0, 0)\nHoles: (1, 1), (1, 3), (2, 3), (3, 0)\nGrid Map: \nP___\n_O_O\n___O\nO__G"
+    )
+    task = make(is_slippery=False, observation_format="grid_coord")
+    env = task.make_env(inst)
+    assert env.render() == "S00G33P00O11O13O23O30\nP___\n_O_O\n___O\nO__G"
+    env.step("DDRRD|")
+    env.step("R|")
+    assert env.render().split("\n")[0] == "S00G33√33O11O13O23O30"
+    assert set("S0123456789") <= set(task.alphabet())  # the compact coordinates are in the tiny model's vocabulary
+
+
+def test_unknown_observation_format_is_a_config_error() -> None:
+    with pytest.raises(ConfigError, match=r"task.observation_format='xy'; valid: grid, coord, grid_coord"):
+        make(observation_format="xy")

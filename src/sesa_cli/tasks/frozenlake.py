@@ -9,6 +9,10 @@ bottom-right). Reward (gymnasium): +1 on reaching the goal, else 0; the episode 
 State (RAGEN's grid, one row per line): ``P`` player, ``_`` frozen (the start too), ``O`` hole, ``G`` goal,
 ``X`` player in a hole, ``√`` player on the goal. Actions ``Left, Down, Right, Up`` (gymnasium 0..3).
 
+``task.observation_format`` is RAGEN's: ``grid`` (above, the default), ``coord`` (chat: RAGEN's "Board size: ...",
+``Start: (r, c)``, ``Goal:``, ``Player:`` / ``Player on goal:`` / ``Player in hole:``, ``Holes:`` lines; compact: the
+same entities as letter + row + column, ``S01G30P01O13O22``) or ``grid_coord`` (the coordinates, then the grid).
+
 Compact example (``size=4``, not slippery): prompt ``_P__\\n___O\\n_O_O\\nO__G\\n:``, response ``DR|``, feedback
 ``\\n____\\n__PO\\n_O_O\\nO__G\\n:``.
 """
@@ -29,6 +33,7 @@ ACTIONS = ("Left", "Down", "Right", "Up")
 """Action names in gymnasium's order (0 = Left, 1 = Down, 2 = Right, 3 = Up); RAGEN ids 1..4."""
 _LETTERS = {a[0]: a for a in ACTIONS}
 _BY_NAME = {a.lower(): a for a in ACTIONS}
+_FORMATS = ("grid", "coord", "grid_coord")
 _VOCAB = (("P", "player"), ("_", "empty"), ("O", "hole"), ("G", "goal"), ("X", "player in hole"),
           ("√", "player on goal"))  # fmt: skip
 
@@ -53,6 +58,9 @@ class FrozenLakeTaskConfig(AgentTaskConfig):
     gymnasium and Sept-2025 RAGEN: 1/3)."""
     random_start_goal: bool = True
     """RAGEN's maps (random distinct start and goal); false = gymnasium's generate_random_map (corners)."""
+    observation_format: str = "grid"
+    """What a state shows (RAGEN's ``observation_format``): grid, coord (zero-indexed coordinates of start, goal,
+    player and holes) or grid_coord (both)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -62,6 +70,8 @@ class FrozenLakeTaskConfig(AgentTaskConfig):
             raise ConfigError(f"task.p={self.p} must be in (0, 1]")
         if not 0 <= self.success_rate <= 1:
             raise ConfigError(f"task.success_rate={self.success_rate} must be in [0, 1]")
+        if self.observation_format not in _FORMATS:
+            raise ConfigError(f"task.observation_format={self.observation_format!r}; valid: {', '.join(_FORMATS)}")
 
 
 @dataclass(frozen=True)
@@ -140,6 +150,37 @@ class FrozenLakeEnv(Env):
         return float(reward), bool(terminated), self.inst.desc[r][c] == "G"
 
     def render(self) -> str:
+        fmt = self.cfg.observation_format
+        if fmt == "grid":
+            return self._grid()
+        coords = self._coords()
+        if fmt == "coord":
+            return coords
+        if self.task.chat:  # RAGEN's grid_coord layout
+            return "Coordinates: \n" + coords + "\n" + "Grid Map: \n" + self._grid()
+        return coords + "\n" + self._grid()
+
+    def _coords(self) -> str:
+        """RAGEN's coordinate description (chat) or its compact form: letter, row, column per entity."""
+        pr, pc = self.position
+        desc = self.inst.desc
+        cells = [(r, c) for r in range(len(desc)) for c in range(len(desc[r]))]
+        tile = desc[pr][pc]
+        player = {"G": ("Player on goal", "√"), "H": ("Player in hole", "X")}.get(tile, ("Player", "P"))
+        entities = [
+            ("Start", "S", [rc for rc in cells if desc[rc[0]][rc[1]] == "S"]),
+            ("Goal", "G", [rc for rc in cells if desc[rc[0]][rc[1]] == "G"]),
+            (*player, [(pr, pc)]),
+            ("Holes", "O", [rc for rc in cells if desc[rc[0]][rc[1]] == "H"]),
+        ]
+        if not self.task.chat:
+            return "".join(f"{letter}{r}{c}" for _, letter, where in entities for r, c in where)
+        n_rows, n_cols = len(desc), len(desc[0])
+        lines = [f"Board size: {n_rows} rows x {n_cols} cols (zero-indexed)."]
+        lines += [f"{label}: " + ", ".join(f"({r}, {c})" for r, c in where) for label, _, where in entities if where]
+        return "\n".join(lines)
+
+    def _grid(self) -> str:
         pr, pc = self.position
         rows = []
         for r, row in enumerate(self.inst.desc):
@@ -174,7 +215,8 @@ class FrozenLakeTask(AgentTask):
         self._prototypes: dict[tuple[str, ...], Any] = {}
 
     def alphabet(self) -> str:
-        return "P_OGX√" + "LDRU" + "\n:?|"
+        coords = "S0123456789" if self.cfg.observation_format != "grid" else ""
+        return "P_OGX√" + "LDRU" + "\n:?|" + coords
 
     def generate(self, split: str, index: int) -> FrozenLakeInstance:
         seed = split_seed("frozenlake", split, self.seed, index)

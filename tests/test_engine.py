@@ -62,6 +62,22 @@ def test_length_limits_are_per_row(path_setup):
     assert [len(c.ids) for c in comps] == [1, 4, 0]
 
 
+def test_temperature_zero_is_greedy_decoding_like_generate(path_setup):
+    _, _, policy = path_setup
+    eng = Engine(policy.model, policy.tokenizer.pad_token_id)
+    prompt = [policy.tokenizer.bos_token_id, *policy.encode("P:")]
+    # different generator seeds: greedy decoding must not depend on them
+    a, b = (
+        eng.start([prompt]).sample(10, [], SamplingParams(0.0), torch.Generator().manual_seed(s))[0] for s in (0, 1)
+    )
+    assert a.ids == b.ids
+    with torch.no_grad():
+        ref = policy.model.generate(
+            torch.tensor([prompt]), max_new_tokens=10, do_sample=False, pad_token_id=policy.tokenizer.pad_token_id
+        )
+    assert a.ids == ref[0, len(prompt) :].tolist()
+
+
 def test_filter_logits_top_k_and_top_p():
     logits = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]]))
     assert torch.isinf(filter_logits(logits, 2, 1.0)[0, 2:]).all()

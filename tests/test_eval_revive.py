@@ -32,8 +32,9 @@ def test_eval_writes_samples_and_metrics(parent_run, tmp_path, monkeypatch):
     assert run_cli(argv, monkeypatch) == 0
     metrics = json.loads((out / "metrics.json").read_text())
     for key in ("eval/success", "eval/entropy", "eval/pass@1", "eval/pass@2", "eval/pass@4", "eval/pass@8",
-                "eval/coverage@8", "eval/distinct@8", "eval/distinct_correct@8"):  # fmt: skip
+                "eval/coverage@8", "eval/distinct@8", "eval/distinct_correct@8", "eval/greedy_success"):  # fmt: skip
         assert key in metrics, key
+    assert metrics["eval/greedy_success"] in (0.0, 0.5, 1.0)  # one greedy answer for each of the 2 instances
     assert metrics["step"] == 4  # a run dir means its last checkpoint
     rows = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
     assert len(rows) == 16

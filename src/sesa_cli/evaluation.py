@@ -68,6 +68,20 @@ def summarize(task: Task, groups: Sequence[Sequence[Rollout]], prefix: str = "ev
     return {k: float(np.mean(v)) for k, v in per.items()}
 
 
+def greedy_summary(
+    sampler: ParallelSampler, instances: Sequence[Any], max_rows: int = 0, prefix: str = "eval/"
+) -> dict[str, float]:
+    """Success and reward of one greedy answer (or episode) per instance, from the plain prompt: verl's validation
+    default (``val_kwargs.do_sample=False``). ``sampler`` must be built with ``greedy=True``."""
+    if sampler.params.temperature != 0:
+        raise ValueError("greedy_summary needs a sampler built with greedy=True")
+    groups = draw(sampler, instances, 1, torch.Generator().manual_seed(0), max_rows)
+    return {
+        prefix + "greedy_success": float(np.mean([g[0].score.success for g in groups])),
+        prefix + "greedy_reward": float(np.mean([g[0].score.reward for g in groups])),
+    }
+
+
 def sample_records(groups: Sequence[Sequence[Rollout]], decode: Any) -> list[dict[str, Any]]:
     """JSON-ready rows for samples.jsonl: context, completion, reward, success, key (and sketch)."""
     rows = []

@@ -21,7 +21,7 @@ from sesa_cli import algos
 from sesa_cli import metrics as M
 from sesa_cli.config import TrainConfig
 from sesa_cli.distributed import SingleProcess
-from sesa_cli.evaluation import draw, sample_records, summarize
+from sesa_cli.evaluation import draw, greedy_summary, sample_records, summarize
 from sesa_cli.models.loading import Policy
 from sesa_cli.models.lora import is_lora, reference
 from sesa_cli.rollout.samplers import ParallelSampler, Rollout, make_sampler
@@ -56,6 +56,7 @@ class Trainer:
         dtype = cfg.model.dtype
         self.sampler = make_sampler(cfg.sampler, task, policy, dtype)
         self.eval_sampler = ParallelSampler(cfg.sampler, task, policy, dtype)
+        self.greedy_sampler = ParallelSampler(cfg.sampler, task, policy, dtype, greedy=True)
         self.trainable = [p for p in self.model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(
             self.trainable,
@@ -271,8 +272,13 @@ class Trainer:
         n_inst = self.task.cfg.eval_instances
         instances = [self.task.instance("val", i) for i in range(n_inst)]
         gen = torch.Generator().manual_seed(10_000 + self.cfg.seed)  # same eval draws at every step of a run
-        groups = draw(self.eval_sampler, instances, self.cfg.train.eval_samples, gen, self.cfg.model.max_batch_rows)
-        return {"step": self.step, **summarize(self.task, groups)}
+        max_rows = self.cfg.model.max_batch_rows
+        groups = draw(self.eval_sampler, instances, self.cfg.train.eval_samples, gen, max_rows)
+        return {
+            "step": self.step,
+            **summarize(self.task, groups),
+            **greedy_summary(self.greedy_sampler, instances, max_rows),
+        }
 
     # ------------------------------------------------------------------ checkpoints
     def save_checkpoint(self) -> Path:

@@ -29,9 +29,9 @@ def run(cfg: EvalConfig, run_dir: Path, overrides: list[str] | None = None) -> d
     from rich.console import Console
     from rich.table import Table
 
-    from sesa_cli.evaluation import draw, sample_records, summarize
+    from sesa_cli.evaluation import draw, greedy_summary, sample_records, summarize
     from sesa_cli.models.loading import load_checkpoint, load_policy
-    from sesa_cli.rollout.samplers import make_sampler
+    from sesa_cli.rollout.samplers import ParallelSampler, make_sampler
     from sesa_cli.runs import RunDir, atomic_write_text, resolve_checkpoint
     from sesa_cli.tasks.base import make_task
 
@@ -45,6 +45,8 @@ def run(cfg: EvalConfig, run_dir: Path, overrides: list[str] | None = None) -> d
     instances = [task.instance("val", i) for i in range(cfg.eval.instances)]
     groups = draw(sampler, instances, cfg.eval.n, torch.Generator().manual_seed(cfg.seed), cfg.model.max_batch_rows)
     metrics: dict[str, Any] = {"step": _ckpt_step(ckpt), **summarize(task, groups)}
+    greedy = ParallelSampler(cfg.sampler, task, policy, cfg.model.dtype, greedy=True)
+    metrics.update(greedy_summary(greedy, instances, cfg.model.max_batch_rows))
     metrics.update({"eval/n": cfg.eval.n, "eval/instances": cfg.eval.instances, "ckpt": str(ckpt) if ckpt else None})
     records = sample_records(groups, policy.decode)
     atomic_write_text(run.path / "samples.jsonl", "".join(json.dumps(r) + "\n" for r in records))

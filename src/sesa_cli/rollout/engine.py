@@ -24,6 +24,7 @@ from sesa_cli.rollout.backends import make_backend
 @dataclass
 class SamplingParams:
     temperature: float = 1.0
+    """> 0 samples; 0 = greedy decoding (argmax; logps/entropies are then those of the untempered distribution)."""
     top_p: float = 1.0
     top_k: int = 0
 
@@ -156,12 +157,15 @@ class Session:
         count = torch.zeros(b, dtype=torch.long, device=dev)
         logits = self.last_logits
         while bool(running.any()):
-            scaled = logits / params.temperature
+            greedy = params.temperature == 0
+            scaled = logits if greedy else logits / params.temperature
             logp_all = torch.log_softmax(scaled, dim=-1)
             entropy = -(logp_all.exp() * logp_all).sum(-1)
-            filtered = filter_logits(scaled, params.top_k, params.top_p)
-            probs = torch.softmax(filtered, dim=-1)
-            tok = torch.multinomial(probs, 1, generator=generator).squeeze(1)
+            if greedy:
+                tok = scaled.argmax(-1)
+            else:
+                probs = torch.softmax(filter_logits(scaled, params.top_k, params.top_p), dim=-1)
+                tok = torch.multinomial(probs, 1, generator=generator).squeeze(1)
             tok_logp = logp_all.gather(1, tok[:, None]).squeeze(1)
             tok_l, logp_l, ent_l, run_l = tok.tolist(), tok_logp.tolist(), entropy.tolist(), running.tolist()
             for i in range(b):

@@ -118,14 +118,17 @@ def run_episodes(
 class Sampler:
     """Draws groups of rollouts for a batch of instances."""
 
-    def __init__(self, cfg: SamplerConfig, task: Task, policy: Policy, dtype: str = "float32") -> None:
+    def __init__(
+        self, cfg: SamplerConfig, task: Task, policy: Policy, dtype: str = "float32", greedy: bool = False
+    ) -> None:
         self.cfg = cfg
         self.task = task
         self.policy = policy
         self.engine = Engine(
             policy.model, int(policy.tokenizer.pad_token_id), dtype, stop_string_fn(policy, task.stop)
         )
-        self.params = SamplingParams(cfg.temperature, cfg.top_p, cfg.top_k)
+        # greedy: argmax decoding (validation with verl's val_kwargs.do_sample=False); never used for training
+        self.params = SamplingParams(0.0) if greedy else SamplingParams(cfg.temperature, cfg.top_p, cfg.top_k)
         self.stop_ids = stop_ids_for(policy, task)
         self.bos = [int(policy.tokenizer.bos_token_id)] if policy.tokenizer.bos_token_id is not None else []
         self.multi_turn = bool(getattr(task, "multi_turn", False))

@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import random
 import time
-from collections import deque
 
 import torch
 from hydra import compose, initialize_config_dir
@@ -26,30 +25,7 @@ from sesa_cli.evaluation import draw
 from sesa_cli.models.loading import load_policy
 from sesa_cli.rollout.samplers import ParallelSampler
 from sesa_cli.tasks.base import make_task
-from sesa_cli.tasks.frozenlake import ACTIONS
-
-_MOVES = {"Left": (0, -1), "Down": (1, 0), "Right": (0, 1), "Up": (-1, 0)}
-
-
-def shortest_path(desc: tuple[str, ...], start: tuple[int, int]) -> list[str]:
-    """Actions of a breadth-first shortest path from ``start`` to the goal, avoiding holes."""
-    n = len(desc)
-    prev: dict[tuple[int, int], tuple[tuple[int, int], str] | None] = {start: None}
-    queue = deque([start])
-    while queue:
-        cell = queue.popleft()
-        if desc[cell[0]][cell[1]] == "G":
-            path = []
-            while (step := prev[cell]) is not None:
-                cell, action = step
-                path.append(action)
-            return path[::-1]
-        for action in ACTIONS:
-            r, c = cell[0] + _MOVES[action][0], cell[1] + _MOVES[action][1]
-            if 0 <= r < n and 0 <= c < n and (r, c) not in prev and desc[r][c] != "H":
-                prev[(r, c)] = (cell, action)
-                queue.append((r, c))
-    raise ValueError("map without a path")  # generate_map never returns one
+from sesa_cli.tasks.frozenlake import shortest_path
 
 
 def main() -> None:
@@ -74,6 +50,7 @@ def main() -> None:
 
     def optimal_transcript(inst) -> str:
         path = shortest_path(inst.desc, task.make_env(inst).position)
+        assert path is not None  # generate_map only returns maps with a path
         turns = [task.response(path[i : i + per_turn]) for i in range(0, len(path), per_turn)]
         return task.transcript(inst, turns)[0]
 

@@ -16,6 +16,7 @@ from sesa_cli.tasks.frozenlake import (
     FrozenLakeTaskConfig,
     _has_path,
     generate_map,
+    shortest_path,
 )
 
 
@@ -80,6 +81,22 @@ def test_maps_are_solvable_with_random_start_and_goal() -> None:
     assert len(starts) > 8  # RAGEN: start and goal anywhere
     assert len(goals) > 8
     assert generate_map(5, 0.8, 7, random_start_goal=False) == generate_random_map(size=5, p=0.8, seed=7)
+
+
+def test_shortest_path_reaches_the_goal_in_the_environment() -> None:
+    task = make(is_slippery=False, max_actions=12, max_turns=12, max_actions_per_turn=1)
+    for seed in range(100):
+        inst = FrozenLakeInstance(tuple(generate_map(4, 0.8, seed)), seed)
+        env = task.make_env(inst)
+        path = shortest_path(inst.desc, env.position)
+        assert path is not None
+        assert len(path) <= 12
+        for action in path:
+            env.step(action[0] + "|")
+        assert env.success
+        assert env.history == path
+    assert shortest_path(("SH", "HG"), (0, 0)) is None
+    assert shortest_path(("SF", "FG"), (0, 0)) in (["Down", "Right"], ["Right", "Down"])
 
 
 def test_render_uses_ragen_symbols() -> None:

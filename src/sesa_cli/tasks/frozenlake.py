@@ -22,6 +22,7 @@ from __future__ import annotations
 import copy
 import random
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -82,19 +83,35 @@ class FrozenLakeInstance:
     """Reset seed of gymnasium's env (drives the slips)."""
 
 
-def _has_path(board: list[list[str]]) -> bool:
+_MOVES = {"Left": (0, -1), "Down": (1, 0), "Right": (0, 1), "Up": (-1, 0)}
+
+
+def shortest_path(board: Sequence[Sequence[str]], start: tuple[int, int]) -> list[str] | None:
+    """Action names of a breadth-first shortest walk from ``start`` to the goal ``G`` avoiding holes ``H`` on a
+    gymnasium map (rows of S/F/H/G), or None if the goal cannot be reached."""
+    n = len(board)
+    prev: dict[tuple[int, int], tuple[tuple[int, int], str] | None] = {start: None}
+    queue = deque([start])
+    while queue:
+        cell = queue.popleft()
+        if board[cell[0]][cell[1]] == "G":
+            path = []
+            while (step := prev[cell]) is not None:
+                cell, action = step
+                path.append(action)
+            return path[::-1]
+        for action in ACTIONS:
+            r, c = cell[0] + _MOVES[action][0], cell[1] + _MOVES[action][1]
+            if 0 <= r < n and 0 <= c < n and (r, c) not in prev and board[r][c] != "H":
+                prev[(r, c)] = (cell, action)
+                queue.append((r, c))
+    return None
+
+
+def _has_path(board: Sequence[Sequence[str]]) -> bool:
     n = len(board)
     start = next((r, c) for r in range(n) for c in range(n) if board[r][c] == "S")
-    queue, seen = deque([start]), {start}
-    while queue:
-        r, c = queue.popleft()
-        for nr, nc in ((r + 1, c), (r, c + 1), (r - 1, c), (r, c - 1)):
-            if 0 <= nr < n and 0 <= nc < n and (nr, nc) not in seen and board[nr][nc] != "H":
-                if board[nr][nc] == "G":
-                    return True
-                seen.add((nr, nc))
-                queue.append((nr, nc))
-    return False
+    return shortest_path(board, start) is not None
 
 
 def generate_map(size: int, p: float, seed: int, random_start_goal: bool = True) -> list[str]:

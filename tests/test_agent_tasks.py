@@ -30,7 +30,7 @@ _ACTION = {
     ("frozenlake", "chat"): "Down",
     ("sokoban", "compact"): "U",
     ("sokoban", "chat"): "Up",
-    ("sudoku", "compact"): "r1c1=1",
+    ("sudoku", "compact"): "111",
     ("sudoku", "chat"): "place 1 at row 1 col 1",
 }
 _UNKNOWN = {"compact": "Z", "chat": "Jump"}

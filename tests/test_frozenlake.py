@@ -147,3 +147,10 @@ def test_coordinate_observations_are_ragens() -> None:
 def test_unknown_observation_format_is_a_config_error() -> None:
     with pytest.raises(ConfigError, match=r"task.observation_format='xy'; valid: grid, coord, grid_coord"):
         make(observation_format="xy")
+
+
+def test_compact_coordinates_need_single_digit_rows_and_columns() -> None:
+    with pytest.raises(ConfigError, match=r"task.size=11 must be <= 10"):
+        make(size=11, observation_format="coord")
+    assert make(size=11, observation_format="coord", style="chat").cfg.size == 11  # "(10, 3)" is unambiguous
+    assert make(size=10, observation_format="grid_coord").cfg.size == 10

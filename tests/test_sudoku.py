@@ -133,7 +133,8 @@ def test_placement_rewards() -> None:
 def test_unknown_placements_are_format_errors() -> None:
     task = make()
     inst = task.instance("train", 0)
-    for text in ("r5c1=1|", "r1c1=0|", "r1c1=5|", "r1c1|", "place 1 at row 1 col 1|"):
+    for text in ("r5c1=1|", "r1c1=0|", "r1c1=5|", "r1c1|", "511|", "110|", "115|", "11|", "1111|",
+                 "place 1 at row 1 col 1|"):
         turn = task.make_env(inst).step(text)
         assert (turn.actions, turn.valid, turn.reward) == ((), False, pytest.approx(-0.1))
 
@@ -142,8 +143,12 @@ def test_compact_example_from_the_docstring() -> None:
     task = make()
     inst = task.instance("train", 0)
     assert task.prompt(inst) == "3.2.\n21.3\n1...\n4312\n:"
-    turn = task.make_env(inst).step("r1c2=4 r1c4=1|")
+    turn = task.make_env(inst).step("124 141|")
     assert (turn.feedback, turn.reward) == ("\n3421\n21.3\n1...\n4312\n:", 2.0)
+    assert turn.actions == ("r1c2=4", "r1c4=1")
+    # The canonical form is accepted too, and the warm start writes the three-digit form.
+    assert task.make_env(inst).step("r1c2=4 r1c4=1|") == turn
+    assert task.response(["r1c2=4", "r1c4=1"]) == "124 141|"
 
 
 def test_chat_render_marks_givens() -> None:

@@ -73,6 +73,11 @@ class FrozenLakeTaskConfig(AgentTaskConfig):
             raise ConfigError(f"task.success_rate={self.success_rate} must be in [0, 1]")
         if self.observation_format not in _FORMATS:
             raise ConfigError(f"task.observation_format={self.observation_format!r}; valid: {', '.join(_FORMATS)}")
+        if self.observation_format != "grid" and self.style == "compact" and self.size > 10:
+            raise ConfigError(
+                f"task.observation_format={self.observation_format} writes one digit per row and column in the "
+                f"compact style, so task.size={self.size} must be <= 10"
+            )
 
 
 @dataclass(frozen=True)

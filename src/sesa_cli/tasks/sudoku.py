@@ -5,17 +5,19 @@ stacks, digit relabelling, transpose), then cells are removed in random order as
 finds exactly one solution, until ``num_blanks`` cells are empty (else the next attempt seed is used). Unlike
 RAGEN-2, uniqueness is checked, so "the solution" is well defined.
 
-Actions place a value in a cell, canonical name ``r{row}c{col}={value}`` (1-indexed). Reward per placement
-(RAGEN-2): +1 for the solution's value, +0.5 for a value that breaks no rule but is not the solution's, -0.1 for an
-invalid placement (a given cell, a row/column/box conflict, or the value the cell already holds), which changes
-nothing but uses an action; +10 more when the grid is complete (then it is the unique solution). Placements may
-overwrite earlier placements. Cell or value out of range counts as an unknown action (format penalty).
+Actions place a value in a cell, canonical name ``r{row}c{col}={value}`` (1-indexed). The compact style writes a
+placement as three digits, row, column and value (``124`` is ``r1c2=4``: a turn of five placements is 20 characters
+with the stop, not 35), and also accepts the canonical form. Reward per placement (RAGEN-2): +1 for the solution's
+value, +0.5 for a value that breaks no rule but is not the solution's, -0.1 for an invalid placement (a given cell,
+a row/column/box conflict, or the value the cell already holds), which changes nothing but uses an action; +10 more
+when the grid is complete (then it is the unique solution). Placements may overwrite earlier placements. Cell or
+value out of range counts as an unknown action (format penalty).
 
 Budget: the episode allows ``max_actions`` placements, so ``max_actions >= num_blanks`` (checked) makes success
 reachable. RAGEN-2's 9x9 SimpleSudoku leaves 32 blanks with 20 actions, so it can never be solved in one episode;
 here 4x4 with 6 blanks and 10 actions is the default and a 9x9 option must raise the budget.
 
-Compact example (4x4): prompt ``3.2.\\n21.3\\n1...\\n4312\\n:``, response ``r1c2=4 r1c4=1|`` (reward 2), feedback
+Compact example (4x4): prompt ``3.2.\\n21.3\\n1...\\n4312\\n:``, response ``124 141|`` (reward 2), feedback
 ``\\n3421\\n21.3\\n1...\\n4312\\n:``. Chat style accepts RAGEN-2's forms: ``place N at row R col C``,
 ``place N at (R,C)``, ``N at R,C``, ``(R,C,N)``, ``R,C,N``, and ``rRcC=N``.
 """
@@ -39,6 +41,7 @@ Grid = tuple[tuple[int, ...], ...]
 _MAX_ATTEMPTS = 200
 _NUM = "([0-9]{1,2})"  # bounded: int() of a huge digit string is slow and may raise
 _COMPACT = re.compile(rf"r{_NUM}c{_NUM}={_NUM}", re.IGNORECASE)
+_DIGITS = re.compile(r"([1-9])([1-9])([1-9])")  # compact style: row, column, value
 # (pattern, order of the captured numbers as (row, col, value))
 _CHAT_FORMS = (
     # Each whitespace run is matched one way only, so a long token cannot make the match quadratic.
@@ -227,7 +230,7 @@ def make_puzzle(rng: random.Random, solution: Grid, num_blanks: int) -> Grid | N
 def parse_placement(token: str, n: int, chat: bool) -> tuple[int, int, int] | None:
     """(row, col, value), 1-indexed and in range, named by ``token``; None otherwise. Never raises."""
     token = token.strip()
-    forms = _CHAT_FORMS if chat else ((_COMPACT, (0, 1, 2)),)
+    forms = _CHAT_FORMS if chat else ((_DIGITS, (0, 1, 2)), (_COMPACT, (0, 1, 2)))
     for pattern, order in forms:
         match = pattern.fullmatch(token)
         if match:
@@ -300,8 +303,12 @@ class SudokuTask(AgentTask):
             "The environment will provide feedback on valid/invalid moves.\n"
         )
 
+    def warm_start_key(self) -> dict[str, Any]:
+        # Bases cached before the three-digit compact form taught r1c2=4 and must not be reused.
+        return {**super().warm_start_key(), "compact_actions": "rcv"}
+
     def alphabet(self) -> str:
-        return "".join(str(v) for v in range(1, self.cfg.size + 1)) + ".rc= " + "\n:?|"
+        return "".join(str(v) for v in range(1, self.cfg.size + 1)) + ". " + "\n:?|"
 
     def generate(self, split: str, index: int) -> SudokuInstance:
         n, blanks = self.cfg.size, self.cfg.num_blanks
@@ -327,13 +334,10 @@ class SudokuTask(AgentTask):
         return None if placed is None else "r{}c{}={}".format(*placed)
 
     def encode(self, actions: Sequence[str]) -> str:
+        placements = [parse_placement(action, self.cfg.size, chat=False) or (0, 0, 0) for action in actions]
         if not self.chat:
-            return " ".join(actions)
-        names = []
-        for action in actions:
-            r, c, v = parse_placement(action, self.cfg.size, chat=False) or (0, 0, 0)
-            names.append(f"place {v} at row {r} col {c}")
-        return " || ".join(names)
+            return " ".join(f"{r}{c}{v}" for r, c, v in placements)
+        return " || ".join(f"place {v} at row {r} col {c}" for r, c, v in placements)
 
     def random_actions(self, env: Env, rng: random.Random, k: int) -> list[str]:
         """Placements in distinct open cells; values uniform, or (1 in 4) one that breaks no rule at that moment.

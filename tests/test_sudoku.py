@@ -133,8 +133,8 @@ def test_placement_rewards() -> None:
 def test_unknown_placements_are_format_errors() -> None:
     task = make()
     inst = task.instance("train", 0)
-    for text in ("r5c1=1|", "r1c1=0|", "r1c1=5|", "r1c1|", "511|", "110|", "115|", "11|", "1111|",
-                 "place 1 at row 1 col 1|"):
+    long_forms = ("r5c1=1|", "r1c1=0|", "r1c1=5|", "r1c1|", "place 1 at row 1 col 1|")
+    for text in (*long_forms, "511|", "110|", "115|", "11|", "1111|"):
         turn = task.make_env(inst).step(text)
         assert (turn.actions, turn.valid, turn.reward) == ((), False, pytest.approx(-0.1))
 

@@ -312,3 +312,15 @@ def test_draw_in_chunks_of_max_rows(path_setup) -> None:
     assert calls == [2, 1]  # at most 4 rows = 2 instances x 2 samples per call
     assert [len(g) for g in groups] == [2, 2, 2]
     assert [g[0].inst for g in groups] == instances
+
+
+def test_cache_key_follows_the_tokenizer_alphabet(monkeypatch: pytest.MonkeyPatch) -> None:
+    from sesa_cli.models.tiny import cache_key
+    from sesa_cli.tasks.sudoku import SudokuTask, SudokuTaskConfig
+
+    task = SudokuTask(SudokuTaskConfig(name="sudoku"), 0)
+    before = cache_key(ModelConfig(), task)
+    assert cache_key(ModelConfig(), task) == before
+    # Sudoku's compact placements were r1c2=4 (alphabet with "rc="); a base trained on them must not be reused.
+    monkeypatch.setattr(SudokuTask, "alphabet", lambda self: "1234.rc= \n:?|")
+    assert cache_key(ModelConfig(), task) != before

@@ -79,7 +79,9 @@ def cache_key(cfg: ModelConfig, task: Task) -> str:
             "warm_start_block",
         )
     }
-    blob = json.dumps({"model": fields, "task": task.warm_start_key(), "v": _FORMAT_VERSION}, sort_keys=True)
+    # The tokenizer is built from the alphabet, so a base trained over another alphabet is never reused.
+    key = {"model": fields, "task": task.warm_start_key(), "alphabet": task.alphabet(), "v": _FORMAT_VERSION}
+    blob = json.dumps(key, sort_keys=True)
     return f"tiny-{task.name}-{hashlib.sha256(blob.encode()).hexdigest()[:12]}"
 
 

@@ -303,10 +303,6 @@ class SudokuTask(AgentTask):
             "The environment will provide feedback on valid/invalid moves.\n"
         )
 
-    def warm_start_key(self) -> dict[str, Any]:
-        # Bases cached before the three-digit compact form taught r1c2=4 and must not be reused.
-        return {**super().warm_start_key(), "compact_actions": "rcv"}
-
     def alphabet(self) -> str:
         return "".join(str(v) for v in range(1, self.cfg.size + 1)) + ". " + "\n:?|"
 

@@ -113,10 +113,13 @@ def shortest_path(board: Sequence[Sequence[str]], start: tuple[int, int]) -> lis
     return None
 
 
+def start_cell(board: Sequence[Sequence[str]]) -> tuple[int, int]:
+    """(row, col) of the start ``S`` of a gymnasium map."""
+    return next((r, c) for r, row in enumerate(board) for c, tile in enumerate(row) if tile == "S")
+
+
 def _has_path(board: Sequence[Sequence[str]]) -> bool:
-    n = len(board)
-    start = next((r, c) for r in range(n) for c in range(n) if board[r][c] == "S")
-    return shortest_path(board, start) is not None
+    return shortest_path(board, start_cell(board)) is not None
 
 
 def generate_map(size: int, p: float, seed: int, random_start_goal: bool = True) -> list[str]:
@@ -163,7 +166,7 @@ class FrozenLakeEnv(Env):
     def position(self) -> tuple[int, int]:
         """(row, col) of the player."""
         if self._gym is None:
-            return next((r, row.index("S")) for r, row in enumerate(self.inst.desc) if "S" in row)
+            return start_cell(self.inst.desc)
         return divmod(int(self._gym.s), len(self.inst.desc[0]))
 
     def apply(self, action: str) -> tuple[float, bool, bool]:

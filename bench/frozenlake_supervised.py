@@ -25,7 +25,7 @@ from sesa_cli.evaluation import draw
 from sesa_cli.models.loading import load_policy
 from sesa_cli.rollout.samplers import ParallelSampler
 from sesa_cli.tasks.base import make_task
-from sesa_cli.tasks.frozenlake import shortest_path
+from sesa_cli.tasks.frozenlake import shortest_path, start_cell
 
 
 def main() -> None:
@@ -49,7 +49,7 @@ def main() -> None:
     per_turn = cfg.task.max_actions_per_turn
 
     def optimal_transcript(inst) -> str:
-        path = shortest_path(inst.desc, task.make_env(inst).position)
+        path = shortest_path(inst.desc, start_cell(inst.desc))
         assert path is not None  # generate_map only returns maps with a path
         turns = [task.response(path[i : i + per_turn]) for i in range(0, len(path), per_turn)]
         return task.transcript(inst, turns)[0]

@@ -7,7 +7,7 @@ from dataclasses import replace
 import torch
 
 from sesa_cli.rollout.samplers import make_sampler
-from sesa_cli.rollout.scoring import build_batch
+from sesa_cli.rollout.scoring import build_batch, completion_logps
 from tests.conftest import chained_context
 
 
@@ -72,6 +72,24 @@ def test_loss_mask_excludes_observations(frozenlake_setup):
         assert batch.response_mask[i, :n].tolist() == [float(m) for m in r.completion.mask]
         assert batch.response_mask[i, n:].sum() == 0
     assert any(not all(r.completion.mask) for r in rows)
+
+
+def test_sampled_logps_are_the_scoring_passs_logps(frozenlake_setup):
+    # The trainer takes the sampler's log-probs as the old policy's when every row is scored in the context that
+    # drew it (float32): they must be what a full forward pass over the episode gives, observations masked.
+    sampler, task, policy = _sampler(frozenlake_setup, name="parallel", group_size=8)
+    insts = [task.instance("train", i) for i in range(3)]
+    rows = [r for g in sampler.sample(insts, torch.Generator().manual_seed(5)) for r in g]
+    batch = build_batch([r.context_ids for r in rows], [r.completion.ids for r in rows],
+                        policy.tokenizer.pad_token_id, [r.completion.mask for r in rows])  # fmt: skip
+    with torch.no_grad():
+        scored, _ = completion_logps(policy.model, batch)
+    sampled = torch.zeros_like(scored)
+    for i, r in enumerate(rows):
+        sampled[i, : len(r.completion.logps)] = torch.tensor(r.completion.logps)
+    mask = batch.response_mask
+    assert mask.sum() > 0
+    assert torch.allclose(sampled * mask, scored * mask, atol=1e-4)
 
 
 def test_sequential_episode_k_continues_after_the_earlier_episodes(frozenlake_setup):

@@ -10,7 +10,7 @@ import torch
 from sesa_cli.rollout.scoring import build_batch, completion_logps
 from sesa_cli.runs import RunDir
 from sesa_cli.tasks.path import PathTask
-from sesa_cli.trainer import Trainer
+from sesa_cli.trainer import Trainer, _select
 
 
 def _trainer(path_setup, tmp_path, task_kw=None, **sampler_kw):
@@ -73,6 +73,38 @@ def test_sequential_is_weights_are_truncated(path_setup, tmp_path):
     groups, _ = trainer._draw_batch()
     stats = trainer._update(trainer._loss_inputs(groups))
     assert 0 < stats["is/weight_mean"] <= stats["is/weight_max"] <= 1.5
+
+
+def test_a_mini_batch_is_cut_to_its_longest_row_and_scores_the_same(path_setup):
+    policy = path_setup[2]
+    contexts = [[1, 2, 3], [1, 2, 3, 4, 5, 6, 7, 8, 9], [4, 5]]
+    completions = [[6, 7], [8, 9, 6], [7]]
+    batch = build_batch(contexts, completions, 0)
+    sub = _select(batch, torch.tensor([2, 0]))
+    assert sub.input_ids.shape[1] == 5  # the longer of rows 2 and 0 (3 + 2 tokens), not the batch's 12
+    with torch.no_grad():
+        full, _ = completion_logps(policy.model, batch)
+        cut, _ = completion_logps(policy.model, sub)
+    assert torch.allclose(cut * sub.response_mask, full[[2, 0]] * sub.response_mask, atol=1e-5)
+
+
+def test_mini_batches_reuse_the_sampled_logps_only_where_they_are_the_old_policys(path_setup, tmp_path, monkeypatch):
+    import sesa_cli.trainer as trainer_mod
+
+    calls = []
+    real = trainer_mod.completion_logps
+    monkeypatch.setattr(
+        trainer_mod, "completion_logps", lambda *a, **k: calls.append(torch.is_grad_enabled()) or real(*a, **k)
+    )
+    for sampler, reused in (("parallel", True), ("sequential", False)):
+        calls.clear()
+        trainer = _trainer(path_setup, tmp_path / sampler, name=sampler)
+        trainer.cfg = replace(trainer.cfg, algo=replace(trainer.cfg.algo, minibatches=2))
+        groups, _ = trainer._draw_batch()
+        trainer._update(trainer._loss_inputs(groups))
+        # two graded mini-batch passes, plus one no-grad pass for the old log-probs unless they were reused
+        assert calls.count(False) == (0 if reused else 1), sampler
+        assert calls.count(True) == 2
 
 
 def test_checkpoint_round_trip_restores_optimizer_and_step(path_setup, tmp_path):

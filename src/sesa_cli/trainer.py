@@ -10,7 +10,7 @@ import json
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -151,9 +151,14 @@ class Trainer:
         for i, lp in enumerate(inputs["behaviour"]):
             behaviour[i, : len(lp)] = torch.tensor(lp)
         multi = cfg.algo.ppo_epochs > 1 or cfg.algo.minibatches > 1
-        need_old = multi or scfg.loss_context == "is"
+        # Every row scored in the context that drew it (parallel sampling, or loss_context=conditioned): the
+        # sampler's own log-probs are the old policy's (same weights, same tempered softmax), so the extra forward
+        # pass is skipped in float32. bf16 and the "is" weights recompute them, as verl does.
+        drawn_here = all(c == p for c, p in zip(inputs["sample_contexts"], inputs["contexts"], strict=False))
         old = None
-        if need_old:
+        if multi and drawn_here and scfg.loss_context != "is" and cfg.model.dtype == "float32":
+            old = behaviour
+        elif multi or scfg.loss_context == "is":
             with torch.no_grad():
                 old, _ = completion_logps(self.model, batch, temp, dtype=cfg.model.dtype)
         seq_weights = None
@@ -352,5 +357,8 @@ class Trainer:
 
 
 def _select(batch: ScoringBatch, idx: torch.Tensor) -> ScoringBatch:
-    """The rows ``idx`` of a scoring batch (a mini-batch)."""
-    return ScoringBatch(*(getattr(batch, f)[idx] for f in ScoringBatch.__dataclass_fields__))
+    """The rows ``idx`` of a scoring batch (a mini-batch), cut to the longest of them: the rows are right-padded,
+    so the columns past it are padding in every selected row and the forward pass skips them."""
+    sub = ScoringBatch(*(getattr(batch, f)[idx] for f in ScoringBatch.__dataclass_fields__))
+    width = max(1, int(sub.attention_mask.sum(1).max()))
+    return replace(sub, input_ids=sub.input_ids[:, :width], attention_mask=sub.attention_mask[:, :width])

@@ -107,6 +107,37 @@ def test_mini_batches_reuse_the_sampled_logps_only_where_they_are_the_old_policy
         assert calls.count(True) == 2
 
 
+@pytest.mark.parametrize("minibatches", [1, 2])
+def test_skipping_zero_advantage_rows_gives_the_full_passs_loss_and_gradient(path_setup, tmp_path, minibatches):
+    results = {}
+    for mode in ("skip", "full"):
+        trainer = _trainer(path_setup, tmp_path / mode, task_kw={"num_targets": 32}, name="parallel")
+        trainer.cfg = replace(trainer.cfg, algo=replace(trainer.cfg.algo, minibatches=minibatches))
+        trainer.generator.manual_seed(0)
+        groups, _ = trainer._draw_batch()
+        inputs = trainer._loss_inputs(groups)
+        inputs["advantages"][:12] = 0.0  # a zero-std group and a half, wherever the mini-batches cut them
+        if mode == "full":
+            trainer._minibatch_logps = lambda sub, live, old_sub, t=trainer: completion_logps(t.model, sub)
+        trainer.optimizer.step = lambda: None  # keep the weights: compare the last mini-batch's gradient
+        stats = trainer._update(inputs)
+        grad = torch.cat([p.grad.flatten() for p in trainer.model.parameters()])
+        results[mode] = (stats["loss/loss"], grad)
+    assert results["skip"][0] == pytest.approx(results["full"][0], abs=1e-6)
+    assert results["full"][1].abs().sum() > 0
+    assert torch.allclose(results["skip"][1], results["full"][1], atol=1e-6)
+
+
+def test_a_mini_batch_of_zero_advantages_only_steps_on_zero_gradients(path_setup, tmp_path):
+    trainer = _trainer(path_setup, tmp_path, name="parallel")
+    groups, _ = trainer._draw_batch()
+    inputs = trainer._loss_inputs(groups)
+    inputs["advantages"][:] = 0.0
+    stats = trainer._update(inputs)
+    assert stats["loss/loss"] == 0.0
+    assert all(p.grad is not None and not p.grad.any() for p in trainer.model.parameters())
+
+
 def test_checkpoint_round_trip_restores_optimizer_and_step(path_setup, tmp_path):
     trainer = _trainer(path_setup, tmp_path, name="parallel")
     trainer.run.log_metrics(trainer.train_step())

@@ -177,13 +177,17 @@ class Trainer:
             stats["is/weight_max"] = float(seq_weights[: inputs["n_solutions"]].max())
         ref = self._ref_logps(batch) if cfg.algo.kl_coef > 0 else None
         advantages = inputs["advantages"]
+        # PPO-clip's term of a zero-advantage row is exactly 0 whatever its ratio, so with no KL or entropy term
+        # such rows (every row of a zero-std group) need no forward pass; they still count in the aggregation.
+        skip_zero = cfg.algo.loss == "ppo_clip" and cfg.algo.kl_coef == 0 and cfg.algo.entropy_coef == 0
         sums: dict[str, list[float]] = {}
         self.model.train()
         for _epoch in range(cfg.algo.ppo_epochs):
             order = torch.randperm(n, generator=self.generator) if multi else torch.arange(n)
             for chunk in order.chunk(cfg.algo.minibatches):
                 sub = _select(batch, chunk)
-                logps, ents = completion_logps(self.model, sub, temp, dtype=cfg.model.dtype)
+                live = advantages[chunk] != 0 if skip_zero else None
+                logps, ents = self._minibatch_logps(sub, live, None if old is None else old[chunk])
                 old_sub = old[chunk] if multi and old is not None else logps.detach()
                 loss, m = algos.compute_loss(
                     logps, old_sub, advantages[chunk], sub.response_mask, cfg.algo,
@@ -204,6 +208,9 @@ class Trainer:
                 self.nonfinite = 0
                 self.optimizer.zero_grad(set_to_none=True)
                 loss.backward()
+                for p in self.trainable:  # a mini-batch of skipped rows only: zero, as a full pass would give
+                    if p.grad is None:
+                        p.grad = torch.zeros_like(p)
                 self.dist.average_gradients(self.trainable)
                 grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.algo.max_grad_norm)
                 self._set_lr()
@@ -215,6 +222,23 @@ class Trainer:
         self.model.eval()
         stats.update({f"loss/{k}": float(np.mean(v)) for k, v in sums.items()})
         return stats
+
+    def _minibatch_logps(
+        self, sub: ScoringBatch, live: torch.Tensor | None, old_sub: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """(logps, entropies) of a mini-batch. Rows where ``live`` is False skip the forward pass: their log-probs
+        are the old ones (``old_sub``, or 0 when the ratio is taken against the result itself), so their ratio is
+        exactly 1, and no entropies are returned. Callers pass ``live`` only when such rows add nothing to the
+        gradient."""
+        temp, dtype = self.cfg.sampler.temperature, self.cfg.model.dtype
+        if live is None or bool(live.all()):
+            return completion_logps(self.model, sub, temp, dtype=dtype)
+        filler = torch.zeros_like(sub.response_mask) if old_sub is None else old_sub.detach().clone()
+        rows = live.nonzero().flatten()
+        if rows.numel() == 0:
+            return filler.requires_grad_(), None
+        logps, _ = completion_logps(self.model, _select(sub, rows), temp, dtype=dtype)
+        return filler.index_put((rows,), logps), None
 
     def _ref_logps(self, batch: ScoringBatch) -> torch.Tensor:
         """(batch, T) log-probs under the KL reference: the initial weights, or for LoRA the adapter disabled."""

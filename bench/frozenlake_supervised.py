@@ -8,7 +8,7 @@ loop turn by turn by the task's environment. Reinforcement learning sees a noisi
 curve bounds what RL on the same model and layout can reach in the same number of updates.
 
 Examples: `--overrides task.observation_format=coord` (RAGEN's coordinates) or `task.random_start_goal=false`
-(gymnasium's corner maps). Non-slippery moves are always used: a shortest path is only optimal without slips.
+(gymnasium's corner maps); `--actions-only` puts the loss on the policy's tokens only, as RL's loss mask does. Non-slippery moves are always used: a shortest path is only optimal without slips.
 """
 
 from __future__ import annotations
@@ -37,6 +37,12 @@ def main() -> None:
     ap.add_argument("--maps", type=int, default=64, help="validation maps")
     ap.add_argument("--cache-dir", default="outputs/cache")
     ap.add_argument("--overrides", nargs="*", default=[], help="more Hydra overrides of `sesa train`")
+    ap.add_argument(
+        "--actions-only",
+        action="store_true",
+        help="loss on the policy's tokens only (compact style: from each ':' to the next '|'), as RL's loss mask; "
+        "default: every token of the transcript",
+    )
     args = ap.parse_args()
 
     register_configs()
@@ -65,7 +71,22 @@ def main() -> None:
         model.train()
         return sum(g[0].score.success for g in groups) / len(groups)
 
-    print(f"overrides: {' '.join(overrides)}")
+    turn_start, turn_end = tok.convert_tokens_to_ids(":"), tok.convert_tokens_to_ids("|")
+
+    def policy_tokens(ids: torch.Tensor) -> torch.Tensor:
+        """(batch, seq) True on the tokens a compact-style policy writes: after each ':' up to and including '|'."""
+        out = torch.zeros_like(ids, dtype=torch.bool)
+        for r, row in enumerate(ids.tolist()):
+            inside = False
+            for c, t in enumerate(row):
+                out[r, c] = inside
+                if t == turn_start:
+                    inside = True
+                elif t == turn_end:
+                    inside = False
+        return out
+
+    print(f"overrides: {' '.join(overrides)}{' (loss on actions only)' if args.actions_only else ''}")
     print(f"step 0: greedy validation success {greedy_success():.3f} on {args.maps} maps")
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr)
     t0 = time.perf_counter()
@@ -75,6 +96,8 @@ def main() -> None:
         width = max(map(len, batch))
         ids = torch.tensor([row + [tok.pad_token_id] * (width - len(row)) for row in batch])
         labels = ids.masked_fill(ids == tok.pad_token_id, -100)
+        if args.actions_only:
+            labels = labels.masked_fill(~policy_tokens(ids), -100)
         loss = model(input_ids=ids, labels=labels).loss
         opt.zero_grad(set_to_none=True)
         loss.backward()

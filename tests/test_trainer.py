@@ -101,7 +101,9 @@ def test_mini_batches_reuse_the_sampled_logps_only_where_they_are_the_old_policy
         trainer = _trainer(path_setup, tmp_path / sampler, name=sampler)
         trainer.cfg = replace(trainer.cfg, algo=replace(trainer.cfg.algo, minibatches=2))
         groups, _ = trainer._draw_batch()
-        trainer._update(trainer._loss_inputs(groups))
+        inputs = trainer._loss_inputs(groups)
+        inputs["advantages"] = torch.ones_like(inputs["advantages"])  # no row skipped: every mini-batch is scored
+        trainer._update(inputs)
         # two graded mini-batch passes, plus one no-grad pass for the old log-probs unless they were reused
         assert calls.count(False) == (0 if reused else 1), sampler
         assert calls.count(True) == 2

@@ -151,12 +151,13 @@ class Trainer:
         for i, lp in enumerate(inputs["behaviour"]):
             behaviour[i, : len(lp)] = torch.tensor(lp)
         multi = cfg.algo.ppo_epochs > 1 or cfg.algo.minibatches > 1
+        # Per solution row: scored in the context that drew it (sketch rows always are).
+        same = [c == p for c, p in zip(inputs["sample_contexts"], inputs["contexts"], strict=False)]
         # Every row scored in the context that drew it (parallel sampling, or loss_context=conditioned): the
         # sampler's own log-probs are the old policy's (same weights, same tempered softmax), so the extra forward
         # pass is skipped in float32. bf16 and the "is" weights recompute them, as verl does.
-        drawn_here = all(c == p for c, p in zip(inputs["sample_contexts"], inputs["contexts"], strict=False))
         old = None
-        if multi and drawn_here and scfg.loss_context != "is" and cfg.model.dtype == "float32":
+        if multi and all(same) and scfg.loss_context != "is" and cfg.model.dtype == "float32":
             old = behaviour
         elif multi or scfg.loss_context == "is":
             with torch.no_grad():
@@ -169,8 +170,7 @@ class Trainer:
             log_w = ((old - behaviour) * mask).sum(1)
             # Identical contexts make the ratio exactly 1 (not 1 up to float noise between the cached sampling pass
             # and this forward); sketch rows are not importance-weighted.
-            same = torch.tensor([c == p for c, p in zip(inputs["sample_contexts"], inputs["contexts"], strict=False)])
-            log_w[: len(same)] = torch.where(same, 0.0, log_w[: len(same)])
+            log_w[: len(same)] = torch.where(torch.tensor(same), 0.0, log_w[: len(same)])
             log_w[inputs["n_solutions"] :] = 0.0
             seq_weights = torch.exp(log_w).clamp(max=scfg.is_clip)
             stats["is/weight_mean"] = float(seq_weights[: inputs["n_solutions"]].mean())

@@ -8,7 +8,8 @@ loop turn by turn by the task's environment. Reinforcement learning sees a noisi
 curve bounds what RL on the same model and layout can reach in the same number of updates.
 
 Examples: `--overrides task.observation_format=coord` (RAGEN's coordinates) or `task.random_start_goal=false`
-(gymnasium's corner maps); `--actions-only` puts the loss on the policy's tokens only, as RL's loss mask does. Non-slippery moves are always used: a shortest path is only optimal without slips.
+(gymnasium's corner maps); `--actions-only` puts the loss on the policy's tokens only, as RL's loss mask does.
+Non-slippery moves are always used: a shortest path is only optimal without slips.
 """
 
 from __future__ import annotations

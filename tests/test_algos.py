@@ -22,6 +22,7 @@ from sesa_cli.algos import (
     get,
     kl_penalty,
     register,
+    top_std_groups,
     zero_std_groups,
 )
 from sesa_cli.config import AlgoConfig, ConfigError
@@ -82,6 +83,22 @@ def test_zero_std_groups_mixed_batch() -> None:
     # One flag per group, so the DAPO filter indexes the batch without changing its layout.
     assert zero_std.tolist() == [True, False, True, True]
     assert rewards[~zero_std].shape == (1, 4)
+
+
+def test_top_std_groups_keeps_the_most_disputed_groups() -> None:
+    # population stds: 0, 0.5, 0.433, 0, 0.5 -> the two largest are groups 1 and 4 (a tie, both kept); with k=3 the
+    # next is group 2; the zero-std groups 0 and 3 go first
+    rewards = torch.tensor([[1.0, 1, 1, 1], [0, 1, 0, 1], [0, 0, 0, 1], [0, 0, 0, 0], [1, 0, 1, 0]])
+    assert top_std_groups(rewards, 0.4).tolist() == [False, True, False, False, True]
+    assert top_std_groups(rewards, 0.6).tolist() == [False, True, True, False, True]
+    assert top_std_groups(rewards, 1.0).all()
+    # int(0.1 * 5) = 0 still keeps one group; between equal stds the earlier group wins
+    assert top_std_groups(rewards, 0.1).tolist() == [False, True, False, False, False]
+    assert top_std_groups(torch.zeros(3, 4), 0.5).tolist() == [True, False, False]
+    with pytest.raises(ValueError, match="ratio"):
+        top_std_groups(rewards, 0.0)
+    with pytest.raises(ValueError, match="n_groups"):
+        top_std_groups(torch.zeros(4), 0.5)
 
 
 # ------------------------------------------------------------------------------------------------------ ppo_clip

@@ -144,6 +144,33 @@ def test_coordinate_observations_are_ragens() -> None:
     assert set("S0123456789") <= set(task.alphabet())  # the compact coordinates are in the tiny model's vocabulary
 
 
+def test_warm_start_captions_describe_the_maps_they_show() -> None:
+    task = make(is_slippery=False, random_start_goal=False, warm_start_captions=0.25)
+    corpus = task.warm_start_corpus(random.Random(0), 400)
+    captions = [line for line in corpus if "\n=" in line]
+    assert len(corpus) == 400
+    assert len(captions) == 100
+    assert set("".join(corpus)) <= set(task.alphabet())
+    for line in captions:
+        grid, coords = line.split("\n=")
+        rows = grid.split("\n")
+        assert rows[0][0] == "P"  # the map before the first move
+        holes = {(r, c) for r, row in enumerate(rows) for c, ch in enumerate(row) if ch == "O"}
+        named = coords[coords.index("P00") + 3 :]
+        assert named == "".join(f"O{r}{c}" for r, c in sorted(holes))
+        assert coords.startswith("S00G33P00")
+    # the same corpus for every seed, a different one (a new cached base) without captions
+    assert FrozenLakeTask(task.cfg, 4).warm_start_corpus(random.Random(0), 400) == corpus
+    plain = make(is_slippery=False, random_start_goal=False)
+    assert not any("=" in line for line in plain.warm_start_corpus(random.Random(0), 400))
+    assert "=" not in plain.alphabet()
+    assert plain.warm_start_key() != task.warm_start_key()
+    with pytest.raises(ConfigError, match=r"warm_start_captions=1.0 must be in \[0, 1\)"):
+        make(warm_start_captions=1.0)
+    with pytest.raises(ConfigError, match=r"task.size=11 must be <= 10"):
+        make(size=11, warm_start_captions=0.1)
+
+
 def test_unknown_observation_format_is_a_config_error() -> None:
     with pytest.raises(ConfigError, match=r"task.observation_format='xy'; valid: grid, coord, grid_coord"):
         make(observation_format="xy")

@@ -109,6 +109,29 @@ def test_mini_batches_reuse_the_sampled_logps_only_where_they_are_the_old_policy
         assert calls.count(True) == 2
 
 
+def test_the_rollout_filter_trains_on_the_most_disputed_groups_and_reports_the_whole_batch(path_setup, tmp_path):
+    trainer = _trainer(path_setup, tmp_path, task_kw={"num_targets": 32}, name="parallel")
+    trainer.cfg = replace(trainer.cfg, algo=replace(trainer.cfg.algo, rollout_filter_ratio=0.5))
+    trainer.generator.manual_seed(0)
+    groups, _ = trainer._draw_batch()
+    trained = []
+    real = trainer._loss_inputs
+    trainer._loss_inputs = lambda gs: trained.append(gs) or real(gs)
+    trainer._draw_batch = lambda: (groups, 0)
+    row = trainer.train_step()
+    std = [float(torch.tensor([r.score.reward for r in g]).std(unbiased=False)) for g in groups]
+    k = len(groups) // 2
+    assert len(set(std)) > 1  # groups differ, so the ranking below can fail
+    assert row["train/kept_groups"] == k == len(trained[0])
+    kept = [std[i] for i, g in enumerate(groups) if any(g is t for t in trained[0])]
+    dropped = [std[i] for i, g in enumerate(groups) if not any(g is t for t in trained[0])]
+    assert min(kept) >= max(dropped)
+    # the batch metrics still cover every group, not only the trained ones
+    assert row["train/success"] == pytest.approx(
+        sum(r.score.success for g in groups for r in g) / sum(map(len, groups))
+    )
+
+
 @pytest.mark.parametrize("minibatches", [1, 2])
 def test_skipping_zero_advantage_rows_gives_the_full_passs_loss_and_gradient(path_setup, tmp_path, minibatches):
     results = {}

@@ -211,6 +211,9 @@ class AlgoConfig:
     """DAPO: drop zero-std groups and draw more prompts until the batch is full."""
     max_resample_rounds: int = 4
     """DAPO: cap on extra sampling rounds per step (the batch may stay short after it; logged)."""
+    rollout_filter_ratio: float = 1.0
+    """RAGEN's StarPO-S filter: train on the int(ratio * groups) groups (at least one) with the largest reward std
+    of each batch; 1 keeps them all. RAGEN (Sept 2025) trained with 0.25. Metrics still cover the whole batch."""
     clip_cov_ratio: float = 2e-4
     """Clip-Cov: fraction of tokens whose gradient is detached."""
     clip_cov_lb: float = 1.0
@@ -234,6 +237,8 @@ class AlgoConfig:
             raise ConfigError("algo.ppo_epochs and algo.minibatches must be >= 1")
         if self.clip_low < 0 or self.clip_high < 0:
             raise ConfigError("algo.clip_low and algo.clip_high must be >= 0")
+        if not 0 < self.rollout_filter_ratio <= 1:
+            raise ConfigError("algo.rollout_filter_ratio must be in (0, 1]")
 
 
 # --------------------------------------------------------------------------------------------------------- train

@@ -281,8 +281,14 @@ class Trainer:
             row["train/targets_found"] = len(self.found_targets)
         if self.cfg.algo.dynamic_sampling:
             row["train/resample_rounds"] = resample_rounds
+        trained = groups
+        if self.cfg.algo.rollout_filter_ratio < 1:
+            rewards = torch.tensor([[r.score.reward for r in g] for g in groups])
+            keep = algos.top_std_groups(rewards, self.cfg.algo.rollout_filter_ratio).tolist()
+            trained = [g for g, k in zip(groups, keep, strict=True) if k]
+            row["train/kept_groups"] = len(trained)
         t1 = time.perf_counter()
-        row.update(self._update(self._loss_inputs(groups)))
+        row.update(self._update(self._loss_inputs(trained)))
         t_update = time.perf_counter() - t1
         self.step += 1
         row = self.dist.mean_metrics(row)

@@ -6,7 +6,7 @@ docstring cites the paper it comes from. To add one, decorate a function with
 ``@register(POLICY_LOSSES, "my_loss")`` (same signature as its neighbours) and add ``conf/algo/my_algo.yaml``.
 """
 
-from sesa_cli.algos.advantages import compute_advantages, zero_std_groups
+from sesa_cli.algos.advantages import compute_advantages, top_std_groups, zero_std_groups
 from sesa_cli.algos.aggregations import masked_mean
 from sesa_cli.algos.losses import kl_penalty
 from sesa_cli.algos.objective import compute_loss
@@ -23,5 +23,6 @@ __all__ = [
     "kl_penalty",
     "masked_mean",
     "register",
+    "top_std_groups",
     "zero_std_groups",
 ]

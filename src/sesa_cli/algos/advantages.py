@@ -12,7 +12,7 @@ from torch import Tensor
 from sesa_cli.algos.registry import ADVANTAGES, get, register
 from sesa_cli.config import AlgoConfig
 
-__all__ = ["compute_advantages", "dr_grpo", "grpo", "rloo", "zero_std_groups"]
+__all__ = ["compute_advantages", "dr_grpo", "grpo", "rloo", "top_std_groups", "zero_std_groups"]
 
 
 def _as_float(rewards: Tensor) -> Tensor:
@@ -82,3 +82,23 @@ def zero_std_groups(rewards: Tensor) -> Tensor:
     if rewards.ndim != 2:
         raise ValueError(f"rewards must be (n_groups, group), got shape {tuple(rewards.shape)}")
     return (rewards == rewards[:, :1]).all(dim=1)
+
+
+def top_std_groups(rewards: Tensor, ratio: float) -> Tensor:
+    """RAGEN's StarPO-S rollout filter (Wang et al. 2025, "RAGEN", arXiv 2504.20073; ``rollout_filter_ratio`` with
+    type ``std``): keep the ``int(ratio * n_groups)`` groups (at least one) with the largest in-group reward std,
+    so the update spends its step on the prompts whose rollouts disagree. Ties keep the earlier group.
+
+    rewards (n_groups, group) -> bool (n_groups,); ratio in (0, 1], 1 keeps every group.
+    """
+    if rewards.ndim != 2:
+        raise ValueError(f"rewards must be (n_groups, group), got shape {tuple(rewards.shape)}")
+    if not 0 < ratio <= 1:
+        raise ValueError(f"ratio must be in (0, 1], got {ratio}")
+    n = rewards.shape[0]
+    k = max(1, int(ratio * n))
+    std = _as_float(rewards).std(dim=1, unbiased=False)
+    order = torch.sort(-std, stable=True).indices
+    keep = torch.zeros(n, dtype=torch.bool)
+    keep[order[:k]] = True
+    return keep

@@ -13,6 +13,10 @@ State (RAGEN's grid, one row per line): ``P`` player, ``_`` frozen (the start to
 ``Start: (r, c)``, ``Goal:``, ``Player:`` / ``Player on goal:`` / ``Player in hole:``, ``Holes:`` lines; compact: the
 same entities as letter + row + column, ``S01G30P01O13O22``) or ``grid_coord`` (the coordinates, then the grid).
 
+``task.warm_start_captions`` (the ``frozenlake_tiny`` recipe: 0.25) replaces that fraction of the tiny model's
+warm-start lines by map captions, ``P___\\n_O__\\n____\\n___G\\n=S00G33P00O11``: the grid, then its compact
+coordinates, so the base learns to read where the holes are before RL asks it to avoid them.
+
 Compact example (``size=4``, not slippery): prompt ``_P__\\n___O\\n_O_O\\nO__G\\n:``, response ``DR|``, feedback
 ``\\n____\\n__PO\\n_O_O\\nO__G\\n:``.
 """
@@ -62,6 +66,10 @@ class FrozenLakeTaskConfig(AgentTaskConfig):
     observation_format: str = "grid"
     """What a state shows (RAGEN's ``observation_format``): grid, coord (zero-indexed coordinates of start, goal,
     player and holes) or grid_coord (both)."""
+    warm_start_captions: float = 0.0
+    """Fraction of the tiny model's warm-start lines that caption a map instead of playing it: the grid, ``=``, then
+    the same state in the compact coordinate form (``S00G33P00O13O22``). Reading practice, not play: the base learns
+    where the holes are, not how to avoid them. 0 = play lines only (spec section 5)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -73,11 +81,19 @@ class FrozenLakeTaskConfig(AgentTaskConfig):
             raise ConfigError(f"task.success_rate={self.success_rate} must be in [0, 1]")
         if self.observation_format not in _FORMATS:
             raise ConfigError(f"task.observation_format={self.observation_format!r}; valid: {', '.join(_FORMATS)}")
-        if self.observation_format != "grid" and self.style == "compact" and self.size > 10:
-            raise ConfigError(
-                f"task.observation_format={self.observation_format} writes one digit per row and column in the "
-                f"compact style, so task.size={self.size} must be <= 10"
-            )
+        if not 0 <= self.warm_start_captions < 1:
+            raise ConfigError(f"task.warm_start_captions={self.warm_start_captions} must be in [0, 1)")
+        if self.style == "compact" and self.size > 10:
+            if self.observation_format != "grid":
+                raise ConfigError(
+                    f"task.observation_format={self.observation_format} writes one digit per row and column in the "
+                    f"compact style, so task.size={self.size} must be <= 10"
+                )
+            if self.warm_start_captions > 0:
+                raise ConfigError(
+                    f"task.warm_start_captions writes one digit per row and column, so task.size={self.size} must "
+                    "be <= 10"
+                )
 
 
 @dataclass(frozen=True)
@@ -240,8 +256,22 @@ class FrozenLakeTask(AgentTask):
         self._prototypes: dict[tuple[str, ...], Any] = {}
 
     def alphabet(self) -> str:
-        coords = "S0123456789" if self.cfg.observation_format != "grid" else ""
-        return "P_OGX√" + "LDRU" + "\n:?|" + coords
+        coords = "S0123456789" if self.cfg.observation_format != "grid" or self.cfg.warm_start_captions else ""
+        captions = "=" if self.cfg.warm_start_captions else ""
+        return "P_OGX√" + "LDRU" + "\n:?|" + coords + captions
+
+    def warm_start_corpus(self, rng: random.Random, n: int) -> list[str]:
+        """The agent corpus (play, plan lists, plan -> play), with ``task.warm_start_captions`` of its lines
+        replaced by map captions ``grid + "\\n=" + coordinates`` of training maps (compact style)."""
+        k = round(self.cfg.warm_start_captions * n) if not self.chat else 0
+        if k == 0 or self.seed != 0:  # the base class plays seed 0's maps whatever the run's seed
+            return super().warm_start_corpus(rng, n) if k == 0 else type(self)(self.cfg, 0).warm_start_corpus(rng, n)
+        lines = super().warm_start_corpus(rng, n - k)
+        for _ in range(k):
+            env = self.make_env(self.instance("train", rng.randrange(self.warm_pool)))
+            lines.append(env._grid() + "\n=" + env._coords())
+        rng.shuffle(lines)
+        return lines
 
     def generate(self, split: str, index: int) -> FrozenLakeInstance:
         seed = split_seed("frozenlake", split, self.seed, index)

@@ -7,6 +7,7 @@ from dataclasses import replace
 import pytest
 import torch
 
+from sesa_cli.config import ConfigError
 from sesa_cli.rollout.scoring import build_batch, completion_logps
 from sesa_cli.runs import RunDir
 from sesa_cli.tasks.path import PathTask
@@ -130,6 +131,25 @@ def test_the_rollout_filter_trains_on_the_most_disputed_groups_and_reports_the_w
     assert row["train/success"] == pytest.approx(
         sum(r.score.success for g in groups for r in g) / sum(map(len, groups))
     )
+
+
+def test_lr_schedules_warm_up_then_decay_over_the_run(path_setup, tmp_path):
+    trainer = _trainer(path_setup, tmp_path)
+
+    def scales(schedule: str) -> list[float]:
+        trainer.cfg = replace(trainer.cfg, train=replace(trainer.cfg.train, steps=10, warmup_steps=2,
+                                                         lr_schedule=schedule))  # fmt: skip
+        out = []
+        for step in range(12):
+            trainer.step = step
+            out.append(round(trainer.lr_scale(), 4))
+        return out
+
+    assert scales("constant") == [0.5, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1]
+    assert scales("linear") == [0.5, 1, 1, 0.875, 0.75, 0.625, 0.5, 0.375, 0.25, 0.125, 0, 0]
+    assert scales("cosine") == [0.5, 1, 1, 0.9619, 0.8536, 0.6913, 0.5, 0.3087, 0.1464, 0.0381, 0, 0]
+    with pytest.raises(ConfigError, match=r"train\.lr_schedule='step' is not valid"):
+        replace(trainer.cfg.train, lr_schedule="step")
 
 
 @pytest.mark.parametrize("minibatches", [1, 2])

@@ -265,6 +265,9 @@ class TrainLoopConfig:
     """Log a line of metrics every this many steps (the live progress display updates every step)."""
     warmup_steps: int = 0
     """Linear learning-rate warm-up."""
+    lr_schedule: str = "constant"
+    """After the warm-up: ``constant`` (verl's default), ``linear`` decay to 0 at ``train.steps`` (TRL's default) or
+    ``cosine`` decay to 0. A revived run decays over its new total of steps."""
     weight_decay: float = 0.0
     """AdamW weight decay."""
     max_nonfinite: int = 3
@@ -273,6 +276,7 @@ class TrainLoopConfig:
     def __post_init__(self) -> None:
         if self.steps < 1 or self.batch_size < 1:
             raise ConfigError("train.steps and train.batch_size must be >= 1")
+        _choice(self.lr_schedule, "train.lr_schedule", ("constant", "linear", "cosine"))
         for name in ("checkpoint_every", "eval_every", "sample_every", "log_every"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"train.{name} must be >= 0")

@@ -8,6 +8,7 @@ from __future__ import annotations
 import copy
 import json
 import logging
+import math
 import time
 from collections.abc import Callable
 from dataclasses import asdict, replace
@@ -249,9 +250,20 @@ class Trainer:
             with reference(self.model) as ref_model:
                 return completion_logps(ref_model, batch, temp, dtype=dtype)[0]
 
+    def lr_scale(self) -> float:
+        """The learning-rate multiplier of the coming step: linear warm-up, then train.lr_schedule."""
+        t = self.cfg.train
+        if self.step < t.warmup_steps:
+            return (self.step + 1) / t.warmup_steps
+        done = min(1.0, (self.step - t.warmup_steps) / max(1, t.steps - t.warmup_steps))
+        if t.lr_schedule == "linear":
+            return 1.0 - done
+        if t.lr_schedule == "cosine":
+            return 0.5 * (1.0 + math.cos(math.pi * done))
+        return 1.0
+
     def _set_lr(self) -> None:
-        warm = self.cfg.train.warmup_steps
-        scale = min(1.0, (self.step + 1) / warm) if warm > 0 else 1.0
+        scale = self.lr_scale()
         for group in self.optimizer.param_groups:
             group["lr"] = self.cfg.algo.lr * scale
 
@@ -287,6 +299,7 @@ class Trainer:
             keep = algos.top_std_groups(rewards, self.cfg.algo.rollout_filter_ratio).tolist()
             trained = [g for g, k in zip(groups, keep, strict=True) if k]
             row["train/kept_groups"] = len(trained)
+        row["train/lr"] = self.cfg.algo.lr * self.lr_scale()
         t1 = time.perf_counter()
         row.update(self._update(self._loss_inputs(trained)))
         t_update = time.perf_counter() - t1

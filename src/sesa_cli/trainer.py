@@ -278,7 +278,8 @@ class Trainer:
         group_size = len(groups[0])
         entropies = [e for r in rows for e in r.completion.policy_entropies]
         row: dict[str, Any] = {"step": self.step + 1}
-        stats = M.reward_stats([[r.score.reward for r in g] for g in groups])
+        rewards = [[r.score.reward for r in g] for g in groups]
+        stats = M.reward_stats(rewards)
         row.update({f"train/{k}": v for k, v in stats.items()})
         row["train/success"] = float(np.mean(correct))
         row["train/valid"] = float(np.mean([k is not None for k in keys]))
@@ -295,8 +296,7 @@ class Trainer:
             row["train/resample_rounds"] = resample_rounds
         trained = groups
         if self.cfg.algo.rollout_filter_ratio < 1:
-            rewards = torch.tensor([[r.score.reward for r in g] for g in groups])
-            keep = algos.top_std_groups(rewards, self.cfg.algo.rollout_filter_ratio).tolist()
+            keep = algos.top_std_groups(torch.tensor(rewards), self.cfg.algo.rollout_filter_ratio).tolist()
             trained = [g for g, k in zip(groups, keep, strict=True) if k]
             row["train/kept_groups"] = len(trained)
         row["train/lr"] = self.cfg.algo.lr * self.lr_scale()

@@ -91,13 +91,11 @@ def top_std_groups(rewards: Tensor, ratio: float) -> Tensor:
 
     rewards (n_groups, group) -> bool (n_groups,); ratio in (0, 1], 1 keeps every group.
     """
-    if rewards.ndim != 2:
-        raise ValueError(f"rewards must be (n_groups, group), got shape {tuple(rewards.shape)}")
+    std = _as_float(rewards).std(dim=1, unbiased=False)  # _as_float checks the (n_groups, group) shape
     if not 0 < ratio <= 1:
         raise ValueError(f"ratio must be in (0, 1], got {ratio}")
     n = rewards.shape[0]
     k = max(1, int(ratio * n))
-    std = _as_float(rewards).std(dim=1, unbiased=False)
     order = torch.sort(-std, stable=True).indices
     keep = torch.zeros(n, dtype=torch.bool)
     keep[order[:k]] = True

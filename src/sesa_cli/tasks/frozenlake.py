@@ -83,17 +83,15 @@ class FrozenLakeTaskConfig(AgentTaskConfig):
             raise ConfigError(f"task.observation_format={self.observation_format!r}; valid: {', '.join(_FORMATS)}")
         if not 0 <= self.warm_start_captions < 1:
             raise ConfigError(f"task.warm_start_captions={self.warm_start_captions} must be in [0, 1)")
-        if self.style == "compact" and self.size > 10:
-            if self.observation_format != "grid":
-                raise ConfigError(
-                    f"task.observation_format={self.observation_format} writes one digit per row and column in the "
-                    f"compact style, so task.size={self.size} must be <= 10"
-                )
-            if self.warm_start_captions > 0:
-                raise ConfigError(
-                    f"task.warm_start_captions writes one digit per row and column, so task.size={self.size} must "
-                    "be <= 10"
-                )
+        # compact coordinates (observations or warm-start captions) write one digit per row and column
+        digits = "task.warm_start_captions" if self.warm_start_captions > 0 else None
+        if self.observation_format != "grid":
+            digits = f"task.observation_format={self.observation_format}"
+        if digits and self.style == "compact" and self.size > 10:
+            raise ConfigError(
+                f"{digits} writes one digit per row and column in the compact style, so task.size={self.size} must "
+                "be <= 10"
+            )
 
 
 @dataclass(frozen=True)
@@ -264,8 +262,8 @@ class FrozenLakeTask(AgentTask):
         """The agent corpus (play, plan lists, plan -> play), with ``task.warm_start_captions`` of its lines
         replaced by map captions ``grid + "\\n=" + coordinates`` of training maps (compact style)."""
         k = round(self.cfg.warm_start_captions * n) if not self.chat else 0
-        if k == 0 or self.seed != 0:  # the base class plays seed 0's maps whatever the run's seed
-            return super().warm_start_corpus(rng, n) if k == 0 else type(self)(self.cfg, 0).warm_start_corpus(rng, n)
+        if k == 0 or self.seed != 0:  # for seed != 0 the base class asks a seed-0 task, which lands here again
+            return super().warm_start_corpus(rng, n)
         lines = super().warm_start_corpus(rng, n - k)
         for _ in range(k):
             env = self.make_env(self.instance("train", rng.randrange(self.warm_pool)))

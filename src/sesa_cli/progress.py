@@ -14,13 +14,16 @@ from typing_extensions import Self
 log = logging.getLogger("sesa.train")
 console = Console(stderr=True)
 
-# (metrics key, short label) shown live, in this order, when the row has them
+# (metrics key, short label) shown live, in this order, when the row has them: the exact plain-prompt policy
+# (pi ...) where the task has it, then what the sampler drew this step
 LIVE = [
-    ("train/reward_mean", "reward"),
-    ("train/success", "success"),
-    ("train/coverage", "cov"),
-    ("train/distinct_correct", "dc/grp"),
-    ("train/entropy", "H"),
+    ("policy/target_mass", "pi success"),
+    ("policy/effective_solutions", "pi eff.sol"),
+    ("rollout/reward_mean", "reward"),
+    ("rollout/success", "success"),
+    ("rollout/coverage", "cov"),
+    ("rollout/distinct_correct", "dc/grp"),
+    ("rollout/entropy", "H"),
     ("time/step_s", "s/step"),
 ]
 
@@ -76,6 +79,6 @@ def final_table(row: dict[str, Any], title: str) -> None:
             family, k = key.rsplit("@", 1)
             if int(k) not in (1, largest[family]):
                 continue
-        if key == "step" or key.startswith(("train/", "eval/", "collapse/")):
+        if key == "step" or key.startswith(("policy/", "rollout/", "train/", "eval/", "collapse/")):
             table.add_row(key, f"{value:.4g}" if isinstance(value, float) else str(value))
     console.print(table)

@@ -339,29 +339,35 @@ def test_collapse_monitor_never_flags_when_a_condition_fails(point):
     assert monitor.first_flag_step is None
 
 
+def policy_row(effective_solutions: float, solution_entropy: float) -> dict[str, float]:
+    return {"policy/effective_solutions": effective_solutions, "policy/solution_entropy": solution_entropy}
+
+
 def test_collapse_monitor_reads_policy_metrics_where_the_task_has_them():
-    monitor = CollapseMonitor(window=2, max_effective_solutions=1.5, policy=True)
+    monitor = CollapseMonitor(window=2, max_effective_solutions=1.5, max_solution_entropy=0.5, policy=True)
     # The rollout statistics look healthy (a sequential chain drawing many targets), the exact policy does not:
-    # the policy metric decides.
+    # the policy metrics decide.
     chain = rollout_row(4.0, 0.9)
-    assert not monitor.update(1, {**chain, "policy/effective_solutions": 3.0})
-    assert not monitor.update(2, {**chain, "policy/effective_solutions": 1.5})  # at the threshold: collapse-like
-    assert monitor.update(3, {**chain, "policy/effective_solutions": 1.2})
+    assert not monitor.update(1, {**chain, **policy_row(3.0, 0.2)})
+    assert not monitor.update(2, {**chain, **policy_row(1.5, 0.5)})  # both at their thresholds: collapse-like
+    assert monitor.update(3, {**chain, **policy_row(1.2, 0.1)})
     assert monitor.first_flag_step == 3
     # ...and the other way round: collapsed-looking rollouts, a diverse policy.
     other = CollapseMonitor(window=1, policy=True)
-    assert not other.update(1, {**rollout_row(1.0, 0.0), "policy/effective_solutions": 6.0})
-    assert not other.update(2, {**rollout_row(1.0, 0.0), "policy/effective_solutions": float("nan")})
-    # A row without the policy metric is not a measurement: the rollout statistics are never read instead.
-    assert not other.update(3, rollout_row(1.0, 0.0))
-    assert CollapseMonitor(window=1).update(3, rollout_row(1.0, 0.0))  # a monitor without policy metrics reads them
+    collapsed_chain = rollout_row(1.0, 0.0)
+    assert not other.update(1, {**collapsed_chain, **policy_row(6.0, 0.1)})
+    assert not other.update(2, {**collapsed_chain, **policy_row(1.0, 2.0)})  # one target found, still exploring
+    assert not other.update(3, {**collapsed_chain, **policy_row(float("nan"), 0.1)})
+    # A row without the policy metrics is not a measurement: the rollout statistics are never read instead.
+    assert not other.update(4, collapsed_chain)
+    assert CollapseMonitor(window=1).update(4, collapsed_chain)  # a monitor without policy metrics reads them
 
 
 def test_collapse_monitor_counts_steps_between_sparse_measurements():
     # Policy metrics every 5 steps: a collapse-like measurement at 30 starts the run (streak 1, nothing known of
     # 26-29); at 35 it spans steps 30-35 (6 >= window 5) and is flagged. Unmeasured steps change nothing.
     monitor = CollapseMonitor(window=5, policy=True)
-    healthy, collapsed = {"policy/effective_solutions": 4.0}, {"policy/effective_solutions": 1.0}
+    healthy, collapsed = policy_row(4.0, 3.0), policy_row(1.0, 0.1)
     assert not monitor.update(25, healthy)
     assert not monitor.update(30, collapsed)
     assert monitor.streak == 1

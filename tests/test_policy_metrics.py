@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import json
 import math
+from dataclasses import replace
 
 import pytest
 import torch
@@ -83,7 +84,11 @@ def test_summary_and_record_follow_the_probabilities(path_setup):
 
 def test_training_rows_and_evaluations_carry_the_exact_policy(path_setup, tmp_path):
     cfg, task, policy = path_setup
+    cfg = replace(cfg, train=replace(cfg.train, policy_every=2))
     trainer = Trainer(cfg, task, copy.deepcopy(policy), RunDir(tmp_path / "run"))
+    assert trainer.monitor.policy  # the collapse monitor reads the exact metric
+    row = trainer.train_step()
+    assert not any(k.startswith("policy/") for k in row)  # step 1: not a multiple of train.policy_every
     row = trainer.train_step()
     for key in ("policy/valid_mass", "policy/target_mass", "policy/effective_solutions",
                 "policy/solutions_above_1pct", "policy/solution_entropy",
@@ -95,7 +100,7 @@ def test_training_rows_and_evaluations_carry_the_exact_policy(path_setup, tmp_pa
     ev = trainer.evaluate()
     assert ev["policy/target_mass"] == row["policy/target_mass"]  # same weights, scored once
     (line,) = (tmp_path / "run" / "policy_probs.jsonl").read_text().splitlines()
-    assert json.loads(line)["step"] == 1
+    assert json.loads(line)["step"] == 2
 
 
 def test_tasks_without_a_solution_space_log_no_policy_metrics(path_setup, tmp_path, monkeypatch):
@@ -103,6 +108,7 @@ def test_tasks_without_a_solution_space_log_no_policy_metrics(path_setup, tmp_pa
     monkeypatch.setattr(PathTask, "solution_space", lambda self, inst: None)
     trainer = Trainer(cfg, task, copy.deepcopy(policy), RunDir(tmp_path / "run"))
     assert not trainer.exact.available
+    assert not trainer.monitor.policy
     row = trainer.train_step()
     assert not any(k.startswith("policy/") for k in row)
     assert "rollout/distinct_correct" in row

@@ -284,11 +284,12 @@ class TrainLoopConfig:
     """Samples per validation instance, drawn i.i.d. from the plain prompt (coverage@k, pass@k use them)."""
     sample_every: int = 25
     """Dump the step's rollouts to samples/step_N.jsonl every this many steps; 0 = never."""
-    policy_every: int = 1
+    policy_every: int = 5
     """Tasks that enumerate their solutions (the path task): add the exact ``policy/*`` metrics to the training row
-    every this many steps (evaluation rows always have them); 0 = evaluations only. Scoring every solution costs
-    about as much as a parallel training step of the default path task, so a larger value trades the collapse
-    monitor's resolution (it reads the steps that have them) for time."""
+    every this many steps (evaluation rows always have them); 0 = evaluations only. Scoring all 512 leaves of the
+    default path task costs about 1.9 parallel training steps (measured on 1 thread), so every step would nearly
+    triple a parallel run; every 5 steps matches collapse_revival's checkpoints, which is the resolution
+    ``sesa revive step=auto`` has anyway. The collapse monitor reads the steps that have them."""
     log_every: int = 10
     """Log a line of metrics every this many steps (the live progress display updates every step)."""
     warmup_steps: int = 0
@@ -312,18 +313,26 @@ class TrainLoopConfig:
 
 @dataclass
 class CollapseConfig:
-    """The collapse monitor (``collapse.*``): a step is flagged once ``window`` consecutive steps looked collapsed.
-    Where the task can enumerate its solutions (exact ``policy/*`` metrics) a step looks collapsed when the
-    plain-prompt policy spreads its success over at most ``max_effective_solutions`` targets; elsewhere when the
-    groups found at most ``max_distinct_correct`` distinct correct solutions and sampling was near-deterministic
-    (``min_entropy``). Each threshold is named after the metric it bounds; see sesa_cli.metrics.CollapseMonitor."""
+    """The collapse monitor (``collapse.*``): a step is flagged once the steps measured over ``window`` steps all
+    looked collapsed. Where the task can enumerate its solutions (exact ``policy/*`` metrics, the path task) a step
+    looks collapsed when the plain-prompt policy's success sits on about one target and its answers are
+    near-deterministic; elsewhere when the groups found about one distinct correct solution and sampling was
+    near-deterministic. Each threshold is named after the metric it bounds; see sesa_cli.metrics.CollapseMonitor.
+    Measured on the path task (collapse_revival, seeds 0-4, policy metrics every 5 steps) the policy thresholds
+    flag steps 25, 40, 40, 30, 30 where the rollout ones flagged 29, 40, 41, 32, 30."""
 
     window: int = 5
-    """Consecutive collapse-like steps before a step is flagged (one noisy step is not collapse)."""
+    """Steps the measurements must stay collapse-like for before a step is flagged (one noisy step is not
+    collapse)."""
     max_effective_solutions: float = 1.5
-    """``policy/effective_solutions`` at or below which a step looks collapsed. Alone sufficient: the figure is the
-    exact effective number of correct solutions of the plain-prompt policy, so it cannot be fooled by what a
-    sampler draws, and a policy still exploring spreads its (small) success mass widely and reads high."""
+    """``policy/effective_solutions`` at or below which the success mass sits on about one target (1.5: the top
+    target holds over ~93% of it): the loss of correct-solution diversity that collapse means. Not sufficient
+    alone: a policy that has just found its first target reads low while still exploring (seed 4: 1.67 at step 10,
+    23% success), and with a single target it is always 1."""
+    max_solution_entropy: float = 0.5
+    """``policy/solution_entropy`` (nats over the valid solutions) at or below which the policy counts as
+    near-deterministic (below a fair choice between two answers, ln 2 = 0.69): tells a converged policy from one
+    still exploring. Not sufficient alone: a policy converged on a wrong answer is not a collapse of diversity."""
     max_distinct_correct: float = 1.25
     """Tasks without policy metrics: ``rollout/distinct_correct`` (mean distinct correct solutions per group) at or
     below which a step may look collapsed. Needed because groups that keep finding one solution are the visible

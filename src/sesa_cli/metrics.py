@@ -393,10 +393,11 @@ class CollapseMonitor:
     It reads one of two kinds of metrics rows:
 
     * **exact policy metrics** (``policy=True``: the task can enumerate its solutions, see :func:`policy_metrics`):
-      a step is collapse-like when ``policy/effective_solutions <= max_effective_solutions``, i.e. the plain-prompt
-      policy spreads its success mass over about one target. This alone is collapse: the figure is exact, so a
-      policy still exploring (mass spread thinly over many targets, however small) reads high, and nothing a
-      sampler draws can make a collapsed policy look diverse. Rows without the metric (the trainer may measure
+      a step is collapse-like when both ``policy/effective_solutions <= max_effective_solutions`` (the plain-prompt
+      policy's success mass sits on about one target) and ``policy/solution_entropy <= max_solution_entropy`` (its
+      answers are near-deterministic). The first alone also fires for a policy that has found one target and is
+      still exploring, and always when the task has a single target; the second alone for a policy converged on
+      a wrong answer. Nothing a sampler draws enters either. Rows without the metrics (the trainer may measure
       every few steps, ``train.policy_every``) leave the monitor as it was;
     * **rollout statistics** otherwise (``rollout/distinct_correct`` and ``rollout/entropy``, computed on what the
       sampler drew): collapse-like when both ``distinct_correct <= max_distinct_correct`` (groups find about one
@@ -419,10 +420,11 @@ class CollapseMonitor:
     # The thresholds are the fields of sesa_cli.config.CollapseConfig (``collapse.*``), documented there once.
     window: int = 5
     max_effective_solutions: float = 1.5
+    max_solution_entropy: float = 0.5
     max_distinct_correct: float = 1.25
     min_entropy: float = 0.05
     policy: bool = False
-    """Read ``policy/effective_solutions`` (True) or the rollout statistics (False)."""
+    """Read the exact policy metrics (True) or the rollout statistics (False)."""
     streak: int = field(default=0, init=False)
     """Steps spanned by the current run of collapse-like measurements (0 after a healthy one)."""
     last_step: int | None = field(default=None, init=False)
@@ -444,7 +446,10 @@ class CollapseMonitor:
         if self.policy:
             if "policy/effective_solutions" not in row:
                 return None
-            return value("policy/effective_solutions") <= self.max_effective_solutions
+            return (
+                value("policy/effective_solutions") <= self.max_effective_solutions
+                and value("policy/solution_entropy") <= self.max_solution_entropy
+            )
         return (
             value("rollout/distinct_correct") <= self.max_distinct_correct
             and value("rollout/entropy") < self.min_entropy

@@ -81,6 +81,7 @@ class Trainer:
         self.monitor = M.CollapseMonitor(
             window=cfg.collapse.window,
             max_effective_solutions=cfg.collapse.max_effective_solutions,
+            max_solution_entropy=cfg.collapse.max_solution_entropy,
             max_distinct_correct=cfg.collapse.max_distinct_correct,
             min_entropy=cfg.collapse.min_entropy,
             policy=self.exact.available and cfg.train.policy_every > 0,

@@ -114,3 +114,19 @@ def test_tasks_without_a_solution_space_log_no_policy_metrics(path_setup, tmp_pa
     assert "rollout/distinct_correct" in row
     trainer.evaluate()
     assert not (tmp_path / "run" / "policy_probs.jsonl").exists()
+
+
+def test_the_live_view_shows_the_latest_policy_metrics_between_measurements():
+    from sesa_cli.progress import TrainProgress
+
+    progress = TrainProgress(total=10, enabled=False, log_every=0)
+
+    def info() -> str:
+        return progress.progress.tasks[0].fields["info"]
+
+    progress.update(5, {"rollout/success": 0.5, "policy/target_mass": 0.25, "policy/effective_solutions": 3.0})
+    assert "pi success 0.25" in info()
+    assert "pi eff.sol 3" in info()
+    progress.update(6, {"rollout/success": 0.75})  # not a measured step: the step-5 values stay on screen
+    assert "pi success 0.25" in info()
+    assert "success 0.75" in info()

@@ -46,6 +46,7 @@ class TrainProgress:
             TimeElapsedColumn(), TimeRemainingColumn(), console=console, disable=not enabled,
         )  # fmt: skip
         self.task_id = self.progress.add_task("train", total=total, completed=start, info="")
+        self.policy: dict[str, Any] = {}  # the latest policy/* values: measured every train.policy_every steps
 
     def __enter__(self) -> Self:
         self.progress.__enter__()
@@ -55,7 +56,8 @@ class TrainProgress:
         self.progress.__exit__(et, e, tb)
 
     def update(self, step: int, row: dict[str, Any]) -> None:
-        self.progress.update(self.task_id, completed=step, info=_fmt(row))
+        self.policy.update({k: v for k, v in row.items() if k.startswith("policy/")})
+        self.progress.update(self.task_id, completed=step, info=_fmt({**self.policy, **row}))
         if (self.log_every and step % self.log_every == 0) or any(k.startswith("eval/") for k in row):
             text = "  ".join(f"{k}={v:.4g}" for k, v in row.items() if isinstance(v, float) and not k.startswith(
                 ("loss/", "time/sample", "time/update")) and "@" not in k)  # fmt: skip

@@ -196,7 +196,10 @@ class Trainer:
             stats["is/weight_max"] = float(weights[:n_sol].max())
         advantages = inputs["advantages"]
         if scfg.off_policy in ("drop_negatives", "weight_negatives"):
-            factors = torch.zeros(n) if weights is None or scfg.off_policy == "drop_negatives" else weights
+            if scfg.off_policy == "drop_negatives":
+                factors = torch.zeros(n)
+            else:  # no weights were computed only when no row is off-policy, and then none is scaled
+                factors = torch.ones(n) if weights is None else weights
             scaled = algos.scale_off_policy_negatives(advantages, off, factors)
             stats["loss/adv_changed_frac"] = float((scaled != advantages)[:n_sol].float().mean())
             hit = off & (advantages < 0)

@@ -287,9 +287,10 @@ class TrainLoopConfig:
     policy_every: int = 5
     """Tasks that enumerate their solutions (the path task): add the exact ``policy/*`` metrics to the training row
     every this many steps (evaluation rows always have them); 0 = evaluations only. Scoring all 512 leaves of the
-    default path task costs about 1.9 parallel training steps (measured on 1 thread), so every step would nearly
-    triple a parallel run; every 5 steps matches collapse_revival's checkpoints, which is the resolution
-    ``sesa revive step=auto`` has anyway. The collapse monitor reads the steps that have them."""
+    default path task costs 1.9-3 parallel training steps, or about 0.6 of a sequential one (measured on 1 thread,
+    shared machine), so every step would triple a parallel run; every 5 steps matches collapse_revival's
+    checkpoints, which is the resolution ``sesa revive step=auto`` has anyway. The collapse monitor reads the steps
+    that have them."""
     log_every: int = 10
     """Log a line of metrics every this many steps (the live progress display updates every step)."""
     warmup_steps: int = 0

@@ -21,7 +21,9 @@ from sesa_cli.algos import (
     compute_loss,
     get,
     kl_penalty,
+    no_on_policy_groups,
     register,
+    scale_off_policy_negatives,
     top_std_groups,
     zero_std_groups,
 )
@@ -74,6 +76,52 @@ def test_advantages_accept_integer_rewards_and_need_two_rollouts() -> None:
     close(compute_advantages(torch.tensor([[2, 0]]), AlgoConfig(advantage="dr_grpo")), [[1.0, -1.0]])
     with pytest.raises(ValueError, match="at least 2"):
         compute_advantages(torch.tensor([[1.0]]), AlgoConfig(advantage="rloo"))
+
+
+# On-policy baseline (sampler.off_policy=on_policy_baseline). Group 0 as in REWARDS with rows 0 and 1 on-policy,
+# group 1 with only row 0 on-policy (a sequential chain: only the first item is drawn from the plain prompt).
+ON_POLICY = torch.tensor([[True, True, False, False], [True, False, False, False]])
+ON_POLICY_CASES = {
+    # group 0: baseline = mean(1, 0) = 0.5 = the group mean, so unchanged; group 1: baseline = r_0 = 3, std stays
+    # the whole group's 1.4142136: [0, -2, -3, -3] / 1.4142136
+    "grpo": [[0.8660254, -0.8660254, -0.8660254, 0.8660254], [0.0, -1.4142136, -2.1213203, -2.1213203]],
+    "dr_grpo": [[0.5, -0.5, -0.5, 0.5], [0.0, -2.0, -3.0, -3.0]],
+    # rloo, baseline of i = mean of the on-policy rows other than i. Group 0: row 0 -> r_1 = 0, row 1 -> r_0 = 1,
+    # rows 2, 3 -> mean(1, 0) = 0.5: [1, -1, -0.5, 0.5]. Group 1: row 0 has no other on-policy row and keeps the
+    # mean of the others (1/3): 3 - 1/3; rows 1-3 -> r_0 = 3: [-2, -3, -3].
+    "rloo": [[1.0, -1.0, -0.5, 0.5], [2.6666667, -2.0, -3.0, -3.0]],
+}
+
+
+@pytest.mark.parametrize(("name", "expected"), ON_POLICY_CASES.items())
+def test_on_policy_baseline_by_hand(name: str, expected: list[list[float]]) -> None:
+    cfg = AlgoConfig(advantage=name, adv_eps=0.0)
+    close(compute_advantages(REWARDS, cfg, on_policy=ON_POLICY), expected)
+
+
+@pytest.mark.parametrize("name", sorted(ADVANTAGE_CASES))
+def test_on_policy_baseline_falls_back_and_is_exact_when_all_or_none_on_policy(name: str) -> None:
+    rewards = torch.tensor([[0.3, 0.1, 0.7, 0.0], [1.0, 0.2, 0.0, 0.9]])  # means not exact in binary
+    cfg = AlgoConfig(advantage=name)
+    own = compute_advantages(rewards, cfg)
+    for mask in (torch.ones(2, 4, dtype=torch.bool), torch.zeros(2, 4, dtype=torch.bool)):
+        assert torch.equal(compute_advantages(rewards, cfg, on_policy=mask), own)  # bit-identical, not just close
+    mixed = torch.tensor([[True] * 4, [False] * 4])
+    assert torch.equal(compute_advantages(rewards, cfg, on_policy=mixed), own)
+    assert no_on_policy_groups(mixed).tolist() == [False, True]
+    with pytest.raises(ValueError, match="on_policy"):
+        compute_advantages(rewards, cfg, on_policy=torch.ones(2, 3, dtype=torch.bool))
+
+
+def test_scale_off_policy_negatives_touches_only_off_policy_negatives() -> None:
+    advantages = torch.tensor([1.0, -1.0, -0.5, 0.5, -2.0, 0.0])
+    off_policy = torch.tensor([False, False, True, True, True, True])
+    factors = torch.tensor([0.1, 0.2, 0.3, 0.4, 0.5, 0.6])
+    # row 1: negative but on-policy; row 3: off-policy but positive; row 5: zero. Rows 2 and 4 scale.
+    close(scale_off_policy_negatives(advantages, off_policy, factors), [1.0, -1.0, -0.15, 0.5, -1.0, 0.0])
+    close(scale_off_policy_negatives(advantages, off_policy, torch.zeros(6)), [1.0, -1.0, 0.0, 0.5, 0.0, 0.0])
+    with pytest.raises(ValueError, match="batch"):
+        scale_off_policy_negatives(advantages, off_policy[:3], factors)
 
 
 def test_zero_std_groups_mixed_batch() -> None:

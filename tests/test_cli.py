@@ -59,7 +59,7 @@ def test_train_end_to_end_writes_the_run_dir(monkeypatch, tmp_path, tiny_overrid
     for name in ("config.yaml", "run.json", "metrics.jsonl", "metrics.csv", "samples/step_000002.jsonl"):
         assert (run_dir / name).is_file(), name
     rows = _read_jsonl(run_dir / "metrics.jsonl")
-    assert [r["step"] for r in rows if "train/reward_mean" in r] == [1, 2, 3]
+    assert [r["step"] for r in rows if "rollout/reward_mean" in r] == [1, 2, 3]
     assert [r["step"] for r in rows if "eval/success" in r] == [0, 2, 3]  # eval_before: the base at step 0
     assert {"eval/pass@1", "eval/pass@8", "eval/coverage@8", "eval/distinct_correct@8"} <= set(rows[-1])
     for step in (2, 3):
@@ -96,7 +96,7 @@ def test_frozenlake_train_both_samplers_then_eval(monkeypatch, tmp_path, cache_d
     assert run_cli(argv, monkeypatch) == 0
     for job in ("0", "1"):
         rows = _read_jsonl(sweep / job / "metrics.jsonl")
-        assert [r["step"] for r in rows if "train/reward_mean" in r] == [1, 2]
+        assert [r["step"] for r in rows if "rollout/reward_mean" in r] == [1, 2]
         assert rows[-1]["eval/valid"] >= 0.0
         dump = _read_jsonl(sweep / job / "samples" / "step_000002.jsonl")
         assert all("\n:" in r["context"] for r in dump)  # compact FrozenLake turn layout

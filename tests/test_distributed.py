@@ -72,7 +72,7 @@ def test_rank0_alone_writes_the_run_dir(dp_run) -> None:
     out, _ = dp_run
     run = out / "run"
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-    train_rows = [r for r in rows if "train/reward_mean" in r]
+    train_rows = [r for r in rows if "rollout/reward_mean" in r]
     assert [r["step"] for r in train_rows] == [1, 2]  # logged once, not once per rank
     assert (run / "checkpoints" / "step_000002" / "model.safetensors").is_file()
 

@@ -36,6 +36,16 @@ def test_eval_writes_samples_and_metrics(parent_run, tmp_path, monkeypatch):
         assert key in metrics, key
     assert metrics["eval/greedy_success"] in (0.0, 0.5, 1.0)  # one greedy answer for each of the 2 instances
     assert metrics["step"] == 4  # a run dir means its last checkpoint
+    # the path task enumerates its 64 (test-world) leaves: exact policy metrics, coverage at k = eval.n
+    for key in ("policy/valid_mass", "policy/target_mass", "policy/effective_solutions",
+                "policy/solutions_above_1pct", "policy/solution_entropy", "policy/coverage@8"):  # fmt: skip
+        assert key in metrics, key
+    assert 0 < metrics["policy/target_mass"] <= metrics["policy/valid_mass"] <= 1
+    (line,) = (out / "policy_probs.jsonl").read_text().splitlines()
+    record = json.loads(line)
+    assert record["step"] == 4
+    assert [i["instance"] for i in record["instances"]] == [0, 1]  # both instances (the same path prompt)
+    assert set(record["instances"][0]["targets"]) <= set(record["instances"][0]["probs"])  # targets always listed
     rows = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
     assert len(rows) == 16
     assert {"context", "completion", "reward", "success", "key"} <= set(rows[0])
@@ -54,13 +64,16 @@ def test_revive_restores_optimizer_and_continues_step_numbering(parent_run, tmp_
     assert info["parent"] == str(ckpt)
     assert "sampler=sequential" in info["overrides"]
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-    new = [r["step"] for r in rows if "train/reward_mean" in r and not r.get("revive/parent")]
+    new = [r["step"] for r in rows if "rollout/reward_mean" in r and not r.get("revive/parent")]
     assert new == [3, 4]
     assert [r["step"] for r in rows if r.get("revive/parent")] == [
         0,
         1,
         2,
     ]  # the parent's base evaluation (step 0) and its two steps
+    # the parent's solution probabilities up to the checkpoint, then the revived run's evaluations (its start, end)
+    probs = [json.loads(line)["step"] for line in (out / "policy_probs.jsonl").read_text().splitlines()]
+    assert probs == [0, 2, 4]
     config = (out / "config.yaml").read_text()
     assert "name: sequential" in config
     assert "group_size: 4" in config

@@ -25,7 +25,7 @@ def test_joblib_sweep_runs_two_jobs_with_one_cpu_budget_each(tmp_path: Path, tin
     for job in ("0", "1"):
         run = sweep / job
         rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-        assert [r["step"] for r in rows if "train/reward_mean" in r] == [1, 2]
+        assert [r["step"] for r in rows if "rollout/reward_mean" in r] == [1, 2]
         assert f"joblib sweep job: {max(1, cpus // 2)} of {cpus} cpus (n_jobs=2)" in (run / "train.log").read_text()
     seeds = {json.loads((sweep / j / "run.json").read_text())["overrides"].count("seed=0") for j in ("0", "1")}
     assert seeds == {0, 1}  # one job per seed

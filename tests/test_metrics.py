@@ -22,6 +22,7 @@ from sesa_cli.metrics import (
     mean_token_entropy,
     pass_at_k,
     pass_at_k_curve,
+    policy_metrics,
     power_of_two_ks,
     reward_stats,
     sequence_pass_at_k,
@@ -230,9 +231,74 @@ def test_group_diversity_hand_worked():
         group_diversity(keys, correct, 0)
 
 
+# ------------------------------------------------------------------------------------------- exact policy metrics
+def test_policy_metrics_by_hand():
+    # 5 valid solutions; targets are the first three. V = 0.9, T = 0.5 + 0.2 + 0.1 = 0.8.
+    probs = [0.5, 0.2, 0.1, 0.05, 0.05]
+    target = [True, True, True, False, False]
+    m = policy_metrics(probs, target, k=2)
+    r = np.array([0.5, 0.2, 0.1]) / 0.8
+    q = np.array(probs) / 0.9
+    assert m["valid_mass"] == pytest.approx(0.9)
+    assert m["target_mass"] == pytest.approx(0.8)
+    assert m["effective_solutions"] == pytest.approx(math.exp(-(r * np.log(r)).sum()))
+    assert m["solutions_above_1pct"] == 3.0
+    assert m["solution_entropy"] == pytest.approx(-(q * np.log(q)).sum())
+    # coverage@2: mean over the 3 targets of 1 - (1 - p)^2 = (0.75 + 0.36 + 0.19) / 3
+    assert m["coverage@2"] == pytest.approx((0.75 + 0.36 + 0.19) / 3)
+    assert set(m) == {"valid_mass", "target_mass", "effective_solutions", "solutions_above_1pct",
+                      "solution_entropy", "coverage@2"}  # fmt: skip
+
+
+def test_policy_metrics_extremes():
+    # All mass on one target: one effective solution, zero entropy, coverage of 1 target in U = 4.
+    one = policy_metrics([0.0, 1.0, 0.0, 0.0, 0.0], [True, True, True, True, False], k=64)
+    assert one["effective_solutions"] == pytest.approx(1.0)
+    assert one["solution_entropy"] == 0.0
+    assert one["coverage@64"] == pytest.approx(0.25)
+    assert one["solutions_above_1pct"] == 1.0
+    # Mass spread evenly over U targets: U effective solutions, entropy ln S over the S valid solutions.
+    even = policy_metrics([0.25] * 4, [True] * 4, k=1)
+    assert even["effective_solutions"] == pytest.approx(4.0)
+    assert even["solution_entropy"] == pytest.approx(math.log(4))
+    assert even["coverage@1"] == pytest.approx(0.25)  # k = 1: coverage is the mean target probability
+    # No mass on targets: no effective solution, nothing covered; a threshold is inclusive.
+    none = policy_metrics([0.0, 0.0, 0.5], [True, True, False], k=8)
+    assert none["effective_solutions"] == 0.0
+    assert none["target_mass"] == 0.0
+    assert none["coverage@8"] == 0.0
+    assert policy_metrics([0.01, 0.0099], [True, True], k=1)["solutions_above_1pct"] == 1.0
+
+
+def test_policy_metrics_coverage_keeps_precision_for_tiny_probabilities():
+    # 1 - (1 - 1e-12)^64 = 6.4e-11 to 10 digits; the naive power loses it to rounding.
+    m = policy_metrics([1e-12, 0.5], [True, False], k=64)
+    assert m["coverage@64"] == pytest.approx(64e-12, rel=1e-9)
+
+
+@pytest.mark.parametrize(
+    ("probs", "target", "k", "match"),
+    [
+        ([0.5, 0.5], [False, False], 4, "target"),
+        ([0.6, 0.6], [True, False], 4, "add up"),
+        ([-0.1, 0.5], [True, False], 4, "probabilities"),
+        ([float("nan"), 0.5], [True, False], 4, "probabilities"),
+        ([0.5], [True, False], 4, "shape"),
+        ([0.5, 0.1], [True, False], 0, "k >= 1"),
+    ],
+)
+def test_policy_metrics_rejects_bad_input(probs, target, k, match):
+    with pytest.raises(ValueError, match=match):
+        policy_metrics(probs, target, k)
+
+
 # ----------------------------------------------------------------------------------------------- collapse monitor
+def rollout_row(distinct_correct: float, entropy: float) -> dict[str, float]:
+    return {"rollout/distinct_correct": distinct_correct, "rollout/entropy": entropy}
+
+
 def run_stream(monitor: CollapseMonitor, stream) -> list[bool]:
-    return [monitor.update(step, dc, h) for step, (dc, h) in enumerate(stream)]
+    return [monitor.update(step, rollout_row(dc, h)) for step, (dc, h) in enumerate(stream)]
 
 
 def test_collapse_monitor_flags_collapsed_stream_at_first_full_window():
@@ -243,7 +309,7 @@ def test_collapse_monitor_flags_collapsed_stream_at_first_full_window():
     assert flags == [False] * 7 + [True] * 4
     assert monitor.first_flag_step == 7
     assert monitor.collapsed
-    monitor.update(11, *healthy)
+    monitor.update(11, rollout_row(*healthy))
     assert not monitor.collapsed
     assert monitor.first_flag_step == 7  # the first flag is kept after recovery
 
@@ -273,19 +339,63 @@ def test_collapse_monitor_never_flags_when_a_condition_fails(point):
     assert monitor.first_flag_step is None
 
 
+def policy_row(effective_solutions: float, solution_entropy: float) -> dict[str, float]:
+    return {"policy/effective_solutions": effective_solutions, "policy/solution_entropy": solution_entropy}
+
+
+def test_collapse_monitor_reads_policy_metrics_where_the_task_has_them():
+    monitor = CollapseMonitor(window=2, max_effective_solutions=1.5, max_solution_entropy=0.5, policy=True)
+    # The rollout statistics look healthy (a sequential chain drawing many targets), the exact policy does not:
+    # the policy metrics decide.
+    chain = rollout_row(4.0, 0.9)
+    assert not monitor.update(1, {**chain, **policy_row(3.0, 0.2)})
+    assert not monitor.update(2, {**chain, **policy_row(1.5, 0.5)})  # both at their thresholds: collapse-like
+    assert monitor.update(3, {**chain, **policy_row(1.2, 0.1)})
+    assert monitor.first_flag_step == 3
+    # ...and the other way round: collapsed-looking rollouts, a diverse policy.
+    other = CollapseMonitor(window=1, policy=True)
+    collapsed_chain = rollout_row(1.0, 0.0)
+    assert not other.update(1, {**collapsed_chain, **policy_row(6.0, 0.1)})
+    assert not other.update(2, {**collapsed_chain, **policy_row(1.0, 2.0)})  # one target found, still exploring
+    assert not other.update(3, {**collapsed_chain, **policy_row(float("nan"), 0.1)})
+    # A row without the policy metrics is not a measurement: the rollout statistics are never read instead.
+    assert not other.update(4, collapsed_chain)
+    assert CollapseMonitor(window=1).update(4, collapsed_chain)  # a monitor without policy metrics reads them
+
+
+def test_collapse_monitor_counts_steps_between_sparse_measurements():
+    # Policy metrics every 5 steps: a collapse-like measurement at 30 starts the run (streak 1, nothing known of
+    # 26-29); at 35 it spans steps 30-35 (6 >= window 5) and is flagged. Unmeasured steps change nothing.
+    monitor = CollapseMonitor(window=5, policy=True)
+    healthy, collapsed = policy_row(4.0, 3.0), policy_row(1.0, 0.1)
+    assert not monitor.update(25, healthy)
+    assert not monitor.update(30, collapsed)
+    assert monitor.streak == 1
+    assert not any(monitor.update(step, rollout_row(1.0, 0.0)) for step in range(31, 35))
+    assert monitor.streak == 1
+    assert monitor.update(35, collapsed)
+    assert monitor.streak == 6
+    assert monitor.first_flag_step == 35
+    assert monitor.update(36, rollout_row(3.0, 0.9))  # still collapsed: no new measurement
+    assert not monitor.update(40, healthy)
+
+
 def test_collapse_monitor_state_round_trips_through_json():
     monitor = CollapseMonitor(window=4)
     run_stream(monitor, [(1.0, 0.01)] * 3)
     state = json.loads(json.dumps(monitor.state_dict()))
     resumed = CollapseMonitor(window=4)
     resumed.load_state_dict(state)
-    assert resumed.update(3, 1.0, 0.01)  # the streak survived the checkpoint
+    assert resumed.update(3, rollout_row(1.0, 0.01))  # the streak survived the checkpoint
     assert resumed.first_flag_step == 3
 
     state = json.loads(json.dumps(resumed.state_dict()))
     again = CollapseMonitor(window=4)
     again.load_state_dict(state)
-    assert again.state_dict() == {"streak": 4, "first_flag_step": 3}
+    assert again.state_dict() == {"streak": 4, "last_step": 3, "first_flag_step": 3}
+    old = CollapseMonitor(window=4)  # a checkpoint written before last_step existed
+    old.load_state_dict({"streak": 3, "first_flag_step": None})
+    assert old.update(9, rollout_row(1.0, 0.01))
 
 
 def test_collapse_monitor_rejects_bad_window():

@@ -15,7 +15,7 @@ import yaml
 
 from sesa_cli.config import ConfigError
 from sesa_cli.report import ReportFiles, build_report, format_table_for_console, load_runs, summarize
-from sesa_cli.report.runs import load_run
+from sesa_cli.report.runs import LEGACY_METRICS, load_run
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 KS = (1, 2, 4, 8, 16)  # 16 checks that @k sorts as a number
@@ -24,7 +24,7 @@ EVAL_EVERY = 5
 
 
 def success_at(step: int, seed: int, sampler: str) -> float:
-    """The fabricated train/success curve: sequential learns faster; seeds offset by 0.01."""
+    """The fabricated rollout/success curve: sequential learns faster; seeds offset by 0.01."""
     slope = 0.05 if sampler == "sequential" else 0.03
     return round(0.1 + slope * step + 0.01 * seed, 6)
 
@@ -61,18 +61,18 @@ def write_run(
         decay = 0.9 if sampler == "sequential" else 0.75
         row = {
             "step": step,
-            "train/reward_mean": success_at(step, seed, sampler),
-            "train/reward_std": 0.3,
-            "train/success": success_at(step, seed, sampler),
-            "train/entropy": round(2.0 * decay**step + 0.05 * rng.random(), 6),
-            "train/frac_zero_std": 0.1,
-            "train/distinct": 6.0 - step * (0.1 if sampler == "sequential" else 0.4),
-            "train/distinct_correct": 1.0 + 0.1 * step,
+            "rollout/reward_mean": success_at(step, seed, sampler),
+            "rollout/reward_std": 0.3,
+            "rollout/success": success_at(step, seed, sampler),
+            "rollout/entropy": round(2.0 * decay**step + 0.05 * rng.random(), 6),
+            "rollout/frac_zero_std": 0.1,
+            "rollout/distinct": 6.0 - step * (0.1 if sampler == "sequential" else 0.4),
+            "rollout/distinct_correct": 1.0 + 0.1 * step,
             "time/step_s": 0.5,
             "collapse/flag": int(sampler == "parallel" and step >= 8),
         }
         if coverage:
-            row["train/coverage"] = 0.05 * step * (1.5 if sampler == "sequential" else 1.0)
+            row["rollout/coverage"] = 0.05 * step * (1.5 if sampler == "sequential" else 1.0)
         lines.append(json.dumps(row))
         if step % EVAL_EVERY == 0:
             ev: dict[str, object] = {"step": step, "eval/success": success_at(step, seed, sampler) / 2}
@@ -138,8 +138,8 @@ def test_summary_numbers_are_mean_and_std_over_seeds(built: ReportFiles) -> None
     summary = pd.read_csv(built["summary"])
     assert list(summary.columns) == ["group", "metric", "final_mean", "final_std", "best_mean", "best_std", "n_seeds"]
     assert list(dict.fromkeys(summary["group"])) == ["sampler=parallel", "sampler=sequential"]
-    row = summary[(summary["group"] == "sampler=sequential") & (summary["metric"] == "train/success")].iloc[0]
-    # Hand check: final train/success is 0.1 + 0.05*10 + 0.01*seed = 0.60 and 0.61.
+    row = summary[(summary["group"] == "sampler=sequential") & (summary["metric"] == "rollout/success")].iloc[0]
+    # Hand check: final rollout/success is 0.1 + 0.05*10 + 0.01*seed = 0.60 and 0.61.
     assert row["final_mean"] == pytest.approx(0.605)
     assert row["final_std"] == pytest.approx(0.01 / math.sqrt(2))  # sample std (ddof=1) of two seeds
     assert row["best_mean"] == pytest.approx(0.605)  # increasing curve: best = final
@@ -148,7 +148,7 @@ def test_summary_numbers_are_mean_and_std_over_seeds(built: ReportFiles) -> None
     row = summary[(summary["group"] == "sampler=parallel") & (summary["metric"] == "eval/success")].iloc[0]
     assert row["final_mean"] == pytest.approx((0.4 + 0.41) / 4)
     # Entropy decays: best (max) is the step-0 value, final the last one.
-    row = summary[(summary["group"] == "sampler=parallel") & (summary["metric"] == "train/distinct")].iloc[0]
+    row = summary[(summary["group"] == "sampler=parallel") & (summary["metric"] == "rollout/distinct")].iloc[0]
     assert (row["best_mean"], row["final_mean"]) == (pytest.approx(6.0), pytest.approx(2.0))
     pass_rows = [m for m in summary.query("group == 'sampler=parallel'")["metric"] if m.startswith("eval/pass@")]
     assert pass_rows == [f"eval/pass@{k}" for k in KS]
@@ -158,8 +158,8 @@ def test_console_table(built: ReportFiles) -> None:
     headers, rows = format_table_for_console(built["summary"])
     assert headers == ["metric (final, mean ± std)", "sampler=parallel (n=2)", "sampler=sequential (n=2)"]
     by_metric = {row[0]: row[1:] for row in rows}
-    assert by_metric["train/success"] == ["0.405 ± 0.007", "0.605 ± 0.007"]
-    assert {"eval/pass@1", "eval/pass@16", "train/entropy"} <= set(by_metric)
+    assert by_metric["rollout/success"] == ["0.405 ± 0.007", "0.605 ± 0.007"]
+    assert {"eval/pass@1", "eval/pass@16", "rollout/entropy"} <= set(by_metric)
 
 
 def test_missing_metrics_skip_plots_and_say_so(tmp_path: Path) -> None:
@@ -223,9 +223,46 @@ def test_single_run_is_labelled_by_its_dir(tmp_path: Path) -> None:
 def test_train_and_eval_rows_merge_by_step(sweep: Path) -> None:
     run = load_run(sweep / "0")
     assert list(run.metrics.index) == list(range(STEPS + 1))
-    assert run.metrics.loc[5, "train/success"] == pytest.approx(success_at(5, 0, "parallel"))
+    assert run.metrics.loc[5, "rollout/success"] == pytest.approx(success_at(5, 0, "parallel"))
     assert run.metrics.loc[5, "eval/success"] == pytest.approx(success_at(5, 0, "parallel") / 2)
     assert math.isnan(run.metrics.loc[4, "eval/success"])
+
+
+def test_runs_written_before_the_rollout_rename_load_under_the_new_names(tmp_path: Path) -> None:
+    # Rollout statistics were train/* before issue 16; train/lr and friends describe training and kept the name.
+    assert LEGACY_METRICS["train/entropy"] == "rollout/entropy"
+    assert len(LEGACY_METRICS) == 11
+    assert "train/lr" not in LEGACY_METRICS
+    old = write_run(tmp_path / "old", {"seed": 0})
+    path = old / "metrics.jsonl"
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    legacy = [{k.replace("rollout/", "train/"): v for k, v in r.items()} for r in rows]
+    legacy[1]["train/lr"] = 1e-4
+    path.write_text("".join(json.dumps(r) + "\n" for r in legacy))
+    metrics = load_run(old).metrics
+    assert not any(c.startswith("train/") and c != "train/lr" for c in metrics.columns)
+    assert metrics.loc[5, "rollout/success"] == pytest.approx(success_at(5, 0, "parallel"))
+    # A revived run of an old parent holds both names: the parent's rows fill in the new column.
+    mixed = legacy[:6] + rows[6:]
+    path.write_text("".join(json.dumps(r) + "\n" for r in mixed))
+    metrics = load_run(old).metrics
+    assert "train/success" not in metrics.columns
+    assert metrics["rollout/success"].notna().all()
+    assert metrics.loc[2, "rollout/success"] == pytest.approx(success_at(2, 0, "parallel"))
+
+
+def test_exact_policy_metrics_get_their_plot_and_lead_the_table(tmp_path: Path) -> None:
+    run = write_run(tmp_path / "run", {"seed": 0})
+    path = run / "metrics.jsonl"
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    for r in rows:
+        if "rollout/success" in r:
+            r.update({"policy/target_mass": 0.5, "policy/effective_solutions": 3.0, "policy/coverage@64": 0.1})
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    files = build_report([run], tmp_path / "report")
+    assert "policy" in files["plots"]
+    _, table = format_table_for_console(files["summary"])
+    assert [r[0] for r in table][:3] == ["policy/target_mass", "policy/effective_solutions", "policy/coverage@64"]
 
 
 def test_truncated_last_line_is_tolerated(sweep: Path) -> None:

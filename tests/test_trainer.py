@@ -128,7 +128,7 @@ def test_the_rollout_filter_trains_on_the_most_disputed_groups_and_reports_the_w
     dropped = [std[i] for i, g in enumerate(groups) if not any(g is t for t in trained[0])]
     assert min(kept) >= max(dropped)
     # the batch metrics still cover every group, not only the trained ones
-    assert row["train/success"] == pytest.approx(
+    assert row["rollout/success"] == pytest.approx(
         sum(r.score.success for g in groups for r in g) / sum(map(len, groups))
     )
 

@@ -131,6 +131,10 @@ class TaskConfig:
 
 
 # ------------------------------------------------------------------------------------------------------- sampler
+OFF_POLICY_VARIANTS = ("paper", "drop_negatives", "weight_negatives", "on_policy_baseline")
+"""``sampler.off_policy`` values (documented on the field)."""
+
+
 @dataclass
 class SamplerConfig:
     """How the G rollouts of a group are drawn (spec section 4)."""
@@ -161,11 +165,30 @@ class SamplerConfig:
     """Truncation c of the importance weight for loss_context=is."""
     train_sketches: bool = False
     """sequential, stage1=sketch: also give sketch tokens a policy-gradient term (advantage = mean of its solutions)."""
+    off_policy: str = "paper"
+    """What the loss does with off-policy rows: solutions drawn in a context other than the one they are scored in
+    (with ``loss_context=prompt`` or ``is``, every chain item after the first and every stage-II solution; never a
+    sketch row, never with ``loss_context=conditioned``). Under the plain-prompt loss such a row's negative
+    advantage pushes down log pi(y|x) of a solution the plain policy would almost never draw, without bound (with
+    one update per batch the PPO ratio is exactly 1), and with it the prefixes it shares with the targets the chain
+    found: measured on the path task, discovered targets fell 8-26 nats under the plain prompt.
+    ``paper``: every advantage as computed (the paper's loss). ``drop_negatives``: negative advantages of off-policy
+    rows set to 0, positives kept. ``weight_negatives``: negative advantages of off-policy rows multiplied by the
+    truncated importance weight min(is_clip, pi(y|x) / pi(y|ctx)) of the whole solution, positives kept (the
+    negative push on y is bounded by how likely the plain policy is to draw it). ``on_policy_baseline``: the group
+    baseline (the mean the advantage subtracts) from the group's on-policy rows only, the scale as the estimator
+    has it; a group with no on-policy row keeps the estimator's own baseline (counted)."""
 
     def __post_init__(self) -> None:
         _choice(self.name, "sampler.name", ("parallel", "sequential"))
         _choice(self.stage1, "sampler.stage1", ("auto", "sketch", "solution"))
         _choice(self.loss_context, "sampler.loss_context", ("prompt", "conditioned", "is"))
+        _choice(self.off_policy, "sampler.off_policy", OFF_POLICY_VARIANTS)
+        if self.off_policy == "weight_negatives" and self.loss_context == "is":
+            raise ConfigError(
+                "sampler.off_policy=weight_negatives with sampler.loss_context=is would weight negatives twice "
+                "(loss_context=is already weights every off-policy row); use loss_context=prompt"
+            )
         if self.group_size < 2:
             raise ConfigError("sampler.group_size must be >= 2: group-normalised advantages need two rollouts")
         if self.temperature <= 0:
@@ -261,6 +284,13 @@ class TrainLoopConfig:
     """Samples per validation instance, drawn i.i.d. from the plain prompt (coverage@k, pass@k use them)."""
     sample_every: int = 25
     """Dump the step's rollouts to samples/step_N.jsonl every this many steps; 0 = never."""
+    policy_every: int = 5
+    """Tasks that enumerate their solutions (the path task): add the exact ``policy/*`` metrics to the training row
+    every this many steps (evaluation rows always have them); 0 = evaluations only. Scoring all 512 leaves of the
+    default path task costs 1.9-3 parallel training steps, or about 0.6 of a sequential one (measured on 1 thread,
+    shared machine), so every step would triple a parallel run; every 5 steps matches collapse_revival's
+    checkpoints, which is the resolution ``sesa revive step=auto`` has anyway. The collapse monitor reads the steps
+    that have them."""
     log_every: int = 10
     """Log a line of metrics every this many steps (the live progress display updates every step)."""
     warmup_steps: int = 0
@@ -277,24 +307,44 @@ class TrainLoopConfig:
         if self.steps < 1 or self.batch_size < 1:
             raise ConfigError("train.steps and train.batch_size must be >= 1")
         _choice(self.lr_schedule, "train.lr_schedule", ("constant", "linear", "cosine"))
-        for name in ("checkpoint_every", "eval_every", "sample_every", "log_every"):
+        for name in ("checkpoint_every", "eval_every", "sample_every", "log_every", "policy_every"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"train.{name} must be >= 0")
 
 
 @dataclass
 class CollapseConfig:
-    """The collapse monitor (``collapse.*``): a step is flagged once, for ``window`` consecutive steps, each group
-    found at most ``max_distinct_correct`` distinct correct solutions and the mean token entropy of sampling was
-    below ``min_entropy`` (see sesa_cli.metrics.CollapseMonitor for why both conditions are needed)."""
+    """The collapse monitor (``collapse.*``): a step is flagged once the steps measured over ``window`` steps all
+    looked collapsed. Where the task can enumerate its solutions (exact ``policy/*`` metrics, the path task) a step
+    looks collapsed when the plain-prompt policy's success sits on about one target and its answers are
+    near-deterministic; elsewhere when the groups found about one distinct correct solution and sampling was
+    near-deterministic. Each threshold is named after the metric it bounds; see sesa_cli.metrics.CollapseMonitor.
+    Measured on the path task (collapse_revival, seeds 0-4, policy metrics every 5 steps) the policy thresholds
+    flag steps 25, 40, 40, 30, 30 where the rollout ones flagged 29, 40, 41, 32, 30."""
 
     window: int = 5
-    """Consecutive collapse-like steps before a step is flagged."""
+    """Steps the measurements must stay collapse-like for before a step is flagged (one noisy step is not
+    collapse)."""
+    max_effective_solutions: float = 1.5
+    """``policy/effective_solutions`` at or below which the success mass sits on about one target (1.5: the top
+    target holds over ~93% of it): the loss of correct-solution diversity that collapse means. Not sufficient
+    alone: a policy that has just found its first target reads low while still exploring (seed 4: 1.67 at step 10,
+    23% success), and with a single target it is always 1."""
+    max_solution_entropy: float = 0.5
+    """``policy/solution_entropy`` (nats over the valid solutions) at or below which the policy counts as
+    near-deterministic (below a fair choice between two answers, ln 2 = 0.69): tells a converged policy from one
+    still exploring. Not sufficient alone: a policy converged on a wrong answer is not a collapse of diversity."""
     max_distinct_correct: float = 1.25
-    """Mean distinct correct solutions per group at or below which a step looks collapsed (see CollapseMonitor for
-    the measurements behind 1.25)."""
+    """Tasks without policy metrics: ``rollout/distinct_correct`` (mean distinct correct solutions per group) at or
+    below which a step may look collapsed. Needed because groups that keep finding one solution are the visible
+    sign of collapse; not sufficient alone, as a hard task still being explored also finds one. 1.25 rather than
+    1.0: measured on the path task (8 groups of 8), collapsed parallel GRPO runs log 1.0 or 1.125 (one group in
+    eight stumbles on a second target), healthy early training 1.5-2.4; a bound of exactly 1.0 missed one of three
+    collapsed seeds."""
     min_entropy: float = 0.05
-    """Mean token entropy (nats) below which sampling counts as near-deterministic."""
+    """Tasks without policy metrics: ``rollout/entropy`` (mean token entropy, nats) below which sampling counts as
+    near-deterministic. Needed with ``max_distinct_correct`` to tell a collapsed policy (one solution, no entropy)
+    from one still exploring (one solution found, high entropy)."""
 
     def __post_init__(self) -> None:
         if self.window < 1:

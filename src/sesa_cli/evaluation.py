@@ -1,4 +1,5 @@
-"""Evaluation of a policy on validation instances: success, pass@k, coverage@k, distinct@k, entropy.
+"""Evaluation of a policy on validation instances: success, pass@k, coverage@k, distinct@k, entropy, and (where the
+task can enumerate its solutions) exact policy metrics.
 
 Evaluation samples ``n`` completions per instance from the plain prompt, i.i.d. (``sampler=parallel``, what a user of
 the trained model does), or with the run's sequential sampler when asked; with a sequential sampler the n samples are
@@ -15,6 +16,7 @@ import torch
 
 from sesa_cli import metrics as M
 from sesa_cli.rollout.samplers import ParallelSampler, Rollout, Sampler
+from sesa_cli.rollout.scoring import build_batch, completion_logps
 from sesa_cli.tasks.base import Task
 
 
@@ -80,6 +82,84 @@ def greedy_summary(
         prefix + "greedy_success": float(np.mean([g[0].score.success for g in groups])),
         prefix + "greedy_reward": float(np.mean([g[0].score.reward for g in groups])),
     }
+
+
+class ExactPolicy:
+    """The probability of every solution of an instance under the plain prompt, for tasks that can enumerate them
+    (``Task.solution_space``): exact ``policy/*`` metrics instead of estimates from drawn samples.
+
+    Each solution y (its answer text, stop included) is scored log π(y | x) = Σ_j log π(y_j | x, y_<j) by teacher
+    forcing, at the sampling temperature, through the loss's own scoring code (sesa_cli.rollout.scoring), so any
+    token masking the sampler applies is applied identically. top_p/top_k truncation is not applied (the defaults
+    disable it). Instances whose task returns no solution space are skipped; :attr:`available` says whether any
+    instance has one.
+    """
+
+    def __init__(self, sampler: Sampler, instances: Sequence[Any], rows: int = 256) -> None:
+        """``sampler`` gives the policy, the prompt rendering and the temperature; ``rows`` bounds the rows scored in
+        one forward pass (a real model's vocabulary makes each row's logits large)."""
+        self.sampler = sampler
+        self.rows = rows
+        task, policy = sampler.task, sampler.policy
+        self.prompts: list[list[int]] = []
+        self.solutions: list[list[list[int]]] = []
+        self.keys: list[list[str]] = []
+        self.targets: list[np.ndarray] = []
+        self.indices: list[int] = []
+        for index, inst in enumerate(instances):
+            space = task.solution_space(inst)
+            if space is None:
+                continue
+            scores = [task.score(inst, text) for text in space]
+            invalid = [text for text, sc in zip(space, scores, strict=True) if sc.key is None]
+            if invalid:
+                raise ValueError(f"task {task.name!r}: solution_space holds answers it scores invalid: {invalid[:3]}")
+            self.indices.append(index)
+            self.prompts.append(sampler.encode_prompt(task.prompt(inst)))
+            self.solutions.append([policy.encode(text) for text in space])
+            self.keys.append([str(sc.key) for sc in scores])
+            self.targets.append(np.array([sc.success for sc in scores], dtype=bool))
+
+    @property
+    def available(self) -> bool:
+        return bool(self.indices)
+
+    def probs(self) -> list[np.ndarray]:
+        """Per instance with a solution space, (S,) float64 π(y | x) of each solution, in ``solution_space`` order."""
+        policy = self.sampler.policy
+        pad = int(policy.tokenizer.pad_token_id)
+        temperature, dtype = self.sampler.cfg.temperature, self.sampler.engine.dtype
+        out = []
+        with torch.no_grad():
+            for prompt, solutions in zip(self.prompts, self.solutions, strict=True):
+                # Chunks of similar length waste less of the forward pass on padding.
+                order = sorted(range(len(solutions)), key=lambda i: len(solutions[i]))
+                logps = torch.empty(len(solutions), dtype=torch.float64)
+                for s in range(0, len(order), self.rows):
+                    rows = order[s : s + self.rows]
+                    batch = build_batch([prompt] * len(rows), [solutions[i] for i in rows], pad)
+                    token_logps, _ = completion_logps(policy.model, batch, temperature, dtype=dtype)  # (rows, T)
+                    logps[rows] = (token_logps.double() * batch.response_mask.double()).sum(1)
+                out.append(logps.exp().numpy())
+        return out
+
+    def summary(self, probs: Sequence[np.ndarray], k: int, prefix: str = "policy/") -> dict[str, float]:
+        """:func:`sesa_cli.metrics.policy_metrics` of each instance (``coverage@k`` at ``k``), averaged over them."""
+        per = [M.policy_metrics(p, target, k) for p, target in zip(probs, self.targets, strict=True)]
+        return {prefix + key: float(np.mean([m[key] for m in per])) for key in per[0]}
+
+    def record(self, step: int, probs: Sequence[np.ndarray], min_prob: float = 1e-3) -> dict[str, Any]:
+        """One ``policy_probs.jsonl`` line: per instance, the probability of every target and of any other solution
+        with p >= ``min_prob``, by solution key (solutions × steps heatmaps are drawn from these)."""
+        instances = []
+        for index, keys, p, target in zip(self.indices, self.keys, probs, self.targets, strict=True):
+            shown = target | (p >= min_prob)
+            instances.append({
+                "instance": index,
+                "targets": [key for key, t in zip(keys, target, strict=True) if t],
+                "probs": {key: float(v) for key, v, keep in zip(keys, p, shown, strict=True) if keep},
+            })  # fmt: skip
+        return {"step": step, "instances": instances}
 
 
 def sample_records(groups: Sequence[Sequence[Rollout]], decode: Any) -> list[dict[str, Any]]:

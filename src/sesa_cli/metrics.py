@@ -1,4 +1,5 @@
-"""Evaluation and training metrics: pass@k, coverage@k, distinct@k, token entropy, reward stats, collapse monitor.
+"""Evaluation and training metrics: pass@k, coverage@k, distinct@k, token entropy, reward stats, exact policy
+metrics, collapse monitor.
 
 Every function here is pure and exact (no sampling, no global state) and depends on numpy and the standard library
 only: ``sesa diversity-report`` imports this module and must start without torch.
@@ -24,6 +25,14 @@ in sequence (those would be conditioned on a shorter history). For the latter, :
 success of the *first* k samples in draw order ("pass@k of the sequence"); report both for sequential samplers.
 pass@n is the same under both readings (any sample of the group correct).
 
+Rollout statistics and policy metrics
+-------------------------------------
+Everything computed on what a sampler drew (:func:`reward_stats`, :func:`group_diversity`, token entropy of the
+drawn rows) is logged as ``rollout/...``: with a sequential sampler it describes the chain, not the policy a user
+samples from the plain prompt. Where a task can enumerate its whole solution space (the path task's leaves),
+:func:`policy_metrics` gives exact properties of the plain-prompt policy from the probability of every solution,
+logged as ``policy/...``.
+
 Not done here on purpose: max-over-k or bootstrap-with-replacement estimates (verl's ``best@k`` under-reports, verl
 PR #7240), or pass@k from a single greedy sample.
 """
@@ -33,7 +42,7 @@ from __future__ import annotations
 import math
 import operator
 from collections import Counter
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -50,6 +59,7 @@ __all__ = [
     "mean_token_entropy",
     "pass_at_k",
     "pass_at_k_curve",
+    "policy_metrics",
     "power_of_two_ks",
     "reward_stats",
     "sequence_pass_at_k",
@@ -306,36 +316,119 @@ def group_diversity(keys: Sequence[str | None], correct: Sequence[bool], group_s
     return {"distinct": distinct / n_groups, "distinct_correct": distinct_correct / n_groups}
 
 
+# ------------------------------------------------------------------------------------------- exact policy metrics
+def policy_metrics(
+    probs: npt.ArrayLike, target_mask: npt.ArrayLike, k: int, min_prob: float = 0.01
+) -> dict[str, float]:
+    """Exact properties of a policy on one instance, from the probability of every valid solution.
+
+    Args:
+        probs: (S,) p_s = π(s | x), the probability that one sample from the plain prompt x is solution s, for every
+            valid solution s of the instance (the whole solution space; each s once). Σ p_s ≤ 1: the rest of the
+            mass is on invalid or unfinished answers.
+        target_mask: (S,) True where s is correct (a target).
+        k: the sample count of ``coverage@k``.
+        min_prob: the probability a target needs to count in ``solutions_above_1pct``.
+
+    Returns, with V = Σ_s p_s, T = Σ_{s target} p_s and U the number of targets:
+
+        ``valid_mass``           V, the probability that a sample is a valid solution;
+        ``target_mass``          T, the exact success probability of one sample;
+        ``effective_solutions``  exp(−Σ_t r_t ln r_t) with r_t = p_t / T over the targets: the effective number of
+                                 correct solutions the success mass is spread over (1 = all on one target, U = spread
+                                 evenly over every target); 0 when T = 0;
+        ``solutions_above_1pct`` #{targets t : p_t ≥ min_prob};
+        ``solution_entropy``     −Σ_s q_s ln q_s with q_s = p_s / V over the valid solutions, in nats (0 when V = 0):
+                                 the exact entropy of the answer distribution given a valid answer, ln S at most;
+        ``coverage@k``           (1/U) Σ_t (1 − (1 − p_t)^k), the expected fraction of the targets hit by k i.i.d.
+                                 samples from x (unlike a count over drawn samples, it is not a multiple of 1/U).
+
+    Probabilities are taken in float64; (1 − p)^k is computed as exp(k · log1p(−p)) so that small p keep their
+    precision.
+
+    Raises:
+        ValueError: if the shapes differ, a probability is outside [0, 1] or not finite, Σ p > 1 beyond rounding,
+            there is no target, or k < 1.
+    """
+    p = np.asarray(probs, dtype=np.float64)
+    target = np.asarray(target_mask, dtype=bool)
+    k = _as_int(k, "k")
+    if p.ndim != 1 or p.shape != target.shape:
+        raise ValueError(f"probs and target_mask must be 1-D of the same shape, got {p.shape} and {target.shape}")
+    if not np.all(np.isfinite(p)) or np.any(p < 0) or np.any(p > 1):
+        raise ValueError("probs must be finite probabilities in [0, 1]")
+    if p.sum() > 1 + 1e-6:
+        raise ValueError(f"probs add up to {p.sum():.6g} > 1: each solution must appear once")
+    if not target.any():
+        raise ValueError("policy metrics need at least one target solution")
+    if k < 1:
+        raise ValueError(f"coverage@k needs k >= 1, got k={k}")
+
+    def entropy(weights: np.ndarray) -> float:
+        total = weights.sum()
+        if total <= 0:
+            return 0.0
+        q = weights[weights > 0] / total
+        return float(-(q * np.log(q)).sum())
+
+    pt = p[target]
+    target_mass = float(pt.sum())
+    with np.errstate(divide="ignore"):  # p_t = 1: log1p(−1) = −inf, and 1 − exp(−inf) = 1 exactly
+        coverage = float(np.mean(-np.expm1(k * np.log1p(-pt))))
+    return {
+        "valid_mass": float(p.sum()),
+        "target_mass": target_mass,
+        "effective_solutions": math.exp(entropy(pt)) if target_mass > 0 else 0.0,
+        "solutions_above_1pct": float((pt >= min_prob).sum()),
+        "solution_entropy": entropy(p),
+        f"coverage@{k}": coverage,
+    }
+
+
 # ------------------------------------------------------------------------------------------------ collapse monitor
 @dataclass
 class CollapseMonitor:
     """Flags training steps where the diversity of the policy has died (issue "collapse detection").
 
-    A step is *collapse-like* when both hold:
+    It reads one of two kinds of metrics rows:
 
-    * ``distinct_correct <= max_distinct_correct``: the mean number of distinct correct solutions per group is at
-      most 1.25 by default, i.e. groups find one solution, however many samples they draw;
-    * ``entropy < min_entropy``: the mean token entropy of the sampling distribution is below 0.05 nats by default,
-      i.e. sampling is near-deterministic (for comparison, a fair choice between two tokens is ln 2 ≈ 0.69 nats).
+    * **exact policy metrics** (``policy=True``: the task can enumerate its solutions, see :func:`policy_metrics`):
+      a step is collapse-like when both ``policy/effective_solutions <= max_effective_solutions`` (the plain-prompt
+      policy's success mass sits on about one target) and ``policy/solution_entropy <= max_solution_entropy`` (its
+      answers are near-deterministic). The first alone also fires for a policy that has found one target and is
+      still exploring, and always when the task has a single target; the second alone for a policy converged on
+      a wrong answer. Nothing a sampler draws enters either. Rows without the metrics (the trainer may measure
+      every few steps, ``train.policy_every``) leave the monitor as it was;
+    * **rollout statistics** otherwise (``rollout/distinct_correct`` and ``rollout/entropy``, computed on what the
+      sampler drew): collapse-like when both ``distinct_correct <= max_distinct_correct`` (groups find about one
+      correct solution however many samples they draw) and ``entropy < min_entropy`` (sampling is
+      near-deterministic; a fair choice between two tokens is ln 2 ≈ 0.69 nats). Either alone is not collapse: one
+      correct solution with high entropy is a hard task still being explored, and low entropy with several
+      distinct correct solutions per group is a confident policy that still covers the solution set. With a
+      sequential sampler these describe the chain rather than the plain-prompt policy, which is why policy
+      metrics take precedence where they exist.
 
-    Either alone is not collapse: one correct solution with high entropy is a hard task still being explored, and low
-    entropy with several distinct correct solutions per group is a confident policy that still covers the solution
-    set. The monitor reports collapse once ``window`` consecutive updates were collapse-like, so a single noisy step
-    does not trigger it. NaN inputs count as not collapse-like.
+    The monitor reports collapse once the measured steps have been collapse-like without a break over ``window``
+    steps (``streak``: the steps from the first collapse-like measurement of the current run to the latest one,
+    both included), so a single noisy step does not trigger it. Measured every step, that is ``window`` consecutive
+    collapse-like steps. NaN or missing inputs count as not collapse-like.
 
-    Usage: call :meth:`update` once per logged step; the trainer marks the checkpoint when it returns True.
+    Usage: call :meth:`update` once per training step with its metrics row; the trainer marks the checkpoint when it
+    returns True.
     """
 
+    # The thresholds are the fields of sesa_cli.config.CollapseConfig (``collapse.*``), documented there once.
     window: int = 5
-    """Consecutive collapse-like updates needed before flagging (>= 1)."""
+    max_effective_solutions: float = 1.5
+    max_solution_entropy: float = 0.5
     max_distinct_correct: float = 1.25
-    """Collapse-like if the mean distinct-correct keys per group is at most this. 1.25 rather than 1.0: measured on
-    the path task (8 groups of 8), collapsed parallel GRPO runs log 1.0 or 1.125 (one group in eight stumbles on a
-    second target), healthy early training 1.5-2.4; a bound of exactly 1.0 missed one of three collapsed seeds."""
     min_entropy: float = 0.05
-    """Collapse-like if the mean token entropy (nats) is strictly below this (near-deterministic sampling)."""
+    policy: bool = False
+    """Read the exact policy metrics (True) or the rollout statistics (False)."""
     streak: int = field(default=0, init=False)
-    """Current run of consecutive collapse-like updates."""
+    """Steps spanned by the current run of collapse-like measurements (0 after a healthy one)."""
+    last_step: int | None = field(default=None, init=False)
+    """The step of the latest measurement."""
     first_flag_step: int | None = field(default=None, init=False)
     """The first step at which :meth:`update` returned True, or None if it never has."""
 
@@ -343,13 +436,34 @@ class CollapseMonitor:
         if _as_int(self.window, "window") < 1:
             raise ValueError(f"CollapseMonitor.window must be >= 1, got {self.window}")
 
-    def update(self, step: int, distinct_correct: float, entropy: float) -> bool:
-        """Record one step's mean distinct-correct keys per group and mean token entropy.
+    def collapse_like(self, row: Mapping[str, Any]) -> bool | None:
+        """Whether one step's metrics row looks collapsed; None if it does not measure what the monitor reads."""
 
-        Returns True (collapsed) if this and the previous ``window − 1`` updates were all collapse-like.
-        """
-        collapse_like = distinct_correct <= self.max_distinct_correct and entropy < self.min_entropy
-        self.streak = self.streak + 1 if collapse_like else 0
+        def value(key: str) -> float:
+            v = row.get(key)
+            return float(v) if isinstance(v, (int, float)) else math.nan
+
+        if self.policy:
+            if "policy/effective_solutions" not in row:
+                return None
+            return (
+                value("policy/effective_solutions") <= self.max_effective_solutions
+                and value("policy/solution_entropy") <= self.max_solution_entropy
+            )
+        return (
+            value("rollout/distinct_correct") <= self.max_distinct_correct
+            and value("rollout/entropy") < self.min_entropy
+        )
+
+    def update(self, step: int, row: Mapping[str, Any]) -> bool:
+        """Record one step's metrics row. Returns True (collapsed) if the measurements have been collapse-like
+        without a break over the last ``window`` steps."""
+        verdict = self.collapse_like(row)
+        if verdict is None:
+            return self.collapsed
+        gap = 1 if self.last_step is None else max(1, int(step) - self.last_step)
+        self.streak = (self.streak + gap if self.streak else 1) if verdict else 0
+        self.last_step = int(step)
         collapsed = self.streak >= self.window
         if collapsed and self.first_flag_step is None:
             self.first_flag_step = int(step)
@@ -357,15 +471,16 @@ class CollapseMonitor:
 
     @property
     def collapsed(self) -> bool:
-        """Whether the last update was flagged."""
+        """Whether the last measurement was flagged."""
         return self.streak >= self.window
 
     def state_dict(self) -> dict[str, int | None]:
         """JSON-serialisable state for checkpoints (the thresholds come from the config, not the checkpoint)."""
-        return {"streak": self.streak, "first_flag_step": self.first_flag_step}
+        return {"streak": self.streak, "last_step": self.last_step, "first_flag_step": self.first_flag_step}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore the state saved by :meth:`state_dict`."""
+        """Restore the state saved by :meth:`state_dict` (checkpoints older than ``last_step`` load too)."""
         self.streak = int(state["streak"])
-        first = state.get("first_flag_step")
+        last, first = state.get("last_step"), state.get("first_flag_step")
+        self.last_step = None if last is None else int(last)
         self.first_flag_step = None if first is None else int(first)

@@ -14,13 +14,16 @@ from typing_extensions import Self
 log = logging.getLogger("sesa.train")
 console = Console(stderr=True)
 
-# (metrics key, short label) shown live, in this order, when the row has them
+# (metrics key, short label) shown live, in this order, when the row has them: the exact plain-prompt policy
+# (pi ...) where the task has it, then what the sampler drew this step
 LIVE = [
-    ("train/reward_mean", "reward"),
-    ("train/success", "success"),
-    ("train/coverage", "cov"),
-    ("train/distinct_correct", "dc/grp"),
-    ("train/entropy", "H"),
+    ("policy/target_mass", "pi success"),
+    ("policy/effective_solutions", "pi eff.sol"),
+    ("rollout/reward_mean", "reward"),
+    ("rollout/success", "success"),
+    ("rollout/coverage", "cov"),
+    ("rollout/distinct_correct", "dc/grp"),
+    ("rollout/entropy", "H"),
     ("time/step_s", "s/step"),
 ]
 
@@ -43,6 +46,7 @@ class TrainProgress:
             TimeElapsedColumn(), TimeRemainingColumn(), console=console, disable=not enabled,
         )  # fmt: skip
         self.task_id = self.progress.add_task("train", total=total, completed=start, info="")
+        self.policy: dict[str, Any] = {}  # the latest policy/* values: measured every train.policy_every steps
 
     def __enter__(self) -> Self:
         self.progress.__enter__()
@@ -52,7 +56,8 @@ class TrainProgress:
         self.progress.__exit__(et, e, tb)
 
     def update(self, step: int, row: dict[str, Any]) -> None:
-        self.progress.update(self.task_id, completed=step, info=_fmt(row))
+        self.policy.update({k: v for k, v in row.items() if k.startswith("policy/")})
+        self.progress.update(self.task_id, completed=step, info=_fmt({**self.policy, **row}))
         if (self.log_every and step % self.log_every == 0) or any(k.startswith("eval/") for k in row):
             text = "  ".join(f"{k}={v:.4g}" for k, v in row.items() if isinstance(v, float) and not k.startswith(
                 ("loss/", "time/sample", "time/update")) and "@" not in k)  # fmt: skip
@@ -76,6 +81,6 @@ def final_table(row: dict[str, Any], title: str) -> None:
             family, k = key.rsplit("@", 1)
             if int(k) not in (1, largest[family]):
                 continue
-        if key == "step" or key.startswith(("train/", "eval/", "collapse/")):
+        if key == "step" or key.startswith(("policy/", "rollout/", "train/", "eval/", "collapse/")):
             table.add_row(key, f"{value:.4g}" if isinstance(value, float) else str(value))
     console.print(table)

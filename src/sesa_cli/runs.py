@@ -6,6 +6,8 @@ Layout (spec section 1)::
     <run_dir>/run.json               command, parent checkpoint, overrides, start time, git commit
     <run_dir>/metrics.jsonl          one JSON object per step (training rows and evaluation rows), each with "step"
     <run_dir>/metrics.csv            the same, as a table (rewritten at every checkpoint and at the end)
+    <run_dir>/policy_probs.jsonl     per evaluation, the exact probability of each target and likely solution
+                                     (tasks that enumerate their solutions; sesa_cli.evaluation.ExactPolicy)
     <run_dir>/samples/step_N.jsonl   rollouts of step N
     <run_dir>/checkpoints/step_N/    HF model dir + tokenizer + optimizer.pt + trainer_state.json
 
@@ -72,6 +74,12 @@ class RunDir:
     def read_metrics(self) -> list[dict[str, Any]]:
         return read_metrics(self.metrics_path)
 
+    def log_policy_probs(self, record: dict[str, Any]) -> None:
+        """Append one evaluation's solution probabilities (``{"step": ..., "instances": [...]}``) to
+        policy_probs.jsonl."""
+        with (self.path / "policy_probs.jsonl").open("a") as f:
+            f.write(json.dumps(record) + "\n")
+
     def write_csv(self) -> None:
         """metrics.jsonl -> metrics.csv (one row per line of the JSONL, union of columns)."""
         rows = self.read_metrics()
@@ -125,6 +133,9 @@ class ReplicaRunDir(RunDir):
         pass
 
     def log_metrics(self, row: dict[str, Any]) -> None:
+        pass
+
+    def log_policy_probs(self, record: dict[str, Any]) -> None:
         pass
 
     def write_csv(self) -> None:

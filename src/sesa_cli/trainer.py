@@ -22,7 +22,7 @@ from sesa_cli import algos
 from sesa_cli import metrics as M
 from sesa_cli.config import TrainConfig
 from sesa_cli.distributed import SingleProcess
-from sesa_cli.evaluation import draw, greedy_summary, sample_records, summarize
+from sesa_cli.evaluation import ExactPolicy, draw, greedy_summary, sample_records, summarize
 from sesa_cli.models.loading import Policy
 from sesa_cli.models.lora import is_lora, reference
 from sesa_cli.rollout.samplers import ParallelSampler, Rollout, make_sampler
@@ -72,10 +72,19 @@ class Trainer:
         self.step = 0
         self.next_instance = 0
         self.found_targets: set[str] = set()
+        # Exact policy/* metrics on the validation instances (the ones evaluation samples), where the task can
+        # enumerate their solutions: in training rows every train.policy_every steps (the collapse monitor reads
+        # them) and at every evaluation.
+        self.val_instances = [task.instance("val", i) for i in range(task.cfg.eval_instances)]
+        self.exact = ExactPolicy(self.eval_sampler, self.val_instances, rows=cfg.model.max_batch_rows or 256)
+        self._exact_probs: tuple[int, list[np.ndarray]] | None = None  # (step, probs): one scoring per step
         self.monitor = M.CollapseMonitor(
             window=cfg.collapse.window,
+            max_effective_solutions=cfg.collapse.max_effective_solutions,
+            max_solution_entropy=cfg.collapse.max_solution_entropy,
             max_distinct_correct=cfg.collapse.max_distinct_correct,
             min_entropy=cfg.collapse.min_entropy,
+            policy=self.exact.available and cfg.train.policy_every > 0,
         )
         self.nonfinite = 0
         self._last_groups: list[list[Rollout]] = []  # the latest step's rollouts, for sample dumps
@@ -113,17 +122,25 @@ class Trainer:
         """Flatten groups into scored sequences with advantages (and sketch rows when train_sketches)."""
         scfg = self.cfg.sampler
         rewards = torch.tensor([[r.score.reward for r in g] for g in groups], dtype=torch.float32)
-        adv = algos.compute_advantages(rewards, self.cfg.algo)  # (n_groups, group)
         rows = [r for g in groups for r in g]
-        advantages = adv.flatten().tolist()
         ctx_mode = scfg.loss_context
         contexts = [r.context_ids if ctx_mode == "conditioned" else r.prompt_ids for r in rows]
+        # The one definition of an off-policy row: drawn in a context other than the one it is scored in.
+        off_policy = [r.context_ids != c for r, c in zip(rows, contexts, strict=True)]
+        stats: dict[str, float] = {}
+        adv = algos.compute_advantages(rewards, self.cfg.algo)  # (n_groups, group)
+        if scfg.off_policy == "on_policy_baseline":
+            on_policy = ~torch.tensor(off_policy, dtype=torch.bool).view(rewards.shape)
+            paper, adv = adv, algos.compute_advantages(rewards, self.cfg.algo, on_policy=on_policy)
+            stats["loss/adv_changed_frac"] = float((adv != paper).float().mean())
+            stats["loss/baseline_fallback_frac"] = float(algos.no_on_policy_groups(on_policy).float().mean())
+        advantages = adv.flatten().tolist()
         completions = [r.completion.ids for r in rows]
         masks: list[list[bool] | None] = [r.completion.mask for r in rows]
         behaviour = [r.completion.logps for r in rows]
         if scfg.train_sketches and rows and rows[0].sketch_completion is not None:
             # A sketch's advantage is the mean advantage of its solutions; sketches are scored in the context that
-            # drew them (there is no "plain prompt" form of a sketch).
+            # drew them (there is no "plain prompt" form of a sketch), so they are never off-policy.
             by_sketch: dict[int, list[float]] = {}
             first: dict[int, Rollout] = {}
             for r, a in zip(rows, advantages, strict=True):
@@ -137,9 +154,10 @@ class Trainer:
                 masks.append(None)
                 behaviour.append(r.sketch_completion.logps)
                 advantages.append(float(np.mean(by_sketch[key])))
+                off_policy.append(False)
         return {"contexts": contexts, "completions": completions, "masks": masks, "behaviour": behaviour,
                 "advantages": torch.tensor(advantages), "n_solutions": len(rows),
-                "sample_contexts": [r.context_ids for r in rows]}  # fmt: skip
+                "off_policy": torch.tensor(off_policy, dtype=torch.bool), "stats": stats}  # fmt: skip
 
     def _update(self, inputs: dict[str, Any]) -> dict[str, float]:
         cfg, scfg = self.cfg, self.cfg.sampler
@@ -152,32 +170,43 @@ class Trainer:
         for i, lp in enumerate(inputs["behaviour"]):
             behaviour[i, : len(lp)] = torch.tensor(lp)
         multi = cfg.algo.ppo_epochs > 1 or cfg.algo.minibatches > 1
-        # Per solution row: scored in the context that drew it (sketch rows always are).
-        same = [c == p for c, p in zip(inputs["sample_contexts"], inputs["contexts"], strict=False)]
+        off = inputs["off_policy"]  # (n,) bool: drawn in a context other than the one scored here
+        n_sol = inputs["n_solutions"]
+        weigh = scfg.loss_context == "is" or (scfg.off_policy == "weight_negatives" and bool(off.any()))
         # Every row scored in the context that drew it (parallel sampling, or loss_context=conditioned): the
         # sampler's own log-probs are the old policy's (same weights, same tempered softmax), so the extra forward
-        # pass is skipped in float32. bf16 and the "is" weights recompute them, as verl does.
+        # pass is skipped in float32. bf16 and the importance weights recompute them, as verl does.
         old = None
-        if multi and all(same) and scfg.loss_context != "is" and cfg.model.dtype == "float32":
+        if multi and not off.any() and not weigh and cfg.model.dtype == "float32":
             old = behaviour
-        elif multi or scfg.loss_context == "is":
+        elif multi or weigh:
             with torch.no_grad():
                 old, _ = completion_logps(self.model, batch, temp, dtype=cfg.model.dtype)
-        seq_weights = None
-        stats: dict[str, float] = {}
-        if scfg.loss_context == "is":
+        seq_weights = weights = None
+        stats: dict[str, float] = {"loss/off_policy_frac": float(off[:n_sol].float().mean()), **inputs["stats"]}
+        if weigh:
             # Truncated importance weight of the whole solution: min(c, pi(y|x) / pi(y|ctx)), with pi(y|ctx) the
-            # behaviour log-prob recorded while sampling. Sketch rows (scored in their own context) get weight 1.
-            log_w = ((old - behaviour) * mask).sum(1)
-            # Identical contexts make the ratio exactly 1 (not 1 up to float noise between the cached sampling pass
-            # and this forward); sketch rows are not importance-weighted.
-            log_w[: len(same)] = torch.where(torch.tensor(same), 0.0, log_w[: len(same)])
-            log_w[inputs["n_solutions"] :] = 0.0
-            seq_weights = torch.exp(log_w).clamp(max=scfg.is_clip)
-            stats["is/weight_mean"] = float(seq_weights[: inputs["n_solutions"]].mean())
-            stats["is/weight_max"] = float(seq_weights[: inputs["n_solutions"]].max())
-        ref = self._ref_logps(batch) if cfg.algo.kl_coef > 0 else None
+            # behaviour log-prob recorded while sampling. A row scored in the context that drew it (every sketch
+            # row) gets exactly 1, not 1 up to float noise between the cached sampling pass and this forward.
+            log_w = torch.where(off, ((old - behaviour) * mask).sum(1), 0.0)
+            weights = torch.exp(log_w).clamp(max=scfg.is_clip)
+        if scfg.loss_context == "is":
+            seq_weights = weights
+            stats["is/weight_mean"] = float(weights[:n_sol].mean())
+            stats["is/weight_max"] = float(weights[:n_sol].max())
         advantages = inputs["advantages"]
+        if scfg.off_policy in ("drop_negatives", "weight_negatives"):
+            if scfg.off_policy == "drop_negatives":
+                factors = torch.zeros(n)
+            else:  # no weights were computed only when no row is off-policy, and then none is scaled
+                factors = torch.ones(n) if weights is None else weights
+            scaled = algos.scale_off_policy_negatives(advantages, off, factors)
+            stats["loss/adv_changed_frac"] = float((scaled != advantages)[:n_sol].float().mean())
+            hit = off & (advantages < 0)
+            if scfg.off_policy == "weight_negatives" and bool(hit.any()):
+                stats["loss/neg_weight_mean"] = float(factors[hit].mean())
+            advantages = scaled
+        ref = self._ref_logps(batch) if cfg.algo.kl_coef > 0 else None
         # PPO-clip's term of a zero-advantage row is exactly 0 whatever its ratio, so with no KL or entropy term
         # such rows (every row of a zero-std group) need no forward pass; they still count in the aggregation.
         skip_zero = cfg.algo.loss == "ppo_clip" and cfg.algo.kl_coef == 0 and cfg.algo.entropy_coef == 0
@@ -277,21 +306,23 @@ class Trainer:
         correct = [r.score.success for r in rows]
         group_size = len(groups[0])
         entropies = [e for r in rows for e in r.completion.policy_entropies]
+        # rollout/*: statistics of what the sampler drew (with a sequential sampler, of the chain, not of the
+        # plain-prompt policy); train/*: the training procedure; policy/*: the plain-prompt policy, exactly.
         row: dict[str, Any] = {"step": self.step + 1}
         rewards = [[r.score.reward for r in g] for g in groups]
         stats = M.reward_stats(rewards)
-        row.update({f"train/{k}": v for k, v in stats.items()})
-        row["train/success"] = float(np.mean(correct))
-        row["train/valid"] = float(np.mean([k is not None for k in keys]))
-        row.update({f"train/{k}": v for k, v in M.group_diversity(keys, correct, group_size).items()})
-        row["train/entropy"] = float(np.mean(entropies)) if entropies else 0.0
-        row["train/response_len"] = float(np.mean([r.completion.n_sampled for r in rows]))
+        row.update({f"rollout/{k}": v for k, v in stats.items()})
+        row["rollout/success"] = float(np.mean(correct))
+        row["rollout/valid"] = float(np.mean([k is not None for k in keys]))
+        row.update({f"rollout/{k}": v for k, v in M.group_diversity(keys, correct, group_size).items()})
+        row["rollout/entropy"] = float(np.mean(entropies)) if entropies else 0.0
+        row["rollout/response_len"] = float(np.mean([r.completion.n_sampled for r in rows]))
         targets = self.task.target_keys(groups[0][0].inst)
         if targets:
             hit = {k for k in keys if k in targets}
             self.found_targets |= hit
-            row["train/coverage"] = len(hit) / len(targets)
-            row["train/targets_found"] = len(self.found_targets)
+            row["rollout/coverage"] = len(hit) / len(targets)
+            row["rollout/targets_found"] = len(self.found_targets)
         if self.cfg.algo.dynamic_sampling:
             row["train/resample_rounds"] = resample_rounds
         trained = groups
@@ -304,8 +335,14 @@ class Trainer:
         row.update(self._update(self._loss_inputs(trained)))
         t_update = time.perf_counter() - t1
         self.step += 1
+        every = self.cfg.train.policy_every
+        if self.exact.available and every and self.step % every == 0:
+            # the policy after this step's update: the weights its checkpoint would hold
+            t2 = time.perf_counter()
+            row.update(self.exact.summary(self._policy_probs(), self.cfg.train.eval_samples))
+            row["time/policy_s"] = time.perf_counter() - t2
         row = self.dist.mean_metrics(row)
-        flagged = self.monitor.update(self.step, row["train/distinct_correct"], row["train/entropy"])
+        flagged = self.monitor.update(self.step, row)
         row["collapse/flag"] = int(flagged)
         row["time/sample_s"] = t_sample
         row["time/update_s"] = t_update
@@ -314,19 +351,32 @@ class Trainer:
         return row
 
     # ------------------------------------------------------------------ evaluation
+    def _policy_probs(self) -> list[np.ndarray]:
+        """The exact solution probabilities of the current weights, scored once per step."""
+        if self._exact_probs is None or self._exact_probs[0] != self.step:
+            self._exact_probs = (self.step, self.exact.probs())
+        return self._exact_probs[1]
+
     def evaluate(self) -> dict[str, Any]:
+        """Validation: ``eval/*`` from ``train.eval_samples`` i.i.d. plain-prompt samples per instance and a greedy
+        answer; where the task can enumerate its solutions, the exact ``policy/*`` metrics, and a line of
+        ``policy_probs.jsonl`` with the probability of every target and of every solution with p >= 0.001."""
         if not self.dist.is_main:  # the replicas are identical: rank 0 evaluates for all
             return {"step": self.step}
-        n_inst = self.task.cfg.eval_instances
-        instances = [self.task.instance("val", i) for i in range(n_inst)]
+        instances = self.val_instances
         gen = torch.Generator().manual_seed(10_000 + self.cfg.seed)  # same eval draws at every step of a run
         max_rows = self.cfg.model.max_batch_rows
         groups = draw(self.eval_sampler, instances, self.cfg.train.eval_samples, gen, max_rows)
-        return {
+        row = {
             "step": self.step,
             **summarize(self.task, groups),
             **greedy_summary(self.greedy_sampler, instances, max_rows),
         }
+        if self.exact.available:
+            probs = self._policy_probs()
+            row.update(self.exact.summary(probs, self.cfg.train.eval_samples))
+            self.run.log_policy_probs(self.exact.record(self.step, probs))
+        return row
 
     # ------------------------------------------------------------------ checkpoints
     def save_checkpoint(self) -> Path:

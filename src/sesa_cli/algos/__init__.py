@@ -6,7 +6,13 @@ docstring cites the paper it comes from. To add one, decorate a function with
 ``@register(POLICY_LOSSES, "my_loss")`` (same signature as its neighbours) and add ``conf/algo/my_algo.yaml``.
 """
 
-from sesa_cli.algos.advantages import compute_advantages, top_std_groups, zero_std_groups
+from sesa_cli.algos.advantages import (
+    compute_advantages,
+    no_on_policy_groups,
+    scale_off_policy_negatives,
+    top_std_groups,
+    zero_std_groups,
+)
 from sesa_cli.algos.aggregations import masked_mean
 from sesa_cli.algos.losses import kl_penalty
 from sesa_cli.algos.objective import compute_loss
@@ -22,7 +28,9 @@ __all__ = [
     "get",
     "kl_penalty",
     "masked_mean",
+    "no_on_policy_groups",
     "register",
+    "scale_off_policy_negatives",
     "top_std_groups",
     "zero_std_groups",
 ]

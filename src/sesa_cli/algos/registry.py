@@ -17,7 +17,8 @@ __all__ = ["ADVANTAGES", "AGGREGATIONS", "KL_ESTIMATORS", "POLICY_LOSSES", "get"
 F = TypeVar("F", bound=Callable[..., Any])
 
 ADVANTAGES: dict[str, Callable[..., Any]] = {}
-"""``algo.advantage``: ``fn(rewards (n_groups, group), cfg) -> advantages (n_groups, group)``."""
+"""``algo.advantage``: ``fn(rewards (n_groups, group), cfg, on_policy=None) -> advantages (n_groups, group)``; the
+optional bool ``on_policy`` (n_groups, group) restricts the baseline to on-policy rollouts (see advantages.py)."""
 POLICY_LOSSES: dict[str, Callable[..., Any]] = {}
 """``algo.loss``: ``fn(logps, old_logps, advantages, response_mask, cfg, *, generator) -> (pg_losses, metrics)``,
 all tensors ``(batch, seq)``; ``pg_losses`` is per token, ``metrics`` maps names to 0-d tensors."""

@@ -1,4 +1,5 @@
-"""``sesa eval``: success, pass@k, coverage@k, distinct@k and entropy of a checkpoint (or a base model)."""
+"""``sesa eval``: success, pass@k, coverage@k, distinct@k and entropy of a checkpoint (or a base model), and the exact
+``policy/*`` metrics where the task can enumerate its solutions."""
 
 from __future__ import annotations
 
@@ -24,12 +25,13 @@ register_configs()
 
 
 def run(cfg: EvalConfig, run_dir: Path, overrides: list[str] | None = None) -> dict[str, Any]:
-    """Evaluate and write ``samples.jsonl`` + ``metrics.json`` under ``run_dir``; return the metrics."""
+    """Evaluate and write ``samples.jsonl`` + ``metrics.json`` (+ ``policy_probs.jsonl`` where the task has exact
+    policy metrics) under ``run_dir``; return the metrics."""
     import torch
     from rich.console import Console
     from rich.table import Table
 
-    from sesa_cli.evaluation import draw, greedy_summary, sample_records, summarize
+    from sesa_cli.evaluation import ExactPolicy, draw, greedy_summary, sample_records, summarize
     from sesa_cli.models.loading import load_checkpoint, load_policy
     from sesa_cli.rollout.samplers import ParallelSampler, make_sampler
     from sesa_cli.runs import RunDir, atomic_write_text, resolve_checkpoint
@@ -47,6 +49,12 @@ def run(cfg: EvalConfig, run_dir: Path, overrides: list[str] | None = None) -> d
     metrics: dict[str, Any] = {"step": _ckpt_step(ckpt), **summarize(task, groups)}
     greedy = ParallelSampler(cfg.sampler, task, policy, cfg.model.dtype, greedy=True)
     metrics.update(greedy_summary(greedy, instances, cfg.model.max_batch_rows))
+    plain = ParallelSampler(cfg.sampler, task, policy, cfg.model.dtype)  # the plain prompt, whatever cfg.sampler is
+    exact = ExactPolicy(plain, instances, rows=cfg.model.max_batch_rows or 256)
+    if exact.available:
+        probs = exact.probs()
+        metrics.update(exact.summary(probs, cfg.eval.n))
+        run.log_policy_probs(exact.record(metrics["step"], probs))
     metrics.update({"eval/n": cfg.eval.n, "eval/instances": cfg.eval.instances, "ckpt": str(ckpt) if ckpt else None})
     records = sample_records(groups, policy.decode)
     atomic_write_text(run.path / "samples.jsonl", "".join(json.dumps(r) + "\n" for r in records))
@@ -55,7 +63,7 @@ def run(cfg: EvalConfig, run_dir: Path, overrides: list[str] | None = None) -> d
     table.add_column("metric")
     table.add_column("value", justify="right")
     for key, value in metrics.items():
-        if key.startswith("eval/"):
+        if key.startswith(("eval/", "policy/")):
             table.add_row(key, f"{value:.4g}" if isinstance(value, float) else str(value))
     Console().print(table)
     log.info("wrote %s and %s", run.path / "metrics.json", run.path / "samples.jsonl")

@@ -73,6 +73,9 @@ def run(cfg: ReviveConfig, run_dir: Path, overrides: list[str] | None = None) ->
     history = [r for r in read_metrics(parent_run / "metrics.jsonl") if r.get("step", 0) <= start]
     for row in history:
         run.log_metrics({**row, "revive/parent": 1})
+    for record in read_metrics(parent_run / "policy_probs.jsonl"):
+        if record.get("step", 0) <= start:
+            run.log_policy_probs(record)
     task = make_task(cfg.task, cfg.seed)
     policy = load_checkpoint(ckpt, cfg.model, task, dist.device or cfg.device)
     trainer = Trainer(cfg, task, policy, run, dist)

@@ -15,9 +15,12 @@ from sesa_cli.report.runs import Run, load_runs
 from sesa_cli.report.tables import markdown_table, summarize, wide_table
 
 _PLOT_CAPTIONS = {
-    "success": "Success rate over training steps (train and evaluation).",
-    "diversity": "Diversity over training steps: coverage of the target set, distinct and distinct-correct solutions.",
-    "entropy": "Mean token entropy of the sampling distribution over training steps.",
+    "policy": "The plain-prompt policy, exactly (every solution scored): success probability, effective number of "
+    "correct solutions, expected coverage of the targets by k samples.",
+    "success": "Success rate over training steps (what the sampler drew, and evaluation).",
+    "diversity": "Diversity over training steps (what the sampler drew, and evaluation): coverage of the target set, "
+    "distinct and distinct-correct solutions.",
+    "entropy": "Mean token entropy of the sampling distribution over training steps (rollouts and evaluation).",
     "pass_at_k": "pass@k of the final evaluation against k (log2 axis).",
 }
 _METHOD = (
@@ -38,7 +41,8 @@ class ReportFiles(TypedDict):
     html: Path
     """report.html, self-contained (PNGs embedded as data URIs)."""
     plots: dict[str, Path]
-    """Written PNGs by name (``success``, ``diversity``, ``entropy``, ``pass_at_k``); skipped plots are absent."""
+    """Written PNGs by name (``policy``, ``success``, ``diversity``, ``entropy``, ``pass_at_k``); skipped plots are
+    absent."""
     notes: list[str]
     """Things the reader should know (skipped job dirs, skipped plots), also listed in the report."""
 

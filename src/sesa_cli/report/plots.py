@@ -1,7 +1,8 @@
 """PNG plots of a diversity report: curves over training steps (mean over seeds, ±1 std band) and pass@k over k.
 
-One colour per group, the same in every plot. A panel overlays the training metric (solid) and its evaluation
-counterpart (dashed, markers: evaluation rows are sparse).
+One colour per group, the same in every plot. A panel overlays a metric logged at every training step (solid: a
+``rollout/`` statistic of what the sampler drew, or an exact ``policy/`` metric) and its evaluation counterpart
+(dashed, markers: evaluation rows are sparse).
 
 matplotlib is imported inside :func:`make_plots`, so importing ``sesa_cli.report`` stays cheap. Figures are built
 with ``matplotlib.figure.Figure`` and rendered by the Agg canvas, never through pyplot: no display is needed, and a
@@ -28,9 +29,10 @@ PANEL_SIZE = (4.4, 2.9)  # inches of plotting area per panel
 # With fewer points than this a training curve also gets markers (a short run would otherwise hide its points).
 _MARKER_BELOW = 25
 _STYLES = {"train": "-", "eval": "--"}
-# Per-step training metrics of a small-batch RL run are noisy enough to turn several groups into spaghetti, so train
+# Rollout statistics of a small-batch RL run are noisy enough to turn several groups into spaghetti, so rollout
 # curves get a centred rolling mean over ~4% of the run (each seed smoothed first, so the band stays the spread over
-# seeds). Short runs (< _SMOOTH_FROM logged steps) and evaluation curves are drawn raw; tables are always raw.
+# seeds). Short runs (< _SMOOTH_FROM logged steps), exact policy metrics and evaluation curves are drawn raw; tables
+# are always raw.
 _SMOOTH_FROM = 50
 
 
@@ -44,7 +46,8 @@ class Panel:
     title: str
     ylabel: str
     metrics: tuple[str, ...]
-    """Metrics drawn on this panel: a ``train/`` one (solid) and/or an ``eval/`` one (dashed)."""
+    """Metrics drawn on this panel: per-step ones (``rollout/``, ``policy/``; solid) and/or ``eval/`` ones
+    (dashed)."""
 
 
 @dataclass(frozen=True)
@@ -52,6 +55,8 @@ class PlotSpec:
     name: str
     title: str
     panels: tuple[Panel, ...]
+    optional: bool = False
+    """Only some tasks log these metrics: when no run has them the plot is left out without a note."""
 
 
 def plot_specs(metrics: Sequence[str]) -> list[PlotSpec]:
@@ -62,24 +67,34 @@ def plot_specs(metrics: Sequence[str]) -> list[PlotSpec]:
         return (f"{base}@{ks[-1]}",) if ks else ()
 
     return [
-        PlotSpec("success", "Success rate", (Panel("success", "success rate", ("train/success", "eval/success")),)),
+        PlotSpec(
+            "policy",
+            "Exact plain-prompt policy",
+            (
+                Panel("success probability", "P(target)", ("policy/target_mass",)),
+                Panel("effective correct solutions", "exp(entropy over targets)", ("policy/effective_solutions",)),
+                Panel("coverage", "expected targets hit / U", largest_k("policy/coverage")),
+            ),
+            optional=True,
+        ),
+        PlotSpec("success", "Success rate", (Panel("success", "success rate", ("rollout/success", "eval/success")),)),
         PlotSpec(
             "diversity",
             "Diversity",
             (
-                Panel("coverage", "targets found / U", ("train/coverage", *largest_k("eval/coverage"))),
-                Panel("distinct", "distinct solutions", ("train/distinct", *largest_k("eval/distinct"))),
+                Panel("coverage", "targets found / U", ("rollout/coverage", *largest_k("eval/coverage"))),
+                Panel("distinct", "distinct solutions", ("rollout/distinct", *largest_k("eval/distinct"))),
                 Panel(
                     "distinct correct",
                     "distinct correct solutions",
-                    ("train/distinct_correct", *largest_k("eval/distinct_correct")),
+                    ("rollout/distinct_correct", *largest_k("eval/distinct_correct")),
                 ),
             ),
         ),
         PlotSpec(
             "entropy",
-            "Policy entropy",
-            (Panel("entropy", "mean token entropy", ("train/entropy", "eval/entropy")),),
+            "Token entropy of sampling",
+            (Panel("entropy", "mean token entropy", ("rollout/entropy", "eval/entropy")),),
         ),
     ]
 
@@ -125,12 +140,12 @@ def _draw_panel(ax: Any, panel: Panel, groups: dict[str, list[Run]], colors: dic
             frame = _group_frame(members, metric)
             if frame.empty:
                 continue
-            if kind == "train":
-                frame = _smooth(frame, window)
+            smooth = window if metric.startswith("rollout/") else 1
+            frame = _smooth(frame, smooth)
             few = kind == "eval" or len(frame) < _MARKER_BELOW
             _draw_band(ax, frame.index.to_numpy(), frame, colors[group], _STYLES[kind], "o" if few else None)
-            if metric == "train/entropy":
-                _mark_collapse(ax, members, metric, colors[group], window if kind == "train" else 1)
+            if metric in ("rollout/entropy", "policy/effective_solutions"):
+                _mark_collapse(ax, members, metric, colors[group], smooth)
             drawn.add(kind)
     evals = [m for m in panel.metrics if m.startswith("eval/") and "@" in m]
     ax.set_title(panel.title + (f" (eval at k={evals[0].rpartition('@')[2]})" if evals else ""), fontsize=10)
@@ -203,7 +218,8 @@ def _legend(fig: Any, colors: dict[str, str], kinds: set[str], ncol: int, captio
 
 
 def make_plots(runs: Sequence[Run], out_dir: Path) -> tuple[dict[str, Path], dict[str, str]]:
-    """Write ``success.png``, ``diversity.png``, ``entropy.png`` and ``pass_at_k.png`` into ``out_dir``.
+    """Write ``policy.png`` (tasks with exact policy metrics), ``success.png``, ``diversity.png``, ``entropy.png``
+    and ``pass_at_k.png`` into ``out_dir``.
 
     Returns (written plots by name, skipped plots by name → reason). A plot is skipped when no run logged any of
     its metrics; a panel is left out when no run logged its metrics.
@@ -220,19 +236,21 @@ def make_plots(runs: Sequence[Run], out_dir: Path) -> tuple[dict[str, Path], dic
     )
     band = "line: mean over seeds; shaded: ±1 std over seeds"
     window = smoothing_window(max(len(run.metrics) for run in runs))
-    smoothed = f"; train curves: rolling mean over {window} steps" if window > 1 else ""
+    smoothed = f"; rollout curves: rolling mean over {window} steps" if window > 1 else ""
 
     written: dict[str, Path] = {}
     skipped: dict[str, str] = {}
     for spec in plot_specs(metrics):
         panels = [p for p in spec.panels if any(m in metrics for m in p.metrics)]
+        if not panels and spec.optional:
+            continue
         if not panels:
             wanted = sorted({m for p in spec.panels for m in p.metrics})
             skipped[spec.name] = f"no run logged {', '.join(wanted)}"
             continue
-        has_train = any(m.startswith("train/") and m in metrics for p in panels for m in p.metrics)
-        caption = band + (smoothed if has_train else "")
-        if spec.name == "entropy" and has_collapse:
+        has_rollout = any(m.startswith("rollout/") and m in metrics for p in panels for m in p.metrics)
+        caption = band + (smoothed if has_rollout else "")
+        if spec.name in ("entropy", "policy") and has_collapse:
             caption += "; x: first collapse flag of a run"
         fig, axes, ncol, caption = _figure(len(panels), len(groups) + 2, longest, caption)
         kinds: set[str] = set()

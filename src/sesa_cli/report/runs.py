@@ -29,6 +29,14 @@ METRICS_JSON = "metrics.json"
 _IGNORED_KEYS = ("seed", "ckpt")
 _IGNORED_PREFIXES = ("hydra.", "hydra/")
 
+LEGACY_METRICS = {
+    f"train/{name}": f"rollout/{name}"
+    for name in ("reward_mean", "reward_std", "frac_zero_std", "success", "valid", "distinct", "distinct_correct",
+                 "entropy", "response_len", "coverage", "targets_found")
+}  # fmt: skip
+"""Old metric name -> current one: statistics of what the sampler drew were logged as ``train/*`` before issue 16
+named them ``rollout/*``; run dirs written before still load under the current names."""
+
 
 @dataclass
 class Run:
@@ -167,6 +175,11 @@ def metrics_frame(rows: list[dict[str, Any]], source: Path) -> pd.DataFrame:
     data = pd.DataFrame(numeric, index=frame.index)
     data["step"] = frame["step"]
     merged = data.groupby("step", sort=True).last()  # last() skips NaN: merges train and eval rows of a step
+    for old, new in LEGACY_METRICS.items():
+        # A revived run whose parent predates the rename holds both names: the parent's rows fill the gaps.
+        if old in merged.columns:
+            merged[new] = merged[new].combine_first(merged[old]) if new in merged.columns else merged[old]
+            merged = merged.drop(columns=old)
     return merged
 
 

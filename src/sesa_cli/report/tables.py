@@ -17,18 +17,20 @@ from sesa_cli.report.runs import Run
 
 SUMMARY_COLUMNS = ("group", "metric", "final_mean", "final_std", "best_mean", "best_std", "n_seeds")
 
-_PREFIX_ORDER = {"train": 0, "eval": 1, "collapse": 2, "time": 3}
+_PREFIX_ORDER = {"policy": 0, "rollout": 1, "eval": 2, "train": 3, "collapse": 4, "time": 5}
 _NAME_ORDER = {
     name: i
     for i, name in enumerate(
-        ("success", "reward_mean", "reward_std", "entropy", "coverage", "distinct", "distinct_correct", "pass")
+        ("target_mass", "effective_solutions", "solutions_above_1pct", "solution_entropy", "valid_mass", "success",
+         "reward_mean", "reward_std", "entropy", "coverage", "distinct", "distinct_correct", "pass")
     )
-}
+}  # fmt: skip
 _AT_K = re.compile(r"^(.*)@(\d+)$")
 
 
 def metric_sort_key(metric: str) -> tuple[int, int, str, int]:
-    """train/ before eval/ before the rest; success, reward, entropy, diversity first; ``@K`` in numeric order."""
+    """policy/, rollout/, eval/, train/, then the rest; the policy's success and spread, then success, reward,
+    entropy, diversity first; ``@K`` in numeric order."""
     prefix, _, name = metric.rpartition("/")
     k = 0
     match = _AT_K.match(name)
@@ -121,15 +123,20 @@ def wide_table(summary: pd.DataFrame, stat: str = "final", metrics: Sequence[str
 
 
 def headline_metrics(metrics: Sequence[str]) -> list[str]:
-    """The few metrics worth a console line: success, entropy, diversity, and pass@1 / pass@n of the evaluation."""
+    """The few metrics worth a console line: the exact policy's success and spread (where the task has them),
+    success, entropy, diversity, and pass@1 / pass@n of the evaluation."""
     present = set(metrics)
+    policy_ks = at_k_values(metrics, "policy/coverage")
     wanted = [
-        "train/success",
+        "policy/target_mass",
+        "policy/effective_solutions",
+        *(f"policy/coverage@{k}" for k in policy_ks[-1:]),
+        "rollout/success",
         "eval/success",
-        "train/entropy",
-        "train/coverage",
-        "train/distinct",
-        "train/distinct_correct",
+        "rollout/entropy",
+        "rollout/coverage",
+        "rollout/distinct",
+        "rollout/distinct_correct",
     ]
     for base in ("eval/pass", "eval/coverage", "eval/distinct", "eval/distinct_correct"):
         ks = at_k_values(metrics, base)

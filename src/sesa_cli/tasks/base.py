@@ -75,6 +75,11 @@ class Task(ABC):
         """All correct solution keys when the task knows them (coverage@k); None otherwise."""
         return None
 
+    def solution_space(self, inst: Any) -> list[str] | None:
+        """Every valid answer to ``inst`` exactly as the policy writes it (stop included), each once, when the set is
+        small enough to score whole (exact ``policy/*`` metrics, sesa_cli.evaluation.ExactPolicy); None otherwise."""
+        return None
+
     # ---------------------------------------------------------------- sketches (SESA stage I)
     def sketch_head(self, inst: Any) -> str:
         """Context for the first sketch; later sketches continue it (see the module docstring)."""

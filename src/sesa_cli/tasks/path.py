@@ -117,6 +117,10 @@ class PathTask(Task):
     def target_keys(self, inst: Any) -> frozenset[str]:
         return self.targets
 
+    def solution_space(self, inst: Any) -> list[str]:
+        """Every leaf as an answer, ``region/city/district|`` (512 with the defaults)."""
+        return [leaf + self.stop for leaf in self.leaves]
+
     def parse(self, completion: str) -> str | None:
         """The named path if it is a valid leaf of the world, else None. Never raises."""
         text = completion.split(self.stop, 1)[0].strip()

@@ -1,0 +1,164 @@
+"""sampler.off_policy: what each loss variant does to the rows drawn off the context they are scored in.
+
+The batch is built by hand: two groups of four path answers with chosen rewards, contexts and behaviour log-probs, so
+which rows are off-policy and which advantages change is known before the trainer sees it.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from dataclasses import replace
+
+import pytest
+import torch
+
+from sesa_cli import algos
+from sesa_cli.config import ConfigError, SamplerConfig
+from sesa_cli.rollout.engine import Completion
+from sesa_cli.rollout.samplers import Rollout
+from sesa_cli.rollout.scoring import build_batch, completion_logps
+from sesa_cli.runs import RunDir
+from sesa_cli.tasks.base import Score
+from sesa_cli.trainer import Trainer
+
+REWARDS = [[1.0, 0.0, 1.0, 0.0], [0.0, 1.0, 0.0, 0.0]]
+# Group 0 is a sequential chain: item 0 drawn from the plain prompt, items 1-3 after the earlier ones. Group 1 is
+# two-stage: every solution drawn from a sketch's solve prompt, none from the plain prompt.
+OFF = [False, True, True, True, True, True, True, True]
+# Behaviour log-prob shift (nats, added to the first token's plain-prompt log-prob) of each row: the recorded
+# pi(y|ctx) is then pi(y|x) * exp(shift), so the importance weight pi(y|x)/pi(y|ctx) is exp(-shift) exactly.
+SHIFT = [0.0, math.log(2.0), 0.0, -math.log(3.0), 0.0, 0.0, math.log(4.0), 0.0]
+IS_CLIP = 2.0
+
+
+def _trainer(path_setup, tmp_path, **sampler_kw) -> Trainer:
+    cfg, task, policy = path_setup
+    cfg = replace(cfg, sampler=replace(cfg.sampler, name="sequential", is_clip=IS_CLIP, **sampler_kw))
+    return Trainer(cfg, task, copy.deepcopy(policy), RunDir(tmp_path / "run"))
+
+
+def _groups(trainer: Trainer) -> list[list[Rollout]]:
+    """The hand-built batch (see the module constants); behaviour log-probs from the trainer's own model."""
+    policy, task = trainer.policy, trainer.task
+    prompt = trainer.sampler.encode_prompt(task.prompt(None))
+    answers = [task.leaves[i] + task.stop for i in range(8)]
+    ids = [policy.encode(a) for a in answers]
+    batch = build_batch([prompt] * 8, ids, int(policy.tokenizer.pad_token_id))
+    with torch.no_grad():
+        plain, _ = completion_logps(trainer.model, batch, trainer.cfg.sampler.temperature)
+    groups: list[list[Rollout]] = [[], []]
+    for i in range(8):
+        g = i // 4
+        if g == 0:  # chain: item k continues the plain prompt and items 0..k-1
+            context = prompt + [t for earlier in ids[:i] for t in earlier]
+        else:  # two-stage: a solve prompt per sketch
+            context = policy.encode_prompt(f"P{task.leaves[i].split('/')[0]}:")
+        logps = plain[i, : len(ids[i])].tolist()
+        logps[0] += SHIFT[i]
+        comp = Completion(ids[i], logps, [0.0] * len(ids[i]), True)
+        reward = REWARDS[g][i % 4]
+        score = Score(reward, reward > 0, task.leaves[i])
+        groups[g].append(Rollout(g, None, prompt, context, comp, answers[i], score))
+    return groups
+
+
+def _advantages_seen(trainer: Trainer, groups, monkeypatch) -> tuple[torch.Tensor, dict[str, float]]:
+    """(the advantages compute_loss received, the update's stats); the weights are left unchanged."""
+    seen = []
+    real = algos.compute_loss
+    monkeypatch.setattr(algos, "compute_loss", lambda *a, **k: seen.append(a[2].clone()) or real(*a, **k))
+    trainer.optimizer.step = lambda: None
+    stats = trainer._update(trainer._loss_inputs(groups))
+    return torch.cat(seen), stats
+
+
+def _paper(trainer: Trainer) -> torch.Tensor:
+    """The estimator's advantages of the batch, (8,): what the trainer computed before off_policy existed."""
+    return algos.compute_advantages(torch.tensor(REWARDS), trainer.cfg.algo).flatten()
+
+
+def test_paper_passes_the_estimators_advantages_unchanged(path_setup, tmp_path, monkeypatch):
+    trainer = _trainer(path_setup, tmp_path, off_policy="paper")
+    inputs = trainer._loss_inputs(_groups(trainer))
+    assert inputs["off_policy"].tolist() == OFF
+    seen, stats = _advantages_seen(trainer, _groups(trainer), monkeypatch)
+    assert torch.equal(seen, _paper(trainer))  # bit-identical: the paper's loss is what it always was
+    assert stats["loss/off_policy_frac"] == 7 / 8
+    assert "loss/adv_changed_frac" not in stats
+
+
+def test_drop_negatives_zeroes_the_off_policy_negatives_only(path_setup, tmp_path, monkeypatch):
+    trainer = _trainer(path_setup, tmp_path, off_policy="drop_negatives")
+    seen, stats = _advantages_seen(trainer, _groups(trainer), monkeypatch)
+    paper = _paper(trainer)
+    # Negative rows: 1 and 3 (group 0), 4, 6 and 7 (group 1); row 0 is on-policy but positive, so every negative is
+    # off-policy here and all five drop. Positives (rows 0, 2, 5) are untouched.
+    expected = paper.clone()
+    expected[[1, 3, 4, 6, 7]] = 0.0
+    assert (paper[[1, 3, 4, 6, 7]] < 0).all()
+    assert torch.equal(seen, expected)
+    assert stats["loss/adv_changed_frac"] == 5 / 8
+
+
+def test_weight_negatives_scales_off_policy_negatives_by_the_truncated_ratio(path_setup, tmp_path, monkeypatch):
+    trainer = _trainer(path_setup, tmp_path, off_policy="weight_negatives")
+    seen, stats = _advantages_seen(trainer, _groups(trainer), monkeypatch)
+    paper = _paper(trainer)
+    # weight = min(2, exp(-shift)): row 1 -> 1/2, row 3 -> min(2, 3) = 2, row 6 -> 1/4, rows 4 and 7 -> 1.
+    expected = paper.clone()
+    for row, weight in ((1, 0.5), (3, 2.0), (4, 1.0), (6, 0.25), (7, 1.0)):
+        expected[row] = paper[row] * weight
+    torch.testing.assert_close(seen, expected, atol=1e-5, rtol=0)
+    assert torch.equal(seen[[0, 2, 5]], paper[[0, 2, 5]])  # positives exactly as computed
+    # Rows 4 and 7 have weight 1 up to float noise of the rescoring, so which of them "changed" is noise; 1, 3, 6 did.
+    assert 3 / 8 <= stats["loss/adv_changed_frac"] <= 5 / 8
+    assert stats["loss/neg_weight_mean"] == pytest.approx((0.5 + 2.0 + 1.0 + 0.25 + 1.0) / 5, abs=1e-5)
+
+
+def test_on_policy_baseline_takes_the_mean_of_the_on_policy_rows(path_setup, tmp_path, monkeypatch):
+    trainer = _trainer(path_setup, tmp_path, off_policy="on_policy_baseline")
+    seen, stats = _advantages_seen(trainer, _groups(trainer), monkeypatch)
+    paper = _paper(trainer)
+    # Group 0: baseline = r_0 = 1 (its only on-policy row), std of the whole group = 0.5773503 (+1e-6):
+    # [0, -1, 0, -1] / std. Group 1 has no on-policy row: the estimator's own baseline, counted.
+    std = torch.tensor(REWARDS[0]).std().item() + 1e-6
+    torch.testing.assert_close(seen[:4], torch.tensor([0.0, -1.0, 0.0, -1.0]) / std)
+    assert torch.equal(seen[4:], paper[4:])
+    assert stats["loss/baseline_fallback_frac"] == 0.5
+    assert stats["loss/adv_changed_frac"] == 4 / 8
+
+
+@pytest.mark.parametrize("variant", ["drop_negatives", "weight_negatives", "on_policy_baseline"])
+def test_with_conditioned_scoring_no_row_is_off_policy_and_every_variant_is_the_paper(
+    path_setup, tmp_path, monkeypatch, variant
+):
+    groups_seen = {}
+    for name in ("paper", variant):
+        trainer = _trainer(path_setup, tmp_path / name, off_policy=name, loss_context="conditioned")
+        groups = _groups(trainer)
+        assert not trainer._loss_inputs(groups)["off_policy"].any()
+        groups_seen[name] = _advantages_seen(trainer, groups, monkeypatch)
+    assert torch.equal(groups_seen["paper"][0], groups_seen[variant][0])
+    assert groups_seen[variant][1]["loss/off_policy_frac"] == 0.0
+    assert groups_seen[variant][1].get("loss/adv_changed_frac", 0.0) == 0.0
+
+
+def test_sketch_rows_are_never_off_policy(path_setup, tmp_path):
+    trainer = _trainer(path_setup, tmp_path, off_policy="drop_negatives", train_sketches=True)
+    groups = _groups(trainer)
+    for group in groups:  # one sketch per group, shared by its solutions
+        sketch = Completion([5, 6], [-0.1, -0.2], [0.0, 0.0], True)
+        for r in group:
+            r.sketch_completion, r.sketch_context_ids = sketch, [1, 2]
+    inputs = trainer._loss_inputs(groups)
+    assert inputs["n_solutions"] == 8
+    assert inputs["off_policy"].tolist() == [*OFF, False, False]  # the two sketch rows, scored where drawn
+    assert inputs["contexts"][8:] == [[1, 2], [1, 2]]
+
+
+def test_weight_negatives_with_importance_weighted_loss_is_refused():
+    with pytest.raises(ConfigError, match="weight negatives twice"):
+        SamplerConfig(off_policy="weight_negatives", loss_context="is")
+    with pytest.raises(ConfigError, match=r"sampler\.off_policy"):
+        SamplerConfig(off_policy="nope")

@@ -11,6 +11,7 @@ import difflib
 import os
 import sys
 from importlib import import_module
+from typing import NoReturn
 
 from sesa_cli import __version__
 
@@ -39,15 +40,30 @@ def print_help() -> None:
     print("\n".join(lines))
 
 
-def fail(message: str, command: str | None = None) -> None:
+def fail(message: str, command: str | None = None) -> NoReturn:
     """Print one line to stderr and exit 2 (bad input)."""
     prefix = f"sesa {command}" if command else "sesa"
     print(f"{prefix}: error: {message}", file=sys.stderr)
     raise SystemExit(2)
 
 
+def interrupted(command: str | None = None) -> NoReturn:
+    """Ctrl-C, wherever it lands (start-up, or training after the trainer saved a checkpoint): one line, exit 130."""
+    prefix = f"sesa {command}" if command else "sesa"
+    print(f"{prefix}: interrupted", file=sys.stderr)
+    raise SystemExit(130)
+
+
 def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else list(argv)
+    try:
+        dispatch(args)
+    except KeyboardInterrupt:  # during start-up (imports, validation, Hydra's composition); later: user_errors
+        interrupted(args[0] if args and args[0] in COMMANDS else None)
+
+
+def dispatch(args: list[str]) -> None:
+    """Run ``sesa <args>``: validate the overrides, then hand them to the command's Hydra app."""
     if not args:
         print_help()
         raise SystemExit(2)

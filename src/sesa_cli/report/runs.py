@@ -19,6 +19,7 @@ import pandas as pd
 import yaml
 
 from sesa_cli.config import ConfigError
+from sesa_cli.runs import read_metrics  # one reader: a truncated last line skipped, a non-object row refused
 
 METRICS_JSONL = "metrics.jsonl"
 METRICS_JSON = "metrics.json"
@@ -121,24 +122,6 @@ def _read_yaml(path: Path) -> Any:
         raise ConfigError(f"cannot read {path}: {first_line}") from exc
 
 
-def _read_metric_rows(path: Path) -> list[dict[str, Any]]:
-    lines = path.read_text().splitlines()
-    rows = []
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            # A run killed mid-write leaves a truncated last line; anything earlier is real corruption.
-            if number == len(lines):
-                break
-            raise ConfigError(f"{path}:{number} is not valid JSON ({exc.msg})") from exc
-        if isinstance(row, dict):
-            rows.append(row)
-    return rows
-
-
 def metrics_frame(rows: list[dict[str, Any]], source: Path) -> pd.DataFrame:
     """Rows of ``{"step": int, metric: value, ...}`` → one float column per numeric metric, one row per step.
 
@@ -196,7 +179,7 @@ def load_run(path: Path) -> Run:
     """Read one run dir: metrics, overrides and config."""
     path = Path(path)
     if (path / METRICS_JSONL).is_file():
-        frame = metrics_frame(_read_metric_rows(path / METRICS_JSONL), path / METRICS_JSONL)
+        frame = metrics_frame(read_metrics(path / METRICS_JSONL), path / METRICS_JSONL)
     elif (path / METRICS_JSON).is_file():
         try:
             flat = json.loads((path / METRICS_JSON).read_text())

@@ -7,9 +7,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import os
+import signal
 import sys
+import threading
+from collections.abc import Iterator
 from importlib import import_module
 from typing import NoReturn
 
@@ -47,19 +51,51 @@ def fail(message: str, command: str | None = None) -> NoReturn:
     raise SystemExit(2)
 
 
+def _interrupted_line(command: str | None) -> str:
+    return f"sesa {command}: interrupted" if command else "sesa: interrupted"
+
+
 def interrupted(command: str | None = None) -> NoReturn:
     """Ctrl-C, wherever it lands (start-up, or training after the trainer saved a checkpoint): one line, exit 130."""
-    prefix = f"sesa {command}" if command else "sesa"
-    print(f"{prefix}: interrupted", file=sys.stderr)
+    print(_interrupted_line(command), file=sys.stderr)
     raise SystemExit(130)
+
+
+@contextlib.contextmanager
+def ctrl_c_raises() -> Iterator[None]:
+    """Inside the block Ctrl-C raises KeyboardInterrupt (Python's default), for work that must react to it: the
+    trainer saves a checkpoint, then the command prints the line of :func:`interrupted`."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else list(argv)
+    command = args[0] if args and args[0] in COMMANDS else None
+    previous = None
+    if threading.current_thread() is threading.main_thread():
+        # Start-up (imports, validation, Hydra's composition, model loading) has nothing to save, and a
+        # KeyboardInterrupt raised inside a library there can come out as another error (OmegaConf, transformers'
+        # lazy imports and Hydra turn it into tracebacks: issue 17). So Ctrl-C exits at once with the one line;
+        # the trainer's loop takes Ctrl-C back (ctrl_c_raises) to save a checkpoint first.
+        def exit_now(signum: int, frame: object) -> None:
+            os.write(2, (_interrupted_line(command) + "\n").encode())  # no buffered IO: a handler may re-enter it
+            os._exit(130)
+
+        previous = signal.signal(signal.SIGINT, exit_now)
     try:
         dispatch(args)
-    except KeyboardInterrupt:  # during start-up (imports, validation, Hydra's composition); later: user_errors
-        interrupted(args[0] if args and args[0] in COMMANDS else None)
+    except KeyboardInterrupt:  # raised by code that installed its own handler
+        interrupted(command)
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
 
 
 def dispatch(args: list[str]) -> None:

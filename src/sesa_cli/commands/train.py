@@ -69,8 +69,10 @@ def fit(trainer: Any, run_dir: Path, show_progress: bool = True) -> dict[str, An
         f" over {world} processes ({trainer.local_batch} prompts each)" if world > 1 else "",
         cfg.task.max_new_tokens, trainer.step + 1, cfg.train.steps,
     )  # fmt: skip
-    with TrainProgress(cfg.train.steps, trainer.step, show_progress, cfg.train.log_every) as progress:
-        final = trainer.fit(on_step=progress.update)
+    from sesa_cli.cli import ctrl_c_raises
+
+    with TrainProgress(cfg.train.steps, trainer.step, show_progress, cfg.train.log_every) as progress, ctrl_c_raises():
+        final = trainer.fit(on_step=progress.update)  # Ctrl-C: a checkpoint, then user_errors' one line
     if trainer.dist.is_main:
         final_table(final, title=f"final metrics ({run_dir})")
     return final

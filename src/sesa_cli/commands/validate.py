@@ -56,18 +56,14 @@ def output_dir_problem(config_name: str, overrides: list[str], multirun: bool) -
         existing = existing.parent
     if not existing.is_dir():
         return f"{key}={path}: {existing} is a file, not a directory"
+    if existing == path and os.environ.get("RANK", "0") == "0":  # replicas start after rank 0 wrote its files
+        held = [n for n in ("metrics.jsonl", "metrics.json", "checkpoints", "multirun.yaml") if (path / n).exists()]
+        if held:
+            return f"{key}={path} already holds a run ({held[0]}); choose a new directory"
     try:  # os.access is not enough: root passes it, and /proc or a read-only mount still refuse
         tempfile.TemporaryDirectory(dir=existing).cleanup()
     except OSError as exc:
         return f"{key}={path} is not writable: cannot create anything in {existing} ({exc.strerror or exc})"
-    if existing == path and os.environ.get("RANK", "0") == "0":  # replicas start after rank 0 wrote its files
-        held = [
-            name
-            for name in ("metrics.jsonl", "metrics.json", "checkpoints", "multirun.yaml")
-            if (path / name).exists()
-        ]
-        if held:
-            return f"{key}={path} already holds a run ({held[0]}); choose a new directory"
     return None
 
 

@@ -25,6 +25,11 @@ register_configs()
 
 def run(cfg: EvalConfig, run_dir: Path, overrides: list[str] | None = None) -> dict[str, Any]:
     """Evaluate and write ``samples.jsonl`` + ``metrics.json`` under ``run_dir``; return the metrics."""
+    from sesa_cli.runs import RunDir, atomic_write_text, check_checkpoint, resolve_checkpoint
+
+    ckpt = resolve_checkpoint(cfg.ckpt) if cfg.ckpt else None
+    step = check_checkpoint(ckpt)["step"] if ckpt else 0  # every file it holds, before any model work (or imports)
+
     import torch
     from rich.console import Console
     from rich.table import Table
@@ -32,11 +37,8 @@ def run(cfg: EvalConfig, run_dir: Path, overrides: list[str] | None = None) -> d
     from sesa_cli.evaluation import draw, greedy_summary, sample_records, summarize
     from sesa_cli.models.loading import load_checkpoint, load_policy
     from sesa_cli.rollout.samplers import ParallelSampler, make_sampler
-    from sesa_cli.runs import RunDir, atomic_write_text, check_checkpoint, resolve_checkpoint
     from sesa_cli.tasks.base import make_task
 
-    ckpt = resolve_checkpoint(cfg.ckpt) if cfg.ckpt else None
-    step = check_checkpoint(ckpt)["step"] if ckpt else 0  # every file it holds, before any model work
     seed_everything(cfg.seed)
     run = RunDir(run_dir)
     task = make_task(cfg.task, cfg.seed)

@@ -51,16 +51,18 @@ def pick_checkpoint(path: str, step: str) -> Path:
 
 
 def run(cfg: ReviveConfig, run_dir: Path, overrides: list[str] | None = None) -> dict[str, Any]:
+    from sesa_cli.runs import ReplicaRunDir, RunDir, check_checkpoint, read_metrics, run_dir_of_checkpoint
+
+    ckpt = pick_checkpoint(cfg.ckpt, cfg.step)
+    state = check_checkpoint(ckpt, training=True)  # every file it holds, before any model work (or its imports)
+
     from sesa_cli.commands.train import fit
     from sesa_cli.distributed import replicas
     from sesa_cli.models.loading import load_base, load_checkpoint
     from sesa_cli.models.reference import check_rebuilt, parent_record
-    from sesa_cli.runs import ReplicaRunDir, RunDir, check_checkpoint, read_metrics, run_dir_of_checkpoint
     from sesa_cli.tasks.base import make_task
     from sesa_cli.trainer import Trainer
 
-    ckpt = pick_checkpoint(cfg.ckpt, cfg.step)
-    state = check_checkpoint(ckpt, training=True)  # every file it holds, before any model work
     start = int(state["step"])
     cfg = replace(cfg, train=replace(cfg.train, steps=start + cfg.more_steps))
     parent_run = run_dir_of_checkpoint(ckpt)

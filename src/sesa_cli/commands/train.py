@@ -42,7 +42,7 @@ def run(cfg: TrainConfig, run_dir: Path, overrides: list[str] | None = None, res
     # The KL reference of this run and of every run revived from it (sesa_cli.models.reference): fingerprinted
     # before a LoRA adapter wraps the base.
     run.write_run_info("train", overrides or [], kl_reference=describe(base))
-    policy = load_policy(cfg.model, task, base=base)
+    policy = load_policy(cfg.model, task, dist.device or cfg.device, base=base)
     trainer = Trainer(cfg, task, policy, run, dist)
     return fit(trainer, run_dir, show_progress and dist.is_main)
 

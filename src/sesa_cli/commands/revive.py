@@ -80,7 +80,7 @@ def run(cfg: ReviveConfig, run_dir: Path, overrides: list[str] | None = None) ->
         try:
             base = load_base(cfg.model, task, device)
         except ConfigError as exc:
-            raise ConfigError(f"the base model of {parent_run} (its KL reference) cannot be rebuilt: {exc}") from None
+            raise ConfigError(f"the base model {parent_run} started from cannot be rebuilt: {exc}") from None
         reference = check_rebuilt(reference, base, parent_run)
     run = RunDir(run_dir) if dist.is_main else ReplicaRunDir(run_dir)
     run.write_config(resolved_yaml(cfg))

@@ -69,8 +69,8 @@ def check_rebuilt(record: dict[str, str] | None, base: Any, parent_run: Path) ->
         return rebuilt
     if rebuilt["sha256"] != record["sha256"]:
         raise ConfigError(
-            f"the base model rebuilt from {rebuilt['base']} (weights sha256 {rebuilt['sha256'][:12]}) is not the KL "
-            f"reference {parent_run} trained against ({record['base']}, sha256 {record['sha256'][:12]}): copy that "
-            "directory from the machine that trained the run and pass model.path=<the copy>"
+            f"the base model rebuilt from {rebuilt['base']} (weights sha256 {rebuilt['sha256'][:12]}) is not the one "
+            f"{parent_run} started from, its KL reference ({record['base']}, sha256 {record['sha256'][:12]}): copy "
+            "that directory from the machine that trained the run and pass model.path=<the copy>"
         )
     return record

@@ -7,10 +7,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import os
+import signal
 import sys
+import threading
+from collections.abc import Iterator
 from importlib import import_module
+from typing import NoReturn
 
 from sesa_cli import __version__
 
@@ -39,15 +44,62 @@ def print_help() -> None:
     print("\n".join(lines))
 
 
-def fail(message: str, command: str | None = None) -> None:
+def fail(message: str, command: str | None = None) -> NoReturn:
     """Print one line to stderr and exit 2 (bad input)."""
     prefix = f"sesa {command}" if command else "sesa"
     print(f"{prefix}: error: {message}", file=sys.stderr)
     raise SystemExit(2)
 
 
+def _interrupted_line(command: str | None) -> str:
+    return f"sesa {command}: interrupted" if command else "sesa: interrupted"
+
+
+def interrupted(command: str | None = None) -> NoReturn:
+    """Ctrl-C, wherever it lands (start-up, or training after the trainer saved a checkpoint): one line, exit 130."""
+    print(_interrupted_line(command), file=sys.stderr)
+    raise SystemExit(130)
+
+
+@contextlib.contextmanager
+def ctrl_c_raises() -> Iterator[None]:
+    """Inside the block Ctrl-C raises KeyboardInterrupt (Python's default), for work that must react to it: the
+    trainer saves a checkpoint, then the command prints the line of :func:`interrupted`."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else list(argv)
+    command = args[0] if args and args[0] in COMMANDS else None
+    previous = None
+    if threading.current_thread() is threading.main_thread():
+        # Start-up (imports, validation, Hydra's composition, model loading) has nothing to save, and a
+        # KeyboardInterrupt raised inside a library there can come out as another error (OmegaConf, transformers'
+        # lazy imports and Hydra turn it into tracebacks: issue 17). So Ctrl-C exits at once with the one line;
+        # the trainer's loop takes Ctrl-C back (ctrl_c_raises) to save a checkpoint first.
+        def exit_now(signum: int, frame: object) -> None:
+            os.write(2, (_interrupted_line(command) + "\n").encode())  # no buffered IO: a handler may re-enter it
+            os._exit(130)
+
+        previous = signal.signal(signal.SIGINT, exit_now)
+    try:
+        dispatch(args)
+    except KeyboardInterrupt:  # raised by code that installed its own handler
+        interrupted(command)
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
+
+
+def dispatch(args: list[str]) -> None:
+    """Run ``sesa <args>``: validate the overrides, then hand them to the command's Hydra app."""
     if not args:
         print_help()
         raise SystemExit(2)

@@ -20,9 +20,35 @@ class ConfigError(ValueError):
     """A user-facing configuration problem; the CLI prints it as one line and exits 2."""
 
 
+def first_line(exc: BaseException, limit: int = 200) -> str:
+    """The first line of an exception's message (its type name if it has none), cut to its first sentence when
+    longer than ``limit``: what a one-line error quotes."""
+    text = str(exc).strip()
+    line = text.splitlines()[0] if text else type(exc).__name__
+    if len(line) > limit:
+        line = line.split(". ", 1)[0][:limit]
+    return line
+
+
 def _choice(value: str, field_name: str, choices: tuple[str, ...]) -> None:
     if value not in choices:
         raise ConfigError(f"{field_name}={value!r} is not valid; choose one of: {', '.join(choices)}")
+
+
+def at_least(obj: Any, prefix: str, minimum: float, *names: str) -> list[str]:
+    """A problem per field of ``names`` below ``minimum`` (counts and sizes: a 0 must never reach the engine)."""
+    return [f"{prefix}.{n}={getattr(obj, n)} must be >= {minimum}" for n in names if getattr(obj, n) < minimum]
+
+
+def positive(obj: Any, prefix: str, *names: str) -> list[str]:
+    """A problem per field of ``names`` that is not > 0 (rates and norms)."""
+    return [f"{prefix}.{n}={getattr(obj, n)} must be > 0" for n in names if not getattr(obj, n) > 0]
+
+
+def raise_if(problems: list[str]) -> None:
+    """One ConfigError naming every wrong key found (so a user fixes them all in one go)."""
+    if problems:
+        raise ConfigError("; ".join(problems))
 
 
 # --------------------------------------------------------------------------------------------------------- model
@@ -93,6 +119,13 @@ class ModelConfig:
     and prefill memory of real models (countdown's 16 x 64 evaluation rows with SmolLM2 would need > 10 GB)."""
 
     def __post_init__(self) -> None:
+        raise_if([
+            *at_least(self, "model", 1, "hidden_size", "num_layers", "num_heads", "intermediate_size",
+                       "max_position_embeddings", "warm_start_batch_size", "warm_start_corpus_size"),
+            *at_least(self, "model", 0, "warm_start_steps"),
+            *at_least(self, "model", 2, "warm_start_block"),  # next-token targets need two tokens
+            *positive(self, "model", "warm_start_lr", "lora_alpha"),
+        ])  # fmt: skip
         _choice(self.dtype, "model.dtype", ("float32", "bfloat16"))
         _choice(self.prompt_style, "model.prompt_style", ("compact", "chat"))
         if self.max_batch_rows < 0:
@@ -126,8 +159,7 @@ class TaskConfig:
 
     def __post_init__(self) -> None:
         _choice(self.style, "task.style", ("compact", "chat"))
-        if self.max_new_tokens < 1:
-            raise ConfigError("task.max_new_tokens must be >= 1")
+        raise_if(at_least(self, "task", 1, "max_new_tokens", "eval_instances"))
 
 
 # ------------------------------------------------------------------------------------------------------- sampler
@@ -197,8 +229,16 @@ class SamplerConfig:
             raise ConfigError("sampler.top_p must be in (0, 1]")
         if self.solutions_per_sketch < 1:
             raise ConfigError("sampler.solutions_per_sketch must be >= 1")
+        raise_if([*at_least(self, "sampler", 0, "top_k"), *at_least(self, "sampler", 1, "sketch_max_tokens")])
         if self.is_clip <= 0:
             raise ConfigError("sampler.is_clip must be > 0")
+
+
+SEQUENTIAL_ONLY = ("stage1", "sketch_max_tokens", "solutions_per_sketch", "loss_context", "is_clip", "train_sketches",
+                   "off_policy")  # fmt: skip
+"""SamplerConfig fields that only a sequential sampler reads: set on the command line of a run that samples in
+parallel, they are an error (sesa_cli/commands/validate.py), not silently ignored. Recipes and parent runs may
+carry them (a revived sequential run switched to parallel keeps its own values)."""
 
 
 # ---------------------------------------------------------------------------------------------------------- algo
@@ -262,6 +302,15 @@ class AlgoConfig:
             raise ConfigError("algo.clip_low and algo.clip_high must be >= 0")
         if not 0 < self.rollout_filter_ratio <= 1:
             raise ConfigError("algo.rollout_filter_ratio must be in (0, 1]")
+        problems = [
+            *positive(self, "algo", "lr", "max_grad_norm"),
+            *at_least(self, "algo", 0, "kl_coef", "adv_eps", "norm_constant", "max_resample_rounds", "kl_cov_coef"),
+        ]
+        problems += [f"algo.{n}={getattr(self, n)} must be in [0, 1]" for n in ("clip_cov_ratio", "kl_cov_ratio")
+                     if not 0 <= getattr(self, n) <= 1]  # fmt: skip
+        if self.clip_cov_lb > self.clip_cov_ub:
+            problems.append(f"algo.clip_cov_lb={self.clip_cov_lb} must be <= algo.clip_cov_ub={self.clip_cov_ub}")
+        raise_if(problems)
 
 
 # --------------------------------------------------------------------------------------------------------- train
@@ -310,6 +359,14 @@ class TrainLoopConfig:
         for name in ("checkpoint_every", "eval_every", "sample_every", "log_every", "policy_every"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"train.{name} must be >= 0")
+        problems = [*at_least(self, "train", 1, "eval_samples", "max_nonfinite"),
+                    *at_least(self, "train", 0, "warmup_steps", "weight_decay")]  # fmt: skip
+        if self.warmup_steps >= self.steps:
+            problems.append(
+                f"train.warmup_steps={self.warmup_steps} must be < train.steps={self.steps} (the warm-up would never "
+                "reach the full learning rate)"
+            )
+        raise_if(problems)
 
 
 @dataclass
@@ -349,6 +406,7 @@ class CollapseConfig:
     def __post_init__(self) -> None:
         if self.window < 1:
             raise ConfigError("collapse.window must be >= 1")
+        raise_if(at_least(self, "collapse", 0, "max_distinct_correct", "min_entropy"))
 
 
 @dataclass
@@ -401,6 +459,9 @@ class EvalSettings:
     """Samples per instance (pass@k is reported for k = 1, 2, 4, ..., n)."""
     instances: int = 8
     """Validation instances (the task's validation split; the path task has a single prompt)."""
+
+    def __post_init__(self) -> None:
+        raise_if(at_least(self, "eval", 1, "n", "instances"))
 
 
 @dataclass

@@ -67,7 +67,10 @@ def summarize(task: Task, groups: Sequence[Sequence[Rollout]], prefix: str = "ev
             add(f"distinct_correct@{k}", M.distinct_correct_at_k(keys, correct, k))
             if targets:
                 add(f"coverage@{k}", M.coverage_at_k(keys, targets, k))
-    return {k: float(np.mean(v)) for k, v in per.items()}
+    out = {k: float(np.mean(v)) for k, v in per.items()}
+    # how many of all the samples the grader gave up on (scored 0; sesa_cli/tasks/math.py), a count, not a mean
+    out[prefix + "grader_timeouts"] = float(sum(r.score.grader_timeout for group in groups for r in group))
+    return out
 
 
 def greedy_summary(

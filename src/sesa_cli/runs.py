@@ -28,7 +28,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from sesa_cli.config import ConfigError
+from sesa_cli.config import ConfigError, first_line
 
 CHECKPOINT_RE = re.compile(r"^step_(\d+)$")
 
@@ -149,21 +149,135 @@ class ReplicaRunDir(RunDir):
 
 
 def read_metrics(path: Path) -> list[dict[str, Any]]:
-    """Rows of a metrics.jsonl; a truncated last line (a run killed mid-write) is ignored."""
-    rows = []
+    """Rows of a metrics.jsonl; a truncated last line (a run killed mid-write) is ignored. A line that is not a
+    JSON object (earlier than the last) is a ConfigError naming the file and line."""
+    rows: list[dict[str, Any]] = []
     if not path.is_file():
         return rows
     lines = path.read_text().splitlines()
-    for i, line in enumerate(lines):
+    for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
         try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:
-            if i == len(lines) - 1:
+            row = json.loads(line)
+        except json.JSONDecodeError as exc:
+            if number == len(lines):
                 break
-            raise ConfigError(f"{path}:{i + 1}: not valid JSON") from None
+            raise ConfigError(f"{path}:{number} is not valid JSON ({exc.msg})") from None
+        if not isinstance(row, dict):
+            raise ConfigError(f"{path}:{number} is a JSON {type(row).__name__}, not an object with a 'step'")
+        rows.append(row)
     return rows
+
+
+def read_json_object(path: Path) -> dict[str, Any]:
+    """The JSON object in ``path``; a one-line ConfigError naming the file when it is missing, unreadable, not JSON
+    or not an object."""
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise ConfigError(f"{path} is missing") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"cannot read {path} ({exc})") from None
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{path} is not valid JSON ({exc.msg}, line {exc.lineno})") from None
+    if not isinstance(obj, dict):
+        raise ConfigError(f"{path} holds a JSON {type(obj).__name__}, not an object")
+    return obj
+
+
+def read_trainer_state(ckpt: Path, training: bool = False) -> dict[str, Any]:
+    """A checkpoint's trainer_state.json, checked: ``step`` always; what a resumed trainer reads when ``training``."""
+    path = ckpt / "trainer_state.json"
+    state = read_json_object(path)
+    wanted: dict[str, type] = {"step": int, **({"next_instance": int, "collapse": dict} if training else {})}
+    for key, kind in wanted.items():
+        value = state.get(key)
+        if not isinstance(value, kind) or isinstance(value, bool) or (kind is int and value < 0):
+            what = "a non-negative integer" if kind is int else "an object"
+            raise ConfigError(f"{path}: {key!r} is {'missing' if key not in state else repr(value)}, not {what}")
+    return state
+
+
+def check_checkpoint(ckpt: Path, training: bool = False) -> dict[str, Any]:
+    """Check every file a command will read from a checkpoint before any model work, so a damaged one is one line
+    naming the file and what is wrong with it: trainer_state.json, the model config and safetensors weights (a
+    full model or a LoRA adapter), and with ``training`` (revive) optimizer.pt and rng.pt, which are refused unless
+    they hold tensors only (a pickle can carry code). Returns the trainer state."""
+    state = read_trainer_state(ckpt, training)
+    check_model_dir(ckpt)
+    if training:
+        check_tensor_file(ckpt / "optimizer.pt", what="the optimizer state a revived run continues from")
+        if (ckpt / "rng.pt").exists():  # older checkpoints have none
+            check_tensor_file(ckpt / "rng.pt", what="the sampling generator state")
+    return state
+
+
+def check_model_dir(path: Path) -> None:
+    """A Hugging Face model directory (or a LoRA adapter directory) whose config is a JSON object with a
+    ``model_type`` and whose safetensors weights are complete; a ConfigError naming the first bad file."""
+    if (path / "adapter_config.json").is_file() and not (path / "config.json").is_file():
+        read_json_object(path / "adapter_config.json")
+        weights = [path / "adapter_model.safetensors"]
+    else:
+        config = read_json_object(path / "config.json")
+        if not isinstance(config.get("model_type"), str):
+            raise ConfigError(f"{path / 'config.json'} has no 'model_type': not a Hugging Face model config")
+        index = path / "model.safetensors.index.json"
+        if index.is_file():  # a sharded save: every shard the index names
+            shards = read_json_object(index).get("weight_map")
+            if not isinstance(shards, dict) or not shards:
+                raise ConfigError(f"{index} has no 'weight_map'")
+            weights = [path / str(name) for name in sorted(set(shards.values()))]
+        elif (path / "pytorch_model.bin").is_file() and not (path / "model.safetensors").exists():
+            weights = []  # a foreign directory with torch weights: transformers loads them with weights_only=True
+        else:
+            weights = [path / "model.safetensors"]
+    for file in weights:
+        check_safetensors(file)
+
+
+def check_safetensors(path: Path) -> None:
+    """A safetensors file whose header parses and whose data covers every tensor it lists (a truncated, empty or
+    missing file is a ConfigError naming it). Reads the header only."""
+    from safetensors import SafetensorError, safe_open
+
+    if not path.is_file():
+        raise ConfigError(f"{path} is missing")
+    try:
+        with safe_open(str(path), framework="np"):
+            pass
+    except (SafetensorError, OSError) as exc:
+        raise ConfigError(f"{path} is damaged or truncated ({first_line(exc)})") from None
+
+
+def check_tensor_file(path: Path, what: str) -> None:
+    """``path`` loads with ``torch.load(weights_only=True)``: tensors and plain containers only. A pickle that names
+    any other global (code) is refused without running it; a truncated or foreign file is named as damaged."""
+    import pickle
+    import warnings
+    import zipfile
+
+    import torch
+
+    if not path.is_file():
+        raise ConfigError(f"{path} is missing: it holds {what}")
+    try:
+        with warnings.catch_warnings():  # torch warns about unusual pickle protocols: the one line below says it all
+            warnings.simplefilter("ignore")
+            # mmap: tensor data is mapped, not read (an optimizer state can be larger than the model)
+            torch.load(path, map_location="cpu", weights_only=True, mmap=zipfile.is_zipfile(path))
+    except pickle.UnpicklingError as exc:
+        m = re.search(r"GLOBAL (\S+)", str(exc))
+        found = f" (it calls {m.group(1)})" if m else ""
+        raise ConfigError(
+            f"{path}: refused to load: it holds Python objects other than tensors, and unpickling them could run "
+            f"code{found}"
+        ) from None
+    except Exception as exc:  # noqa: BLE001  (EOFError, RuntimeError, zip errors: a truncated or foreign file)
+        raise ConfigError(f"{path} is damaged or not a torch tensor file ({first_line(exc)})") from None
 
 
 def atomic_write_text(path: Path, text: str) -> None:

@@ -43,8 +43,16 @@ class Trainer:
     """Owns the policy, optimizer, samplers and run dir of one training run."""
 
     def __init__(
-        self, cfg: TrainConfig, task: Task, policy: Policy, run: RunDir, dist: SingleProcess | None = None
+        self,
+        cfg: TrainConfig,
+        task: Task,
+        policy: Policy,
+        run: RunDir,
+        dist: SingleProcess | None = None,
+        reference: torch.nn.Module | None = None,
     ) -> None:
+        """``reference``: the KL reference model when it is not the policy as given (a revived run passes its
+        lineage's base, see sesa_cli.models.reference); None = a frozen copy of ``policy``, the run's start."""
         self.cfg = cfg
         self.task = task
         self.policy = policy
@@ -67,7 +75,8 @@ class Trainer:
         self.ref_model = None
         if cfg.algo.kl_coef > 0 and not is_lora(self.model):
             # LoRA needs no copy: its reference is the same model with the adapter disabled (see _ref_logps).
-            self.ref_model = copy.deepcopy(self.model).eval().requires_grad_(False)
+            ref = reference if reference is not None else copy.deepcopy(self.model)
+            self.ref_model = ref.eval().requires_grad_(False)
         self.generator = torch.Generator().manual_seed(self.dist.seed(cfg.seed))
         self.step = 0
         self.next_instance = 0
@@ -317,6 +326,7 @@ class Trainer:
         row.update({f"rollout/{k}": v for k, v in M.group_diversity(keys, correct, group_size).items()})
         row["rollout/entropy"] = float(np.mean(entropies)) if entropies else 0.0
         row["rollout/response_len"] = float(np.mean([r.completion.n_sampled for r in rows]))
+        row["rollout/grader_timeouts"] = sum(r.score.grader_timeout for r in rows)  # scored 0 unverified (tasks/math)
         targets = self.task.target_keys(groups[0][0].inst)
         if targets:
             hit = {k for k in keys if k in targets}

@@ -25,8 +25,9 @@ def user_errors(command: str) -> Iterator[None]:
         print(f"sesa {command}: error: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
     except KeyboardInterrupt:
-        print(f"sesa {command}: interrupted", file=sys.stderr)
-        raise SystemExit(130) from None
+        from sesa_cli.cli import interrupted
+
+        interrupted(command)
 
 
 def seed_everything(seed: int) -> None:

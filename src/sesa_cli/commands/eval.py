@@ -18,7 +18,7 @@ from sesa_cli.commands.common import (
     seed_everything,
     user_errors,
 )
-from sesa_cli.config import EvalConfig, conf_dir, register_configs, to_object
+from sesa_cli.config import EvalConfig, conf_dir, register_configs
 
 log = logging.getLogger("sesa.eval")
 register_configs()
@@ -27,6 +27,11 @@ register_configs()
 def run(cfg: EvalConfig, run_dir: Path, overrides: list[str] | None = None) -> dict[str, Any]:
     """Evaluate and write ``samples.jsonl`` + ``metrics.json`` (+ ``policy_probs.jsonl`` where the task has exact
     policy metrics) under ``run_dir``; return the metrics."""
+    from sesa_cli.runs import RunDir, atomic_write_text, check_checkpoint, resolve_checkpoint
+
+    ckpt = resolve_checkpoint(cfg.ckpt) if cfg.ckpt else None
+    step = check_checkpoint(ckpt)["step"] if ckpt else 0  # every file it holds, before any model work (or imports)
+
     import torch
     from rich.console import Console
     from rich.table import Table
@@ -34,19 +39,17 @@ def run(cfg: EvalConfig, run_dir: Path, overrides: list[str] | None = None) -> d
     from sesa_cli.evaluation import ExactPolicy, draw, greedy_summary, sample_records, summarize
     from sesa_cli.models.loading import load_checkpoint, load_policy
     from sesa_cli.rollout.samplers import ParallelSampler, make_sampler
-    from sesa_cli.runs import RunDir, atomic_write_text, resolve_checkpoint
     from sesa_cli.tasks.base import make_task
 
     seed_everything(cfg.seed)
     run = RunDir(run_dir)
     task = make_task(cfg.task, cfg.seed)
-    ckpt = resolve_checkpoint(cfg.ckpt) if cfg.ckpt else None
     policy = load_checkpoint(ckpt, cfg.model, task, cfg.device) if ckpt else load_policy(cfg.model, task, cfg.device)
     run.write_run_info("eval", overrides or [], parent=str(ckpt) if ckpt else None)
     sampler = make_sampler(cfg.sampler, task, policy, cfg.model.dtype)
     instances = [task.instance("val", i) for i in range(cfg.eval.instances)]
     groups = draw(sampler, instances, cfg.eval.n, torch.Generator().manual_seed(cfg.seed), cfg.model.max_batch_rows)
-    metrics: dict[str, Any] = {"step": _ckpt_step(ckpt), **summarize(task, groups)}
+    metrics: dict[str, Any] = {"step": step, **summarize(task, groups)}
     greedy = ParallelSampler(cfg.sampler, task, policy, cfg.model.dtype, greedy=True)
     metrics.update(greedy_summary(greedy, instances, cfg.model.max_batch_rows))
     plain = ParallelSampler(cfg.sampler, task, policy, cfg.model.dtype)  # the plain prompt, whatever cfg.sampler is
@@ -70,25 +73,14 @@ def run(cfg: EvalConfig, run_dir: Path, overrides: list[str] | None = None) -> d
     return metrics
 
 
-def _ckpt_step(ckpt: Path | None) -> int:
-    if ckpt is None:
-        return 0
-    return int(json.loads((ckpt / "trainer_state.json").read_text())["step"])
-
-
 @hydra.main(version_base="1.3", config_path=str(conf_dir()), config_name="eval")
 def main(cfg: DictConfig) -> None:
-    from sesa_cli.commands.reload import reload_config
-    from sesa_cli.runs import resolve_checkpoint, run_dir_of_checkpoint
+    from sesa_cli.commands.reload import command_config
 
     with user_errors("eval"):
         joblib_cpu_budget()
         run_dir, overrides = hydra_context()
-        if cfg.get("ckpt"):
-            ckpt = resolve_checkpoint(cfg.ckpt)
-            config = reload_config("eval", run_dir_of_checkpoint(ckpt) / "config.yaml", overrides)
-        else:
-            config = to_object(cfg)
+        config = command_config("eval", cfg, overrides)
         run_dir.mkdir(parents=True, exist_ok=True)
         (run_dir / "config.yaml").write_text(resolved_yaml(config))
         run(config, run_dir, overrides)

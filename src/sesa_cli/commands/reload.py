@@ -14,9 +14,26 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from sesa_cli.config import ConfigError, conf_dir, to_object
+from sesa_cli.config import ConfigError, conf_dir, first_line, to_object
 
 GROUPS = ("model", "task", "sampler", "algo")
+
+
+def command_config(config_name: str, cfg: Any, overrides: list[str]) -> Any:
+    """The typed config a command runs with: for ``eval``/``revive`` of a checkpoint (``ckpt=``) the checkpoint's
+    run config plus ``overrides``, else the composed ``cfg`` itself."""
+    from sesa_cli.runs import resolve_checkpoint, run_dir_of_checkpoint
+
+    ckpt = cfg.get("ckpt") if config_name in ("eval", "revive") else None
+    if not ckpt:
+        return to_object(cfg)
+    if config_name == "revive":
+        from sesa_cli.commands.revive import pick_checkpoint
+
+        path = pick_checkpoint(str(ckpt), str(cfg.get("step", "last")))
+    else:
+        path = resolve_checkpoint(str(ckpt))
+    return reload_config(config_name, run_dir_of_checkpoint(path) / "config.yaml", overrides)
 
 
 def reload_config(config_name: str, parent_config: Path, overrides: list[str]) -> Any:
@@ -28,8 +45,15 @@ def reload_config(config_name: str, parent_config: Path, overrides: list[str]) -
 
     if not parent_config.is_file():
         raise ConfigError(f"{parent_config} is missing: the checkpoint's run config cannot be reloaded")
-    parent = OmegaConf.to_container(OmegaConf.load(parent_config), resolve=True)
-    assert isinstance(parent, dict)
+    try:
+        parent = OmegaConf.to_container(OmegaConf.load(parent_config), resolve=True)
+    except Exception as exc:  # noqa: BLE001  (yaml's and OmegaConf's many error types: the file is damaged)
+        raise ConfigError(f"{parent_config} is not a valid run config ({first_line(exc)})") from None
+    if not isinstance(parent, dict):
+        raise ConfigError(f"{parent_config} holds a {type(parent).__name__}, not a mapping of config keys")
+    for group in GROUPS:
+        if group in parent and not (isinstance(parent[group], dict) and isinstance(parent[group].get("name"), str)):
+            raise ConfigError(f"{parent_config}: {group!r} must be a mapping with a 'name'")
     parsed = OverridesParser.create().parse_overrides([o for o in overrides if not o.startswith("hydra.")])
     user_groups = {ov.key_or_group for ov in parsed if ov.key_or_group in GROUPS}
     user_keys = [ov for ov in parsed if ov.key_or_group not in GROUPS]
@@ -43,7 +67,12 @@ def reload_config(config_name: str, parent_config: Path, overrides: list[str]) -
 
     schema_keys = set(_compose([]).keys())
     choices = [f"{g}={parent[g]['name']}" for g in GROUPS if g in parent and g in schema_keys and g not in user_groups]
-    cfg = _compose(choices)
+    try:
+        cfg = _compose(choices)
+    except Exception as exc:  # noqa: BLE001  (a group option the parent names that this install does not have)
+        from sesa_cli.commands.validate import explain
+
+        raise ConfigError(f"{parent_config}: {explain(exc, config_name, choices)}") from None
     for key, value in parent.items():
         if key not in schema_keys or key in ("run_dir", "ckpt", "step", "more_steps"):
             continue
@@ -54,7 +83,10 @@ def reload_config(config_name: str, parent_config: Path, overrides: list[str]) -
             option_yaml = OmegaConf.load(conf_dir() / key / f"{option}.yaml")
             option_values = {k: v for k, v in option_yaml.items() if k != "defaults"}
             value = OmegaConf.to_container(OmegaConf.merge(value, option_values), resolve=False)
-        OmegaConf.update(cfg, key, value, merge=True)
+        try:
+            OmegaConf.update(cfg, key, value, merge=True)
+        except Exception as exc:  # noqa: BLE001  (a value of the wrong type for the schema: the file was edited)
+            raise ConfigError(f"{parent_config}: {key}: {first_line(exc)}") from None
     for ov in user_keys:  # the user's own values win over the parent's
         OmegaConf.update(cfg, ov.key_or_group, ov.value(), merge=True)
     return to_object(cfg)

@@ -7,7 +7,6 @@ metrics continue the parent's step numbering. ``run.json`` records the parent ch
 
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import replace
 from pathlib import Path
@@ -31,7 +30,7 @@ register_configs()
 
 def pick_checkpoint(path: str, step: str) -> Path:
     """The checkpoint named by ``ckpt`` and ``step`` (last, auto = first saved after a collapse flag, or N)."""
-    from sesa_cli.runs import list_checkpoints, resolve_checkpoint
+    from sesa_cli.runs import list_checkpoints, read_trainer_state, resolve_checkpoint
 
     p = Path(path).expanduser()
     if (p / "trainer_state.json").is_file():
@@ -42,7 +41,7 @@ def pick_checkpoint(path: str, step: str) -> Path:
     ckpts = list_checkpoints(p)
     if step == "auto":
         for _, ckpt in ckpts:
-            if json.loads((ckpt / "trainer_state.json").read_text())["collapse"].get("first_flag_step") is not None:
+            if read_trainer_state(ckpt, training=True)["collapse"].get("first_flag_step") is not None:
                 return ckpt
         raise ConfigError(f"step=auto: the collapse monitor flagged no step in any checkpoint of {p}")
     for n, ckpt in ckpts:
@@ -52,33 +51,49 @@ def pick_checkpoint(path: str, step: str) -> Path:
 
 
 def run(cfg: ReviveConfig, run_dir: Path, overrides: list[str] | None = None) -> dict[str, Any]:
+    from sesa_cli.runs import ReplicaRunDir, RunDir, check_checkpoint, read_metrics, run_dir_of_checkpoint
+
+    ckpt = pick_checkpoint(cfg.ckpt, cfg.step)
+    state = check_checkpoint(ckpt, training=True)  # every file it holds, before any model work (or its imports)
+
     from sesa_cli.commands.train import fit
     from sesa_cli.distributed import replicas
-    from sesa_cli.models.loading import load_checkpoint
-    from sesa_cli.runs import ReplicaRunDir, RunDir, read_metrics, run_dir_of_checkpoint
+    from sesa_cli.models.loading import load_base, load_checkpoint
+    from sesa_cli.models.reference import check_rebuilt, parent_record
     from sesa_cli.tasks.base import make_task
     from sesa_cli.trainer import Trainer
 
-    ckpt = pick_checkpoint(cfg.ckpt, cfg.step)
-    state = json.loads((ckpt / "trainer_state.json").read_text())
     start = int(state["step"])
     cfg = replace(cfg, train=replace(cfg.train, steps=start + cfg.more_steps))
-    dist = replicas(cfg.device)  # one process unless started by `accelerate launch` (sesa_cli.distributed)
-    seed_everything(cfg.seed)
-    run = RunDir(run_dir) if dist.is_main else ReplicaRunDir(run_dir)
-    run.write_config(resolved_yaml(cfg))
     parent_run = run_dir_of_checkpoint(ckpt)
-    run.write_run_info("revive", overrides or [], parent=str(ckpt), parent_step=start, parent_run=str(parent_run))
     # The parent's metrics up to the checkpoint, so the new run's curves read as one continuous history.
     history = [r for r in read_metrics(parent_run / "metrics.jsonl") if r.get("step", 0) <= start]
+    reference = parent_record(parent_run)
+    dist = replicas(cfg.device)  # one process unless started by `accelerate launch` (sesa_cli.distributed)
+    seed_everything(cfg.seed)
+    task = make_task(cfg.task, cfg.seed)
+    device = dist.device or cfg.device
+    base = None
+    if cfg.model.lora or cfg.algo.kl_coef > 0:
+        # The KL reference is the base the parent's lineage started from (sesa_cli.models.reference), never the
+        # checkpoint; a LoRA checkpoint's adapter also sits on that base.
+        try:
+            base = load_base(cfg.model, task, device)
+        except ConfigError as exc:
+            raise ConfigError(f"the base model {parent_run} started from cannot be rebuilt: {exc}") from None
+        reference = check_rebuilt(reference, base, parent_run)
+    run = RunDir(run_dir) if dist.is_main else ReplicaRunDir(run_dir)
+    run.write_config(resolved_yaml(cfg))
+    run.write_run_info("revive", overrides or [], parent=str(ckpt), parent_step=start, parent_run=str(parent_run),
+                       kl_reference=reference)  # fmt: skip
     for row in history:
         run.log_metrics({**row, "revive/parent": 1})
     for record in read_metrics(parent_run / "policy_probs.jsonl"):
         if record.get("step", 0) <= start:
             run.log_policy_probs(record)
-    task = make_task(cfg.task, cfg.seed)
-    policy = load_checkpoint(ckpt, cfg.model, task, dist.device or cfg.device)
-    trainer = Trainer(cfg, task, policy, run, dist)
+    policy = load_checkpoint(ckpt, cfg.model, task, device, base=base)
+    # LoRA: the trainer disables the adapter for the reference; otherwise the rebuilt base is the reference model.
+    trainer = Trainer(cfg, task, policy, run, dist, reference=None if cfg.model.lora or base is None else base.model)
     trainer.load_checkpoint(ckpt)
     log.info("reviving %s at step %d with overrides %s", ckpt, start, overrides)
     return fit(trainer, run_dir, show_progress=dist.is_main)
@@ -86,12 +101,9 @@ def run(cfg: ReviveConfig, run_dir: Path, overrides: list[str] | None = None) ->
 
 @hydra.main(version_base="1.3", config_path=str(conf_dir()), config_name="revive")
 def main(cfg: DictConfig) -> None:
-    from sesa_cli.commands.reload import reload_config
-    from sesa_cli.runs import run_dir_of_checkpoint
+    from sesa_cli.commands.reload import command_config
 
     with user_errors("revive"):
         joblib_cpu_budget()
         run_dir, overrides = hydra_context()
-        ckpt = pick_checkpoint(str(cfg.ckpt), str(cfg.step))
-        config = reload_config("revive", run_dir_of_checkpoint(ckpt) / "config.yaml", overrides)
-        run(config, run_dir, overrides)
+        run(command_config("revive", cfg, overrides), run_dir, overrides)

@@ -26,7 +26,8 @@ def run(cfg: TrainConfig, run_dir: Path, overrides: list[str] | None = None, res
         show_progress: bool = True) -> dict[str, Any]:  # fmt: skip
     """Train as configured, writing everything under ``run_dir``; returns the final metrics."""
     from sesa_cli.distributed import replicas
-    from sesa_cli.models.loading import load_policy
+    from sesa_cli.models.loading import load_base, load_policy
+    from sesa_cli.models.reference import describe
     from sesa_cli.runs import ReplicaRunDir, RunDir
     from sesa_cli.tasks.base import make_task
     from sesa_cli.trainer import Trainer
@@ -36,9 +37,12 @@ def run(cfg: TrainConfig, run_dir: Path, overrides: list[str] | None = None, res
     run = RunDir(run_dir) if dist.is_main else ReplicaRunDir(run_dir)
     if resolved is not None:
         run.write_config(resolved)
-    run.write_run_info("train", overrides or [])
     task = make_task(cfg.task, cfg.seed)
-    policy = load_policy(cfg.model, task, dist.device or cfg.device)
+    base = load_base(cfg.model, task, dist.device or cfg.device)
+    # The KL reference of this run and of every run revived from it (sesa_cli.models.reference): fingerprinted
+    # before a LoRA adapter wraps the base.
+    run.write_run_info("train", overrides or [], kl_reference=describe(base))
+    policy = load_policy(cfg.model, task, dist.device or cfg.device, base=base)
     trainer = Trainer(cfg, task, policy, run, dist)
     return fit(trainer, run_dir, show_progress and dist.is_main)
 
@@ -65,8 +69,10 @@ def fit(trainer: Any, run_dir: Path, show_progress: bool = True) -> dict[str, An
         f" over {world} processes ({trainer.local_batch} prompts each)" if world > 1 else "",
         cfg.task.max_new_tokens, trainer.step + 1, cfg.train.steps,
     )  # fmt: skip
-    with TrainProgress(cfg.train.steps, trainer.step, show_progress, cfg.train.log_every) as progress:
-        final = trainer.fit(on_step=progress.update)
+    from sesa_cli.cli import ctrl_c_raises
+
+    with TrainProgress(cfg.train.steps, trainer.step, show_progress, cfg.train.log_every) as progress, ctrl_c_raises():
+        final = trainer.fit(on_step=progress.update)  # Ctrl-C: a checkpoint, then user_errors' one line
     if trainer.dist.is_main:
         final_table(final, title=f"final metrics ({run_dir})")
     return final

@@ -9,14 +9,16 @@ one-line ``ConfigError``.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
-from sesa_cli.config import ConfigError, ModelConfig
+from sesa_cli.config import ConfigError, ModelConfig, first_line
 from sesa_cli.tasks.base import Task
 
 ASSISTANT_PREFILL = "<think>"
@@ -70,9 +72,29 @@ def load_pretrained_dir(path: Path, device: str = "cpu") -> Policy:
         if (path / "adapter_config.json").is_file():
             raise ConfigError(f"{path} holds a LoRA adapter only; load it with its base model (load_checkpoint)")
         raise ConfigError(f"{path} is not a model directory (no config.json)")
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
-    tokenizer = AutoTokenizer.from_pretrained(path)
+    from sesa_cli.runs import check_model_dir
+
+    check_model_dir(path)  # a damaged file: one line naming it, before transformers reads anything
+    try:
+        with _no_progress_bar():  # a local load takes seconds at most; its bar would break a later one-line error
+            tokenizer = AutoTokenizer.from_pretrained(path)
+            model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    except (OSError, ValueError, KeyError) as exc:  # what from_pretrained raises for a damaged or foreign directory
+        raise ConfigError(f"{path} cannot be loaded as a model ({first_line(exc)})") from None
     return _finish(model, tokenizer, path, device)
+
+
+@contextlib.contextmanager
+def _no_progress_bar() -> Iterator[None]:
+    from transformers.utils import logging as hf_logging
+
+    enabled = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if enabled:
+            hf_logging.enable_progress_bar()
 
 
 def load_hub(hub_id: str, name: str, device: str = "cpu") -> Policy:
@@ -97,8 +119,10 @@ def load_base(cfg: ModelConfig, task: Task, device: str = "cpu") -> Policy:
     """The base model named by ``cfg`` (no adapters)."""
     if cfg.path:
         path = Path(cfg.path).expanduser()
-        if not path.is_dir():
+        if not path.exists():
             raise ConfigError(f"model.path={cfg.path} does not exist")
+        if not path.is_dir():
+            raise ConfigError(f"model.path={cfg.path} is a file; it must be a Hugging Face model directory")
         return load_pretrained_dir(path, device)
     if cfg.gguf_package:
         from sesa_cli.models.gguf import gguf_export_dir
@@ -113,9 +137,10 @@ def load_base(cfg: ModelConfig, task: Task, device: str = "cpu") -> Policy:
     return load_pretrained_dir(tiny_base_dir(cfg, task), device)
 
 
-def load_policy(cfg: ModelConfig, task: Task, device: str = "cpu") -> Policy:
-    """The policy named by ``cfg``: its base model, wrapped in fresh LoRA adapters when ``model.lora``."""
-    policy = load_base(cfg, task, device)
+def load_policy(cfg: ModelConfig, task: Task, device: str = "cpu", base: Policy | None = None) -> Policy:
+    """The policy named by ``cfg``: its base model (``base`` if already loaded), wrapped in fresh LoRA adapters when
+    ``model.lora``."""
+    policy = base or load_base(cfg, task, device)
     if cfg.lora:
         from sesa_cli.models.lora import add_lora
 
@@ -125,13 +150,16 @@ def load_policy(cfg: ModelConfig, task: Task, device: str = "cpu") -> Policy:
     return policy
 
 
-def load_checkpoint(ckpt: Path, cfg: ModelConfig, task: Task, device: str = "cpu") -> Policy:
+def load_checkpoint(
+    ckpt: Path, cfg: ModelConfig, task: Task, device: str = "cpu", base: Policy | None = None
+) -> Policy:
     """The policy saved in a checkpoint dir: a full HF directory, or a LoRA adapter on the base named by ``cfg``
-    (the checkpoint's own run config, so the base is rebuilt or reloaded from its cache exactly as trained)."""
+    (the checkpoint's own run config, so the base is rebuilt or reloaded from its cache exactly as trained; ``base``
+    if already loaded)."""
     if (ckpt / "adapter_config.json").is_file() and not (ckpt / "config.json").is_file():
         from sesa_cli.models.lora import load_adapter
 
-        policy = load_base(cfg, task, device)
+        policy = base or load_base(cfg, task, device)
         policy.model = load_adapter(policy.model, ckpt)
         policy.tokenizer = AutoTokenizer.from_pretrained(ckpt)
         if policy.tokenizer.pad_token_id is None:

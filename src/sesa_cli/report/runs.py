@@ -8,7 +8,6 @@ one-line message.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -19,6 +18,7 @@ import pandas as pd
 import yaml
 
 from sesa_cli.config import ConfigError
+from sesa_cli.runs import read_json_object, read_metrics  # one reader each: one-line errors naming the file
 
 METRICS_JSONL = "metrics.jsonl"
 METRICS_JSON = "metrics.json"
@@ -129,24 +129,6 @@ def _read_yaml(path: Path) -> Any:
         raise ConfigError(f"cannot read {path}: {first_line}") from exc
 
 
-def _read_metric_rows(path: Path) -> list[dict[str, Any]]:
-    lines = path.read_text().splitlines()
-    rows = []
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            # A run killed mid-write leaves a truncated last line; anything earlier is real corruption.
-            if number == len(lines):
-                break
-            raise ConfigError(f"{path}:{number} is not valid JSON ({exc.msg})") from exc
-        if isinstance(row, dict):
-            rows.append(row)
-    return rows
-
-
 def metrics_frame(rows: list[dict[str, Any]], source: Path) -> pd.DataFrame:
     """Rows of ``{"step": int, metric: value, ...}`` → one float column per numeric metric, one row per step.
 
@@ -209,14 +191,9 @@ def load_run(path: Path) -> Run:
     """Read one run dir: metrics, overrides and config."""
     path = Path(path)
     if (path / METRICS_JSONL).is_file():
-        frame = metrics_frame(_read_metric_rows(path / METRICS_JSONL), path / METRICS_JSONL)
+        frame = metrics_frame(read_metrics(path / METRICS_JSONL), path / METRICS_JSONL)
     elif (path / METRICS_JSON).is_file():
-        try:
-            flat = json.loads((path / METRICS_JSON).read_text())
-        except json.JSONDecodeError as exc:
-            raise ConfigError(f"{path / METRICS_JSON} is not valid JSON ({exc.msg})") from exc
-        if not isinstance(flat, dict):
-            raise ConfigError(f"{path / METRICS_JSON} must hold a JSON object of metrics")
+        flat = read_json_object(path / METRICS_JSON)
         # An eval run is one final evaluation: a single row, at the step it reports (else 0).
         frame = metrics_frame([{"step": 0, **flat}], path / METRICS_JSON)
     else:
@@ -230,11 +207,7 @@ def load_run(path: Path) -> Run:
             break
     info: dict[str, Any] = {}
     if (path / "run.json").is_file():
-        try:
-            loaded = json.loads((path / "run.json").read_text())
-        except json.JSONDecodeError as exc:
-            raise ConfigError(f"{path / 'run.json'} is not valid JSON ({exc.msg})") from exc
-        info = loaded if isinstance(loaded, dict) else {}
+        info = read_json_object(path / "run.json")
     if (path / ".hydra" / "overrides.yaml").is_file():
         overrides = _parse_overrides(_read_yaml(path / ".hydra" / "overrides.yaml"))
     else:

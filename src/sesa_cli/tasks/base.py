@@ -33,6 +33,9 @@ class Score:
     """Whether the completion solves the instance (success rate, pass@k)."""
     key: str | None
     """Solution key: equal keys mean "the same solution" (distinct@k). None if unparseable / invalid."""
+    grader_timeout: bool = False
+    """The grader gave up on this completion within its work budget (math-verify, sesa_cli/tasks/math.py): it is
+    scored as wrong, and counted (``rollout/grader_timeouts``, ``eval/grader_timeouts``) rather than hidden."""
 
 
 class Task(ABC):

@@ -35,7 +35,7 @@ from fractions import Fraction
 from functools import lru_cache
 from typing import Any
 
-from sesa_cli.config import ConfigError, TaskConfig
+from sesa_cli.config import ConfigError, TaskConfig, at_least, raise_if
 from sesa_cli.tasks import safe_arith
 from sesa_cli.tasks.base import Score, Task, register_task, sketch_body
 
@@ -121,8 +121,7 @@ class CountdownTaskConfig(TaskConfig):
             raise ConfigError("task.min_target and task.max_target must satisfy 1 <= min_target <= max_target")
         if not self.solvable_ops or set(self.solvable_ops) - set("+-*/"):
             raise ConfigError(f"task.solvable_ops={self.solvable_ops!r} must be a non-empty subset of '+-*/'")
-        if self.list_max < 1:
-            raise ConfigError("task.list_max must be >= 1")
+        raise_if(at_least(self, "task", 1, "list_max", "chat_max_words"))
 
 
 @dataclass(frozen=True)

@@ -7,10 +7,14 @@ when given, else a fixed tenth of the file's rows (the same rows for every seed,
 1..``max_operand`` joined by ``operators`` (``2+7*3``), the answer an integer (or a fraction ``a/b`` when ``/`` is
 allowed).
 
-Grading: equal exact numbers (``1/2``, ``0.5``, ``\\frac{1}{2}``, ``2`` vs ``2.0``) are decided without
-math-verify; everything else goes to ``math_verify.verify(parse(gold), parse(answer))``, imported lazily, with its
-own ``signal.alarm`` timeout when called from the main thread (it cannot time out elsewhere, so answers are capped
-at 1000 characters), and any exception counts as wrong. Reward 1 if correct, else 0.
+Grading: redundant brackets are dropped first (``((((1))))`` is ``1``: math-verify's parser takes seconds on deep
+nesting); equal exact numbers (``1/2``, ``0.5``, ``\\frac{1}{2}``, ``2`` vs ``2.0``) are then decided without
+math-verify; everything else goes to ``math_verify.verify(parse(gold), parse(answer))``, imported lazily, and any
+exception counts as wrong. Its work is bounded by answer size (1000 characters) and by ``GRADER_CPU_S`` seconds of
+the grading thread's own CPU time, not wall time, so a busy machine never flips a verdict (issue 17; main thread
+only, where signals arrive). An answer that exhausts the budget (``9^{9^{9}}``) scores 0 with
+``Score.grader_timeout`` set, counted as ``rollout/grader_timeouts`` and ``eval/grader_timeouts``. Reward 1 if
+correct, else 0.
 
 Solution key: the normalised final answer (numbers in lowest terms, ``1/2``; other text without spaces); every
 correct answer gets the gold answer's key, so distinct-correct counts equivalent forms once. Sketch (generated set):
@@ -25,28 +29,33 @@ answer is the last ``\\boxed{}`` inside ``<answer>``, or the whole ``<answer>`` 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
 import json
 import random
 import re
+import signal
 import threading
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from fractions import Fraction
 from functools import cached_property, lru_cache, partial
 from pathlib import Path
 from typing import Any
 
-from sesa_cli.config import ConfigError, TaskConfig
+from sesa_cli.config import ConfigError, TaskConfig, at_least, raise_if
 from sesa_cli.tasks import safe_arith
 from sesa_cli.tasks.base import Score, Task, register_task, sketch_body
 from sesa_cli.tasks.countdown import CHAT_STOP, COMPACT_STOP, FORMAT_PROMPT, SYSTEM_PROMPT, THINK, think_answer
 
 INSTRUCTION = "You are solving Math problems. Put your final answer in \\boxed{}."
 """RAGEN's MetamathQA ``env_instruction`` ("You are solving Math problems. ") plus the boxed-answer rule."""
-MATH_VERIFY_TIMEOUT_S = 3
-"""math-verify's own per-call timeout (``parsing_timeout`` / ``timeout_seconds``; main thread only)."""
+GRADER_CPU_S = 3.0
+"""CPU seconds math-verify may spend on one answer (gold and answer parsing plus the comparison), counted on the
+grading thread's own clock (``time.thread_time``): a correct answer that needs 1.6 s of work is correct on an idle
+machine and on a loaded one alike (math-verify's own wall-clock alarm, 3 s, was the bound before)."""
 MAX_ANSWER_CHARS = 1000
 """Longer answers are graded wrong without parsing (bounds the work when no timeout is possible)."""
 WARM_POOL = 2000
@@ -90,8 +99,7 @@ class MathTaskConfig(TaskConfig):
             raise ConfigError(f"task.max_operand={self.max_operand} must be between 1 and 999")
         if not self.operators or set(self.operators) - set("+-*/"):
             raise ConfigError(f"task.operators={self.operators!r} must be a non-empty subset of '+-*/'")
-        if self.list_max < 1:
-            raise ConfigError("task.list_max must be >= 1")
+        raise_if(at_least(self, "task", 1, "list_max", "chat_max_words"))
 
 
 @dataclass(frozen=True)
@@ -163,12 +171,57 @@ def _rational(text: str) -> Fraction | None:
 
 
 def _unwrap(text: str) -> str:
-    """Strip spaces, ``$``, ``\\left``/``\\right``, a trailing period and one outer ``\\boxed{}``."""
+    """Strip spaces, ``$``, ``\\left``/``\\right``, a trailing period, one outer ``\\boxed{}`` and redundant
+    brackets."""
     text = re.sub(r"\s+", "", text[:MAX_ANSWER_CHARS]).replace("\\left", "").replace("\\right", "")
     text = text.strip("$").rstrip(".")
     boxed = last_boxed(text)
     if boxed is not None and text.startswith("\\boxed{") and text.endswith("}") and len(boxed) == len(text) - 8:
         text = boxed
+    return shed_brackets(text)
+
+
+_CLOSE = {"(": ")", "{": "}"}
+
+
+def _bracket_pairs(text: str) -> dict[int, int] | None:
+    """Index of each ``(``/``{`` -> index of its closing bracket (``\\{``, ``\\}`` are literal braces, not
+    grouping); None when the brackets do not balance."""
+    pairs: dict[int, int] = {}
+    stack: list[int] = []
+    for i, ch in enumerate(text):
+        if i and text[i - 1] == "\\":
+            continue
+        if ch in _CLOSE:
+            stack.append(i)
+        elif ch in ")}":
+            if not stack or _CLOSE[text[stack[-1]]] != ch:
+                return None
+            pairs[stack.pop()] = i
+    return None if stack else pairs
+
+
+def shed_brackets(text: str) -> str:
+    """``text`` without grouping that changes nothing: a bracket pair whose content is one pair of the same kind
+    (``((x))`` -> ``(x)``, ``x^{{2}}`` -> ``x^{2}``), then a pair around the whole answer that holds no top-level
+    comma (``(x+1)`` -> ``x+1``; ``(1,2)`` stays a tuple). Linear in the length; unbalanced text is unchanged."""
+    pairs = _bracket_pairs(text)
+    if not pairs:
+        return text
+    doubled = [o for o, c in pairs.items() if pairs.get(o + 1) == c - 1 and text[o] == text[o + 1]]
+    cut = set(doubled) | {pairs[o] for o in doubled}
+    text = "".join(ch for i, ch in enumerate(text) if i not in cut)
+    pairs = _bracket_pairs(text) or {}
+    if pairs.get(0) == len(text) - 1:
+        inner = text[1:-1]
+        depth = 0
+        for i, ch in enumerate(inner):
+            if i and inner[i - 1] == "\\":
+                continue
+            depth += (ch in _CLOSE) - (ch in ")}")
+            if ch == "," and depth == 0:
+                return text
+        text = inner
     return text
 
 
@@ -200,34 +253,77 @@ def last_boxed(text: str) -> str | None:
     return None if best is None else text[best[0] : best[1]]
 
 
+class _OverBudget(BaseException):
+    """math-verify used up GRADER_CPU_S (a BaseException: math-verify catches Exception around its own steps)."""
+
+
+@contextlib.contextmanager
+def _cpu_budget(seconds: float) -> Iterator[None]:
+    """Raise _OverBudget once the calling thread has spent ``seconds`` of CPU time in the block. A SIGALRM every
+    50 ms of wall time reads the thread's CPU clock, so time spent waiting for a busy CPU does not count. Signals
+    reach the main thread only; elsewhere the answer-length cap is the one bound (math-verify's alarm was the same)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    start = time.thread_time()
+
+    def check(signum: int, frame: Any) -> None:
+        if time.thread_time() - start > seconds:
+            signal.setitimer(signal.ITIMER_REAL, 0)  # disarmed before raising: nothing fires after the block
+            raise _OverBudget
+
+    previous = signal.signal(signal.SIGALRM, check)
+    signal.setitimer(signal.ITIMER_REAL, 0.05, 0.05)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def _math_verify() -> Any:
+    """The math_verify module, imported on first use (its notice that timeouts are ours to handle is dropped)."""
+    import math_verify
+
+    _drop_timeout_notice()
+    return math_verify
+
+
+@lru_cache(maxsize=1)
+def _drop_timeout_notice() -> None:
+    import logging
+
+    for name in ("math_verify.parser", "math_verify.grader"):
+        logging.getLogger(name).addFilter(lambda record: "Timeout is disabled" not in record.getMessage())
+
+
 @lru_cache(maxsize=4096)
 def _parsed_gold(gold: str) -> Any:
-    from math_verify import parse
-
-    return parse(f"\\boxed{{{gold}}}", parsing_timeout=_timeout())
+    return _math_verify().parse(f"\\boxed{{{shed_brackets(gold)}}}", parsing_timeout=None)
 
 
-def _timeout() -> int | None:
-    # math-verify times out with signal.alarm, which only works in the main thread (elsewhere it raises).
-    return MATH_VERIFY_TIMEOUT_S if threading.current_thread() is threading.main_thread() else None
-
-
-def is_equivalent(gold: str, answer: str) -> bool:
-    """Whether ``answer`` is equivalent to ``gold`` (exact numbers directly, else math-verify). Never raises."""
+def grade(gold: str, answer: str) -> bool | None:
+    """Whether ``answer`` is equivalent to ``gold`` (exact numbers directly, else math-verify); None when
+    math-verify used up its CPU budget before deciding. Never raises."""
     if not isinstance(answer, str) or not answer.strip() or len(answer) > MAX_ANSWER_CHARS:
         return False
     g, a = _rational(_unwrap(gold)), _rational(_unwrap(answer))
     if g is not None and a is not None and (g == a or ("." not in gold and "." not in answer)):
         return g == a  # decimals that differ still go to math-verify (its float rounding: 1/3 ~ 0.333333)
-    from math_verify import parse, verify
-    from math_verify.errors import TimeoutException
-
+    mv = _math_verify()
     try:
-        timeout = _timeout()
-        pred = parse(f"\\boxed{{{answer}}}", parsing_timeout=timeout)
-        return bool(verify(_parsed_gold(gold), pred, timeout_seconds=timeout))
-    except (Exception, TimeoutException):  # noqa: BLE001  (untrusted text: any failure of the grader = wrong)
+        with _cpu_budget(GRADER_CPU_S):
+            pred = mv.parse(f"\\boxed{{{shed_brackets(answer.strip())}}}", parsing_timeout=None)
+            return bool(mv.verify(_parsed_gold(gold), pred, timeout_seconds=None))
+    except _OverBudget:
+        return None
+    except Exception:  # noqa: BLE001  (untrusted text: any failure of the grader = wrong)
         return False
+
+
+def is_equivalent(gold: str, answer: str) -> bool:
+    """Whether ``answer`` is equivalent to ``gold``; an answer the grader could not decide in budget is not."""
+    return grade(gold, answer) is True
 
 
 # ------------------------------------------------------------------------------------------------------ the task
@@ -346,13 +442,15 @@ class MathTask(Task):
         return text or None
 
     def score(self, inst: MathInstance, completion: str) -> Score:
-        """Reward 1 iff the answer is equivalent to the gold answer; key = normalised answer (gold's if correct)."""
+        """Reward 1 iff the answer is equivalent to the gold answer; key = normalised answer (gold's if correct);
+        ``grader_timeout`` when math-verify could not decide within its CPU budget (scored 0, and counted)."""
         text = self.answer(completion)
         if text is None:
             return Score(reward=0.0, success=False, key=None)
-        ok = is_equivalent(inst.answer, text)
+        verdict = grade(inst.answer, text)
+        ok = verdict is True
         key = normalize_answer(inst.answer if ok else text)
-        return Score(reward=1.0 if ok else 0.0, success=ok, key=key)
+        return Score(reward=1.0 if ok else 0.0, success=ok, key=key, grader_timeout=verdict is None)
 
     # ---------------------------------------------------------------- sketches: the first step
     def sketch_head(self, inst: MathInstance) -> str:

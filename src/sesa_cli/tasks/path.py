@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
-from sesa_cli.config import ConfigError, TaskConfig
+from sesa_cli.config import ConfigError, TaskConfig, at_least, raise_if
 from sesa_cli.tasks.base import Score, Task, register_task
 
 _ONSETS = "bdfgklmnprstvz"
@@ -51,6 +51,7 @@ class PathTaskConfig(TaskConfig):
         super().__post_init__()
         if min(self.regions, self.cities, self.districts) < 1:
             raise ConfigError("task.regions, task.cities and task.districts must be >= 1")
+        raise_if(at_least(self, "task", 1, "list_max"))
         leaves = self.regions * self.cities * self.districts
         if not 1 <= self.num_targets <= leaves:
             raise ConfigError(f"task.num_targets={self.num_targets} must be between 1 and the {leaves} leaves")

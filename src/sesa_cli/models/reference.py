@@ -1,0 +1,76 @@
+"""The KL reference of a run: the base model its lineage started from, recorded in ``run.json``.
+
+The reference of ``algo.kl_coef`` is the policy a run started from: its base model (``model.path``, the GGUF export,
+the hub model or the warm-started tiny base; with ``model.lora`` the same base with the adapter disabled). A run
+revived from a checkpoint continues its parent's lineage, so its reference is still that base, not the checkpoint
+it resumes from (issue 17: a reference copied from the checkpoint restarted the KL term at 0 and made a resumed run
+differ from the uninterrupted one). ``sesa train`` records the base in ``run.json``::
+
+    "kl_reference": {"base": "<where its weights were loaded from>", "sha256": "<fingerprint of its weights>"}
+
+``sesa revive`` copies the parent's record, rebuilds the base from the run's model config (on another machine that
+may mean another warm start, or ``model.path=`` pointing at a copy) and compares fingerprints: a base that cannot be
+rebuilt, or that differs, is a one-line ConfigError, never a silently different KL term.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from sesa_cli.config import ConfigError
+
+log = logging.getLogger(__name__)
+
+
+def fingerprint(model: torch.nn.Module) -> str:
+    """sha256 over the name, dtype, shape and bytes of every tensor of ``model.state_dict()`` (about 1 GB/s here)."""
+    digest = hashlib.sha256()
+    for name, tensor in sorted(model.state_dict().items()):
+        t = tensor.detach().cpu().contiguous()
+        digest.update(f"{name}|{t.dtype}|{tuple(t.shape)};".encode())
+        digest.update(t.reshape(-1).view(torch.uint8).numpy())  # a view: no copy
+    return digest.hexdigest()
+
+
+def describe(base: Any) -> dict[str, str]:
+    """The ``run.json`` record of a base policy (``Policy`` before any LoRA adapter wraps it)."""
+    return {"base": str(base.source), "sha256": fingerprint(base.model)}
+
+
+def parent_record(parent_run: Path) -> dict[str, str] | None:
+    """The ``kl_reference`` a parent run recorded; None for runs written before it was recorded."""
+    from sesa_cli.runs import read_json_object
+
+    path = parent_run / "run.json"
+    if not path.is_file():
+        return None
+    record = read_json_object(path).get("kl_reference")
+    if record is None:
+        return None
+    if not isinstance(record, dict) or not all(isinstance(record.get(k), str) for k in ("base", "sha256")):
+        raise ConfigError(f"{path}: 'kl_reference' must be an object with the strings 'base' and 'sha256'")
+    return record
+
+
+def check_rebuilt(record: dict[str, str] | None, base: Any, parent_run: Path) -> dict[str, str]:
+    """The record for a revived run whose base was rebuilt as ``base``: the parent's, once the fingerprints agree.
+
+    A parent without a record (written before issue 17) gets the rebuilt base's, with a warning: it cannot be
+    checked."""
+    rebuilt = describe(base)
+    if record is None:
+        log.warning("%s records no KL reference (an older run): using the base rebuilt from its config, %s, "
+                    "unverified", parent_run / "run.json", rebuilt["base"])  # fmt: skip
+        return rebuilt
+    if rebuilt["sha256"] != record["sha256"]:
+        raise ConfigError(
+            f"the base model rebuilt from {rebuilt['base']} (weights sha256 {rebuilt['sha256'][:12]}) is not the one "
+            f"{parent_run} started from, its KL reference ({record['base']}, sha256 {record['sha256'][:12]}): copy "
+            "that directory from the machine that trained the run and pass model.path=<the copy>"
+        )
+    return record

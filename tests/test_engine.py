@@ -5,11 +5,15 @@ from __future__ import annotations
 import torch
 
 from sesa_cli.rollout.engine import Engine, SamplingParams, filter_logits
+from sesa_cli.rollout.special import suppressed_ids
 
 
 def _full_logps(model, ids: list[int]) -> torch.Tensor:
+    """A fresh forward's log-probs with the ids the model never samples masked (as the engine masks them)."""
     with torch.no_grad():
-        return torch.log_softmax(model(torch.tensor([ids])).logits.float(), -1)[0]
+        logits = model(torch.tensor([ids])).logits.float()
+    logits[..., suppressed_ids(model)] = float("-inf")
+    return torch.log_softmax(logits, -1)[0]
 
 
 def test_continued_cache_logps_match_a_fresh_forward(path_setup):

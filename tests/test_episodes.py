@@ -107,15 +107,15 @@ def test_sequential_episode_k_continues_after_the_earlier_episodes(frozenlake_se
 
 
 def test_agent_sketches_are_plans_placed_in_the_first_turn(frozenlake_setup):
-    sampler, task, _policy = _sampler(frozenlake_setup, name="sequential", stage1="auto", group_size=4)
-    assert sampler.stage1 == "sketch"
+    # stage1=sketch explicitly: auto gives FrozenLake whole episodes (its base does not follow plans; the README)
+    sampler, task, policy = _sampler(frozenlake_setup, name="sequential", stage1="sketch", group_size=4)
     inst = task.instance("train", 3)
     (group,) = sampler.sample([inst], torch.Generator().manual_seed(0))
     head = sampler.encode_prompt(task.sketch_head(inst))
     for k, r in enumerate(group):
         expected = list(head)
         for earlier in group[:k]:
-            expected += earlier.sketch_completion.ids
+            expected += earlier.sketch_completion.ids + (policy.encode(task.stop) if earlier.stop_forced else [])
         assert r.sketch_context_ids == expected
         assert r.context_ids == sampler.encode_prompt(task.solve_prompt(inst, r.sketch))
         assert r.prompt_ids == sampler.encode_prompt(task.prompt(inst))

@@ -54,6 +54,20 @@ def test_eval_writes_samples_and_metrics(parent_run, tmp_path, monkeypatch):
     assert "target_seed: 3" in config
 
 
+def test_eval_with_a_sequential_sampler_reports_chain_health(parent_run, tmp_path, monkeypatch, capsys):
+    out = tmp_path / "eval_seq"
+    argv = ["eval", f"ckpt={parent_run}", "sampler=sequential", "sampler.stage1=sketch", "eval.n=8",
+            "eval.instances=2", f"hydra.run.dir={out}"]  # fmt: skip
+    assert run_cli(argv, monkeypatch) == 0
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["chain/chains"] == 4  # 2 instances x 8 samples in chains of group_size=4
+    for name in ("valid", "new", "cut", "followed"):
+        assert len(metrics[f"chain/{name}_by_position"]) == 4
+    assert sum(metrics["chain/new_by_position"]) == pytest.approx(metrics["chain/distinct"])
+    assert 0 <= metrics["chain/followed"] <= 1
+    assert "chain health: 4 chains of 4 sketches" in capsys.readouterr().out
+
+
 def test_revive_restores_optimizer_and_continues_step_numbering(parent_run, tmp_path, monkeypatch):
     out = tmp_path / "revive"
     ckpt = parent_run / "checkpoints" / "step_000002"

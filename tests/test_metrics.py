@@ -14,6 +14,7 @@ import pytest
 
 from sesa_cli.metrics import (
     CollapseMonitor,
+    chain_health,
     coverage_at_k,
     distinct_at_k,
     distinct_correct_at_k,
@@ -312,6 +313,39 @@ def test_collapse_monitor_flags_collapsed_stream_at_first_full_window():
     monitor.update(11, rollout_row(*healthy))
     assert not monitor.collapsed
     assert monitor.first_flag_step == 7  # the first flag is kept after recovery
+
+
+def test_chain_health_of_hand_built_chains():
+    keys = [["a", "b", "a", None], ["a", None, "c", "d"]]
+    cut = [[False, False, False, True], [False, True, False, False]]
+    followed = [[[True], [False], [None], [False]], [[True], [False], [True], [None]]]
+    h = chain_health(keys, cut, followed)
+    assert h.chains == 2
+    assert h.valid == [1.0, 0.5, 1.0, 0.5]
+    assert h.new == [1.0, 0.5, 0.5, 0.5]  # chain 1 repeats "a" at position 3
+    assert h.distinct == sum(h.new) == 2.5  # {a, b} and {a, c, d}
+    assert h.cut == [0.0, 0.5, 0.0, 0.5]
+    assert h.followed == [1.0, 0.0, 1.0, 0.0]  # None judgements are left out
+    assert h.followed_all == pytest.approx(3 / 6)
+    assert h.scalars() == {"valid": 0.75, "valid_last": 0.5, "distinct": 2.5, "cut": 0.25, "followed": 0.5}
+
+
+def test_chain_health_without_judgements_has_no_followed_share():
+    h = chain_health([["x", "x"]], [[False, False]])
+    assert h.new == [1.0, 0.0]
+    assert h.followed == [None, None]
+    assert "followed" not in h.scalars()
+    assert "followed" not in chain_health([["x"]], [[False]], [[[None]]]).scalars()
+
+
+RAGGED = [([], [], None, "at least one"), ([["a"], ["a", "b"]], [[False], [False, False]], None, "same"),
+          ([["a"]], [[False, True]], None, "same"), ([["a"]], [[False]], [[[True]], [[True]]], "judgements")]  # fmt: skip
+
+
+@pytest.mark.parametrize(("keys", "cut", "followed", "message"), RAGGED)
+def test_chain_health_rejects_ragged_input(keys, cut, followed, message):
+    with pytest.raises(ValueError, match=message):
+        chain_health(keys, cut, followed)
 
 
 def test_collapse_monitor_needs_consecutive_steps():

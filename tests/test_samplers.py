@@ -28,14 +28,17 @@ def test_kth_solution_is_conditioned_on_exactly_the_earlier_ones(path_setup):
     groups = sampler.sample([None, None, None], torch.Generator().manual_seed(0))
     x = sampler.encode_prompt(task.prompt(None))
     between = policy.encode(task.between) if task.between else []
+    stop = policy.encode(task.stop)
     for group in groups:
         for k, r in enumerate(group):
-            assert r.context_ids == chained_context(x, [e.completion.ids for e in group[:k]], between)
+            # an earlier item cut at its length limit is closed with the task's stop (tests/test_chains.py)
+            earlier = [e.completion.ids + (stop if e.stop_forced else []) for e in group[:k]]
+            assert r.context_ids == chained_context(x, earlier, between)
             assert r.prompt_ids == x
 
 
 def test_kth_sketch_context_holds_exactly_the_earlier_sketches(path_setup):
-    sampler, task, _policy = _sampler(path_setup, name="sequential", stage1="sketch", group_size=4,
+    sampler, task, policy = _sampler(path_setup, name="sequential", stage1="sketch", group_size=4,
                                      solutions_per_sketch=2, sketch_max_tokens=8)  # fmt: skip
     groups = sampler.sample([None, None], torch.Generator().manual_seed(0))
     head = sampler.encode_prompt(task.sketch_head(None))
@@ -46,7 +49,7 @@ def test_kth_sketch_context_holds_exactly_the_earlier_sketches(path_setup):
             r = group[2 * k]
             expected = list(head)
             for s in sketches[:k]:
-                expected += s.ids
+                expected += s.ids + ([] if s.stopped else policy.encode(task.stop))
             assert r.sketch_context_ids == expected
             # both solutions of a sketch expand it from the same solve prompt
             assert group[2 * k].context_ids == group[2 * k + 1].context_ids

@@ -212,3 +212,15 @@ def test_ctrl_c_saves_a_checkpoint_before_exiting(path_setup, tmp_path):
     assert (ckpt / "trainer_state.json").is_file()
     assert (ckpt / "model.safetensors").is_file()
     assert not list(trainer.run.checkpoints.glob("*.tmp"))
+
+
+def test_a_sequential_step_logs_chain_health_and_a_parallel_one_does_not(path_setup, tmp_path):
+    keys = {"chain/valid", "chain/valid_last", "chain/distinct", "chain/cut", "chain/followed"}
+    row = _trainer(path_setup, tmp_path / "seq", name="sequential", stage1="sketch").train_step()
+    assert keys <= set(row)
+    assert all(0 <= row[k] <= 1 for k in keys - {"chain/distinct"})
+    row = _trainer(path_setup, tmp_path / "sol", name="sequential", stage1="solution").train_step()
+    assert keys - {"chain/followed"} <= set(row)
+    assert "chain/followed" not in row
+    row = _trainer(path_setup, tmp_path / "par", name="parallel").train_step()
+    assert not [k for k in row if k.startswith("chain/")]

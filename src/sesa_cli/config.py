@@ -184,9 +184,13 @@ class SamplerConfig:
     stage1: str = "auto"
     """sequential only: ``sketch`` drafts short sketches (for agent tasks: plans) sequentially, then expands each into
     a solution (an episode) in parallel, the paper's two-stage form; ``solution`` conditions each whole solution on
-    the earlier ones (the paper's synthetic-task form); ``auto`` = sketch when the task defines one, else solution."""
-    sketch_max_tokens: int = 8
-    """sequential, stage1=sketch: longest sketch in tokens."""
+    the earlier ones (the paper's synthetic-task form); ``auto`` = sketch only for a task whose tiny base was measured
+    to follow its sketches (stage II carries out the sketch in >= 80% of solutions: the path task), else solution
+    (``Task.sketch_followed``; the table is in the README's Samplers section)."""
+    sketch_max_tokens: int = 0
+    """sequential, stage1=sketch: longest sketch in tokens; 0 = the task's own budget (``Task.sketch_max_tokens``:
+    in compact style the longest well-formed sketch plus its stop, in chat style ``task.max_new_tokens``). A sketch
+    that reaches it is cut, and the sampler closes it with the task's stop before the next one."""
     solutions_per_sketch: int = 1
     """sequential, stage1=sketch: m solutions drawn from every sketch."""
     loss_context: str = "prompt"
@@ -229,7 +233,7 @@ class SamplerConfig:
             raise ConfigError("sampler.top_p must be in (0, 1]")
         if self.solutions_per_sketch < 1:
             raise ConfigError("sampler.solutions_per_sketch must be >= 1")
-        raise_if([*at_least(self, "sampler", 0, "top_k"), *at_least(self, "sampler", 1, "sketch_max_tokens")])
+        raise_if(at_least(self, "sampler", 0, "top_k", "sketch_max_tokens"))  # sketch_max_tokens 0 = the task's own
         if self.is_clip <= 0:
             raise ConfigError("sampler.is_clip must be > 0")
 

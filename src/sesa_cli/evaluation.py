@@ -166,7 +166,8 @@ class ExactPolicy:
 
 
 def sample_records(groups: Sequence[Sequence[Rollout]], decode: Any) -> list[dict[str, Any]]:
-    """JSON-ready rows for samples.jsonl: context, completion, reward, success, key (and sketch)."""
+    """JSON-ready rows for samples.jsonl: context, completion, reward, success, key (and sketch, and
+    ``stop_forced`` when the sampler closed a cut item with the stop)."""
     rows = []
     for g, group in enumerate(groups):
         for r in group:
@@ -182,5 +183,7 @@ def sample_records(groups: Sequence[Sequence[Rollout]], decode: Any) -> list[dic
             }
             if r.sketch is not None:
                 row["sketch"] = r.sketch
+            if r.stop_forced:
+                row["stop_forced"] = True
             rows.append(row)
     return rows

@@ -1,5 +1,5 @@
 """Evaluation and training metrics: pass@k, coverage@k, distinct@k, token entropy, reward stats, exact policy
-metrics, collapse monitor.
+metrics, chain health, collapse monitor.
 
 Every function here is pure and exact (no sampling, no global state) and depends on numpy and the standard library
 only: ``sesa diversity-report`` imports this module and must start without torch.
@@ -50,7 +50,9 @@ import numpy as np
 import numpy.typing as npt
 
 __all__ = [
+    "ChainHealth",
     "CollapseMonitor",
+    "chain_health",
     "coverage_at_k",
     "distinct_at_k",
     "distinct_correct_at_k",
@@ -383,6 +385,101 @@ def policy_metrics(
         "solution_entropy": entropy(p),
         f"coverage@{k}": coverage,
     }
+
+
+# --------------------------------------------------------------------------------------------------- chain health
+@dataclass(frozen=True)
+class ChainHealth:
+    """What the chains of a sequential sampler looked like, per chain position (index k = the (k+1)-th item).
+
+    An item is a stage-I sketch (two-stage sampling) or a whole solution (``stage1=solution``). These are statistics
+    of what the sampler drew, not properties of the policy.
+    """
+
+    valid: list[float]
+    """Share of chains whose item k is valid (a sketch the task accepts; a solution with a key)."""
+    new: list[float]
+    """Share of chains whose item k is valid and differs from every earlier item of its chain. Summed over the
+    positions it is :attr:`distinct`."""
+    cut: list[float]
+    """Share of chains whose item k hit its length limit without its stop."""
+    followed: list[float | None]
+    """Two-stage: share of the stage-II solutions expanding item k that follow it, over those the task can judge;
+    None where none was judged (or for solution chains)."""
+    followed_all: float | None
+    """Two-stage: share of all judged stage-II solutions that follow their sketch; None if none was judged."""
+    distinct: float
+    """Mean number of distinct valid items per chain."""
+    chains: int
+    """Number of chains."""
+
+    def scalars(self) -> dict[str, float]:
+        """``valid`` and ``cut`` over all items, ``valid_last`` at the last position, ``distinct`` per chain, and
+        ``followed`` over all judged solutions (only when some were judged)."""
+        out = {
+            "valid": float(np.mean(self.valid)),
+            "valid_last": self.valid[-1],
+            "distinct": self.distinct,
+            "cut": float(np.mean(self.cut)),
+        }
+        if self.followed_all is not None:
+            out["followed"] = self.followed_all
+        return out
+
+
+def chain_health(
+    keys: Sequence[Sequence[str | None]],
+    cut: Sequence[Sequence[bool]],
+    followed: Sequence[Sequence[Sequence[bool | None]]] | None = None,
+) -> ChainHealth:
+    """Per-position health of ``len(keys)`` chains of equal length G.
+
+    Args:
+        keys: ``keys[c][k]``, the key of item k of chain c; None = invalid.
+        cut: ``cut[c][k]``, True if that item hit its length limit without its stop.
+        followed: two-stage only: ``followed[c][k]``, one judgement per stage-II solution expanding item k (True =
+            follows it, None = the task cannot tell).
+
+    Raises:
+        ValueError: if there are no chains, the chains differ in length, or ``cut``/``followed`` do not match
+            ``keys`` in shape.
+    """
+    if not keys or not keys[0]:
+        raise ValueError("chain health needs at least one non-empty chain")
+    g = len(keys[0])
+    if any(len(chain) != g for chain in keys) or len(cut) != len(keys) or any(len(c) != g for c in cut):
+        raise ValueError(f"every chain needs the same {g} items in keys and cut")
+    if followed is not None and (len(followed) != len(keys) or any(len(f) != g for f in followed)):
+        raise ValueError(f"followed needs one list of judgements per item of each of the {len(keys)} chains")
+    n = len(keys)
+    valid = np.zeros(g)
+    new = np.zeros(g)
+    for chain in keys:
+        seen: set[str] = set()
+        for k, key in enumerate(chain):
+            if key is not None:
+                valid[k] += 1
+                if key not in seen:
+                    new[k] += 1
+                    seen.add(key)
+    cuts = np.asarray(cut, dtype=np.float64).mean(axis=0)
+    per_pos: list[float | None] = [None] * g
+    hits, judged = 0, 0
+    if followed is not None:
+        for k in range(g):
+            marks = [bool(f) for chain in followed for f in chain[k] if f is not None]
+            if marks:
+                per_pos[k] = sum(marks) / len(marks)
+                hits, judged = hits + sum(marks), judged + len(marks)
+    return ChainHealth(
+        valid=(valid / n).tolist(),
+        new=(new / n).tolist(),
+        cut=cuts.tolist(),
+        followed=per_pos,
+        followed_all=hits / judged if judged else None,
+        distinct=float(new.sum() / n),
+        chains=n,
+    )
 
 
 # ------------------------------------------------------------------------------------------------ collapse monitor

@@ -25,7 +25,7 @@ from sesa_cli.distributed import SingleProcess
 from sesa_cli.evaluation import ExactPolicy, draw, greedy_summary, sample_records, summarize
 from sesa_cli.models.loading import Policy
 from sesa_cli.models.lora import is_lora, reference
-from sesa_cli.rollout.samplers import ParallelSampler, Rollout, make_sampler
+from sesa_cli.rollout.samplers import ParallelSampler, Rollout, SequentialSampler, make_sampler
 from sesa_cli.rollout.scoring import ScoringBatch, build_batch, completion_logps
 from sesa_cli.runs import RunDir
 from sesa_cli.tasks.base import Task
@@ -333,6 +333,8 @@ class Trainer:
             self.found_targets |= hit
             row["rollout/coverage"] = len(hit) / len(targets)
             row["rollout/targets_found"] = len(self.found_targets)
+        if isinstance(self.sampler, SequentialSampler):  # chain health (issue 16): sketches or solutions per position
+            row.update({f"chain/{k}": v for k, v in self.sampler.chain_health(groups).scalars().items()})
         if self.cfg.algo.dynamic_sampling:
             row["train/resample_rounds"] = resample_rounds
         trained = groups

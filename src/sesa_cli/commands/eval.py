@@ -38,7 +38,7 @@ def run(cfg: EvalConfig, run_dir: Path, overrides: list[str] | None = None) -> d
 
     from sesa_cli.evaluation import ExactPolicy, draw, greedy_summary, sample_records, summarize
     from sesa_cli.models.loading import load_checkpoint, load_policy
-    from sesa_cli.rollout.samplers import ParallelSampler, make_sampler
+    from sesa_cli.rollout.samplers import ParallelSampler, SequentialSampler, make_sampler
     from sesa_cli.tasks.base import make_task
 
     seed_everything(cfg.seed)
@@ -59,6 +59,9 @@ def run(cfg: EvalConfig, run_dir: Path, overrides: list[str] | None = None) -> d
         metrics.update(exact.summary(probs, cfg.eval.n))
         run.log_policy_probs(exact.record(metrics["step"], probs))
     metrics.update({"eval/n": cfg.eval.n, "eval/instances": cfg.eval.instances, "ckpt": str(ckpt) if ckpt else None})
+    health = sampler.chain_health(groups) if isinstance(sampler, SequentialSampler) else None
+    if health is not None:
+        metrics.update(chain_metrics(health))
     records = sample_records(groups, policy.decode)
     atomic_write_text(run.path / "samples.jsonl", "".join(json.dumps(r) + "\n" for r in records))
     atomic_write_text(run.path / "metrics.json", json.dumps(metrics, indent=2))
@@ -69,8 +72,47 @@ def run(cfg: EvalConfig, run_dir: Path, overrides: list[str] | None = None) -> d
         if key.startswith(("eval/", "policy/")):
             table.add_row(key, f"{value:.4g}" if isinstance(value, float) else str(value))
     Console().print(table)
+    if health is not None:
+        Console().print(chain_table(health, sampler.stage1))
     log.info("wrote %s and %s", run.path / "metrics.json", run.path / "samples.jsonl")
     return metrics
+
+
+def chain_metrics(health: Any) -> dict[str, Any]:
+    """metrics.json entries of a sequential sampler's chain health: the ``chain/*`` scalars training logs, and each
+    per-position array as ``chain/<name>_by_position`` (index 0 = the first item of a chain)."""
+    out: dict[str, Any] = {f"chain/{k}": v for k, v in health.scalars().items()}
+    out["chain/chains"] = health.chains
+    for name in ("valid", "new", "cut", "followed"):
+        out[f"chain/{name}_by_position"] = getattr(health, name)
+    return out
+
+
+def chain_table(health: Any, stage1: str) -> Any:
+    """A rich table of chain health: one column per chain position, then the whole chain."""
+    from rich.table import Table
+
+    items = "sketches" if stage1 == "sketch" else "solutions"
+    table = Table(title=f"chain health: {health.chains} chains of {len(health.valid)} {items} (rollout statistics)")
+    table.add_column("per position")
+    for k in range(len(health.valid)):
+        table.add_column(str(k + 1), justify="right")
+    table.add_column("chain", justify="right")
+    scalars = health.scalars()
+    table.caption = (
+        "valid: share of items that are valid; new: valid and unlike every earlier item of the chain (its "
+        "sum is the distinct valid items per chain); cut: hit the length limit without the stop"
+        + ("; followed: share of stage-II solutions that follow their sketch" if stage1 == "sketch" else "")
+    )
+    rows = [("valid", health.valid, f"{scalars['valid']:.2f}"),
+            ("new", health.new, f"{health.distinct:.2f} distinct"),
+            ("cut", health.cut, f"{scalars['cut']:.2f}")]  # fmt: skip
+    if stage1 == "sketch":
+        followed = scalars.get("followed")
+        rows.append(("followed", health.followed, "-" if followed is None else f"{followed:.2f}"))
+    for name, values, whole in rows:
+        table.add_row(name, *("-" if v is None else f"{v:.2f}" for v in values), whole)
+    return table
 
 
 @hydra.main(version_base="1.3", config_path=str(conf_dir()), config_name="eval")

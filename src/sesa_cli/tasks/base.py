@@ -46,6 +46,10 @@ class Task(ABC):
     """The string that ends one answer (the engine stops a row on it); may depend on the style."""
     between: str = ""
     """Text the engine appends after an answer before drawing the next one in sequential sampling."""
+    sketch_followed: ClassVar[bool] = False
+    """Whether ``sampler.stage1=auto`` drafts sketches for this task: True only where stage II was measured to follow
+    its sketch in at least 80% of solutions at the tiny base (issue 16; the table is in the README). A sketch that
+    the solutions ignore makes two-stage sampling a parallel sampler with noise in the prompt."""
 
     def __init__(self, cfg: TaskConfig, seed: int = 0) -> None:
         self.cfg = cfg
@@ -94,6 +98,22 @@ class Task(ABC):
 
     def has_sketch(self) -> bool:
         return type(self).sketch_head is not Task.sketch_head
+
+    def sketch_max_tokens(self) -> int:
+        """The sketch budget ``sampler.sketch_max_tokens=0`` stands for. Compact tasks return the characters of their
+        longest well-formed sketch plus the stop (one token each in the tiny model's vocabulary), so a sketch is cut
+        only when it has already run past every valid one; the default is the answer budget."""
+        return self.cfg.max_new_tokens
+
+    def sketch_key(self, inst: Any, sketch: str) -> str | None:
+        """Chain health: the identity of a drafted sketch (equal keys = the same sketch), or None if it is not a
+        well-formed sketch of ``inst``. Every task that defines a sketch implements it. Never raises."""
+        raise NotImplementedError(f"task {self.name!r} does not say which sketches are valid")
+
+    def follows_sketch(self, inst: Any, sketch: str, completion: str, score: Score) -> bool | None:
+        """Chain health: whether a stage-II solution (its text and Score) carries out ``sketch`` (False when the
+        sketch is not valid); None where the task cannot tell (e.g. a free-text method). Never raises."""
+        raise NotImplementedError(f"task {self.name!r} does not say when a solution follows its sketch")
 
     # ---------------------------------------------------------------- warm start (model=tiny)
     @abstractmethod

@@ -380,6 +380,39 @@ class CountdownTask(Task):
         """The step inside a drafted sketch (chat: the answer's content; compact: the text before ``stop``)."""
         return sketch_body(sketch, self.stop, self.chat, 200, _MAX_TEXT)
 
+    def sketch_step(self, inst: CountdownInstance, sketch: str) -> tuple[int, str, int] | None:
+        """(a, op, b) if the sketch is one operation on two of the instance's numbers, else None. Never raises."""
+        node = safe_arith.parse(self.sketch_text(sketch))
+        if not (isinstance(node, tuple) and node[0] in ("sum", "prod") and isinstance(node[1], int)):
+            return None
+        if len(node[2]) != 1 or not isinstance(node[2][0][1], int):
+            return None
+        a, (op, b) = node[1], node[2][0]
+        pool = list(inst.nums)
+        for n in (a, b):
+            if n not in pool:
+                return None
+            pool.remove(n)
+        return a, op, b
+
+    def sketch_key(self, inst: CountdownInstance, sketch: str) -> str | None:
+        """The step's canonical text (``19+44`` and ``44+19`` are one sketch)."""
+        step = self.sketch_step(inst, sketch)
+        return None if step is None else safe_arith.canonical("{}{}{}".format(*step))
+
+    def follows_sketch(self, inst: CountdownInstance, sketch: str, completion: str, score: Score) -> bool:
+        """The answer's equation performs the sketched operation (:func:`safe_arith.has_step`)."""
+        step = self.sketch_step(inst, sketch)
+        expr = self.answer(completion) if step is not None else None
+        node = safe_arith.parse(expr) if expr is not None else None
+        return node is not None and step is not None and safe_arith.has_step(node, *step)
+
+    def sketch_max_tokens(self) -> int:
+        if self.chat:
+            return self.cfg.max_new_tokens
+        digits = len(str(self.cfg.max_number))
+        return 2 * digits + 1 + len(self.stop)  # "a+b|"
+
     def solve_prompt(self, inst: CountdownInstance, sketch: str) -> str:
         step = self.sketch_text(sketch)
         if self.chat:

@@ -466,6 +466,46 @@ class MathTask(Task):
         """The plan inside a drafted sketch (chat: the answer's content; compact: the text before ``stop``)."""
         return sketch_body(sketch, self.stop, self.chat, 300, _MAX_TEXT)
 
+    def sketch_step(self, inst: MathInstance, sketch: str) -> tuple[list[int], Fraction] | None:
+        """A compact sketch ``a op b=v`` of a generated question: the token indices where ``a op b`` occurs in the
+        expression as neighbours, and v; None if it is not such a step. Never raises."""
+        if self.chat or not inst.expr:
+            return None
+        pair, sep, value_text = self.sketch_text(sketch).partition("=")
+        value = _rational(value_text.strip()) if sep else None
+        tokens = _tokens(inst.expr)
+        where = [i for i in range(0, len(tokens) - 2, 2) if "".join(tokens[i : i + 3]) == pair.strip()]
+        return (where, value) if where and value is not None else None
+
+    def sketch_key(self, inst: MathInstance, sketch: str) -> str | None:
+        """Compact, generated questions: ``a op b=v`` in lowest terms, if ``a op b`` is a neighbouring pair of the
+        expression; otherwise (chat, datasets: a free-text method) the method's text, any non-empty one."""
+        if self.chat or not inst.expr:
+            return self.sketch_text(sketch) or None
+        step = self.sketch_step(inst, sketch)
+        return None if step is None else self.sketch_text(sketch).partition("=")[0].strip() + f"={_fmt(step[1])}"
+
+    def follows_sketch(self, inst: MathInstance, sketch: str, completion: str, score: Score) -> bool | None:
+        """Compact, generated questions: the answer is what the expression gives with the step's pair replaced by
+        its value v (right or wrong); None where the sketch is free text."""
+        if self.chat or not inst.expr:
+            return None
+        step = self.sketch_step(inst, sketch)
+        answer = self.answer(completion) if step is not None else None
+        value = _rational(answer) if answer is not None else None
+        return (
+            value is not None
+            and step is not None
+            and any(_after_step(inst.expr, i, step[1]) == value for i in step[0])
+        )
+
+    def sketch_max_tokens(self) -> int:
+        if self.chat or self._rows is not None:
+            return self.cfg.max_new_tokens
+        # "a op b=v|": operands of d digits; v at most 2d+1 characters (a product, a sign, or a fraction p/q)
+        digits = len(str(self.cfg.max_operand))
+        return (2 * digits + 1) + 1 + (2 * digits + 1) + len(self.stop)
+
     def solve_prompt(self, inst: MathInstance, sketch: str) -> str:
         step = self.sketch_text(sketch)
         if self.chat:

@@ -2,8 +2,8 @@
 
 A fixed hierarchy region -> city -> district (names invented from syllables, seeded by ``world_seed``). The policy
 names one root-to-leaf path ``region/city/district``; the reward is 1 iff that path is one of U hidden target
-leaves (chosen by ``target_seed``). The warm start teaches the hierarchy (uniform valid paths and lists of distinct
-valid paths), never the targets, so a base sample hits a target about U / leaves of the time.
+leaves (chosen by ``target_seed``). The warm start teaches the hierarchy (lists of distinct valid paths, lists of
+regions, region -> path pairs), never the targets, so a base sample hits a target about U / leaves of the time.
 
 Compact layout (``stop`` = "|"):  prompt ``P:`` ; answer ``kanu/tebo/rila|`` ; a sequential group is one line
 ``P:kanu/tebo/rila|mosa/pel/vido|...`` ; sketches are the first hop ``S:kanu|mosa|...`` and a sketch is expanded from
@@ -45,7 +45,8 @@ class PathTaskConfig(TaskConfig):
     target_seed: int = 0
     """Seed that picks the target leaves (conf: ``${seed}``); never seen by the warm start."""
     list_max: int = 12
-    """Longest list of distinct paths in the warm-start corpus (should be >= sampler.group_size)."""
+    """Length of every list of distinct paths in the warm-start corpus (>= sampler.group_size, so the base never
+    learns to end a list before a chain of G solutions does)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -73,6 +74,7 @@ def _names(rng: random.Random, count: int) -> list[str]:
 class PathTask(Task):
     stop = "|"
     between = ""
+    sketch_followed = True  # at the base, 8x8x8 world: 95-97% of stage-II paths start with the sketched region
     cfg: PathTaskConfig
 
     def __init__(self, cfg: TaskConfig, seed: int = 0) -> None:
@@ -105,7 +107,7 @@ class PathTask(Task):
     def warm_start_key(self) -> dict[str, Any]:
         c = self.cfg
         return {"name": self.name, "shape": [c.regions, c.cities, c.districts], "world": c.world_seed,
-                "list_max": c.list_max, "v": 2}  # fmt: skip
+                "list_max": c.list_max, "v": 3}  # fmt: skip
 
     # ---------------------------------------------------------------- instances
     def instance(self, split: str, index: int) -> Any:
@@ -146,24 +148,44 @@ class PathTask(Task):
         region = "".join(ch for ch in sketch.split(self.stop, 1)[0] if ch in _ONSETS + _VOWELS)
         return f"P{region}:"
 
+    def sketch_max_tokens(self) -> int:
+        return max(len(region) for region in self.tree) + len(self.stop)
+
+    def sketch_key(self, inst: Any, sketch: str) -> str | None:
+        """The region a sketch names, if it is one of the world's."""
+        if not isinstance(sketch, str):
+            return None
+        region = sketch.split(self.stop, 1)[0].strip()
+        return region if region in self.tree else None
+
+    def follows_sketch(self, inst: Any, sketch: str, completion: str, score: Score) -> bool:
+        """The solution's first hop is the sketched region."""
+        region = self.sketch_key(inst, sketch)
+        return region is not None and isinstance(completion, str) and completion.startswith(region + "/")
+
     # ---------------------------------------------------------------- warm start
     def warm_start_corpus(self, rng: random.Random, n: int) -> list[str]:
         """Three kinds of lines, all uniform over the world (the targets are never favoured):
 
-        * 70%: lists of 1..list_max distinct valid paths ``P:a|b|c|`` (single paths are lists of one);
-        * 15%: lists of 1..regions distinct regions ``S:r1|r2|`` (sequential sketches);
-        * 15%: sketch -> solution pairs ``Pr:r/c/d|``.
+        * 40%: lists of ``list_max`` distinct valid paths ``P:a|b|c|...`` (a single answer is a list's first item);
+        * 20%: lists of every region in a random order ``S:r1|r2|...`` (sequential sketches);
+        * 40%: sketch -> solution pairs ``Pr:r/c/d|``.
+
+        Lists end the way the sampler's chains do (issue 16): a chain of G items is cut by the sampler, never ended
+        by the model, so no list ends before ``list_max`` (>= G) items, or before the regions run out; with lists of
+        1..list_max items the base learned to end a list early with BOS (the separator of packed lines), which
+        sampling must then mask. The pairs are 40% of the lines (about a tenth of the tokens): with 15%, stage II
+        followed its sketch in a third of the solutions at the base; with 40%, in over 95% (8x8x8 world, seeds 0-1).
         """
         regions = list(self.tree)
+        paths = min(self.cfg.list_max, len(self.leaves))
         out: list[str] = []
         for _ in range(n):
             u = rng.random()
-            if u < 0.7:
-                k = rng.randint(1, self.cfg.list_max)
-                out.append("P:" + "".join(p + self.stop for p in rng.sample(self.leaves, k)))
-            elif u < 0.85:
-                k = rng.randint(1, len(regions))
-                out.append("S:" + "".join(r + self.stop for r in rng.sample(regions, k)))
+            if u < 0.4:
+                out.append("P:" + "".join(p + self.stop for p in rng.sample(self.leaves, paths)))
+            elif u < 0.6:
+                out.append("S:" + "".join(r + self.stop for r in rng.sample(regions, len(regions))))
             else:
                 leaf = rng.choice(self.leaves)
                 out.append(self.solve_prompt(None, leaf.split("/")[0]) + leaf + self.stop)

@@ -207,6 +207,55 @@ def numbers(node: Node) -> list[int]:
     return out
 
 
+# ------------------------------------------------------------------------------------------------------- steps
+def _groups(node: Node, out: list[tuple[str, list[tuple[int, Node]]]]) -> None:
+    """Every maximal sum and product of ``node`` with its flattened operands: sums as (sign, operand) with unary
+    signs folded in, products as (+1 multiplied / -1 divided, operand)."""
+
+    def flat(cur: Node, kind: str, sign: int, into: list[tuple[int, Node]]) -> None:
+        if isinstance(cur, tuple) and cur[0] in ("neg", "pos") and kind == "sum":
+            flat(cur[1], kind, -sign if cur[0] == "neg" else sign, into)
+        elif isinstance(cur, tuple) and cur[0] == kind:
+            flat(cur[1], kind, sign, into)
+            for op, child in cur[2]:
+                flat(child, kind, -sign if op in "-/" else sign, into)
+        else:
+            into.append((sign, cur))
+
+    stack = [node]
+    while stack:
+        cur = stack.pop()
+        if isinstance(cur, int):
+            continue
+        if cur[0] in ("neg", "pos"):
+            stack.append(cur[1])
+            continue
+        operands: list[tuple[int, Node]] = []
+        flat(cur, cur[0], 1, operands)
+        out.append((cur[0], operands))
+        stack.extend(child for _, child in operands)
+
+
+def has_step(node: Node, a: int, op: str, b: int) -> bool:
+    """Whether the tree computes ``a op b`` on the number literals a and b as one operation, up to associativity
+    and commutativity: one flattened sum holds a and b with equal signs (op ``+``) or opposite signs (``-``), or one
+    flattened product multiplies both (``*``) or multiplies a and divides by b (``/``). So ``3+4+5`` has the step
+    ``4+5`` and ``x-(4-5)`` the step ``4-5``, but ``3*4+5`` does not have ``4+5``."""
+    kind = "sum" if op in "+-" else "prod"
+    same = op in "+*"
+    groups: list[tuple[str, list[tuple[int, Node]]]] = []
+    _groups(node, groups)
+    for group_kind, operands in groups:
+        if group_kind != kind:
+            continue
+        literals = [(sign, value) for sign, value in operands if isinstance(value, int)]
+        for i, (sa, va) in enumerate(literals):
+            for j, (sb, vb) in enumerate(literals):
+                if i != j and va == a and vb == b and (sa == sb) == same:
+                    return True
+    return False
+
+
 # ------------------------------------------------------------------------------------------------ canonical form
 def _sum_terms(node: Node, sign: int, out: list[tuple[int, str]]) -> None:
     """Flatten nested sums and unary signs into signed terms (sign, canonical body of a non-sum)."""

@@ -53,6 +53,7 @@ _CHAT_FORMS = (
     (_COMPACT, (0, 1, 2)),
 )
 _RULE_AWARE = 0.25  # warm start: share of random placements that pick a value breaking no rule
+_PLAN_PLACEMENTS = 3  # warm start: the most placements a sketch (plan) names
 CORRECT_REWARD = 1.0
 VALID_REWARD = 0.5
 INVALID_REWARD = -0.1
@@ -354,4 +355,7 @@ class SudokuTask(AgentTask):
 
     def random_plan(self, inst: Any, rng: random.Random) -> list[str]:
         # A sketch is the first few placements (a full list would be as long as a solution).
-        return self.random_actions(self.make_env(inst), rng, rng.randint(1, 3))
+        return self.random_actions(self.make_env(inst), rng, rng.randint(1, _PLAN_PLACEMENTS))
+
+    def longest_plan(self) -> list[str]:
+        return ["r1c1=1"] * _PLAN_PLACEMENTS

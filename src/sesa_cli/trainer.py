@@ -317,6 +317,8 @@ class Trainer:
         row.update({f"rollout/{k}": v for k, v in M.group_diversity(keys, correct, group_size).items()})
         row["rollout/entropy"] = float(np.mean(entropies)) if entropies else 0.0
         row["rollout/response_len"] = float(np.mean([r.completion.n_sampled for r in rows]))
+        if rows[0].completion.mask is not None:  # multi-turn episodes
+            row["rollout/turns"] = float(np.mean([M.episode_turns(r.completion.mask) for r in rows]))
         targets = self.task.target_keys(groups[0][0].inst)
         if targets:
             hit = {k for k in keys if k in targets}

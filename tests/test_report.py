@@ -165,7 +165,7 @@ def test_override_missing_in_one_run_falls_back_to_config(tmp_path: Path) -> Non
 def test_only_seeds_differ_gives_one_group(tmp_path: Path) -> None:
     paths = [write_run(tmp_path / str(s), {"sampler": "sequential", "seed": s}) for s in range(3)]
     runs, _ = load_runs(paths)
-    assert {r.group for r in runs} == {"task=path,sampler=sequential,train.steps=10"}
+    assert {r.group for r in runs} == {"sampler=sequential"}
     assert group_summary(summarize(runs))["n_seeds"].max() == 3
 
 
@@ -294,6 +294,8 @@ def test_compare_names_groups_by_number_or_label(tmp_path: Path) -> None:
     assert report.baseline == "algo=rloo"
     assert list(report.compare["group"].unique()) == ["algo=dapo"]
     assert analyse(paths).compare is None  # three groups: nothing compared unless asked
+    report = analyse(paths, compare=["dapo", "*"])
+    assert (report.baseline, list(report.compare["group"].unique())) == ("algo=dapo", ["algo=grpo", "algo=rloo"])
     for bad, message in (([5, 1], "there is no group 5"), (["o", "1"], "matches 3 groups"),
                          (["sft", "1"], "matches no group"), (["1"], "two or more"), ([1, "grpo"], "two or more")):  # fmt: skip
         with pytest.raises(ConfigError, match=message):
@@ -306,10 +308,7 @@ def test_runs_that_differ_in_threads_or_versions_are_flagged(tmp_path: Path) -> 
     paths = [write_run(tmp_path / f"s{s}", {"seed": s, "sampler": "parallel"}, threads=t) for s, t in ((0, 1), (1, 2))]
     paths.append(write_run(tmp_path / "old", {"seed": 2, "sampler": "parallel"}, threads=None))
     notes = build_report(paths, tmp_path / "report")["notes"]
-    assert (
-        "warning: the runs of task=path,sampler=parallel,train.steps=10 differ in torch threads (1: seed 0; 2: seed 1)"
-        in notes
-    )
+    assert "warning: the runs of parallel differ in torch threads (1: seed 0; 2: seed 1)" in notes
     assert "1 of 3 runs did not record their thread count and package versions" in notes
 
 

@@ -431,9 +431,10 @@ class DiversityReportConfig:
     """Run dirs and/or multirun dirs (each expanded to the runs inside it)."""
     compare: list[str] = field(default_factory=list)
     """Groups to compare, baseline first: ``compare=[1,2]`` (group numbers as the report lists them) or labels,
-    e.g. ``compare=[parallel,sequential]`` (a full or short label, or a piece of exactly one). Each further group is
-    reported as its difference to the baseline (group − baseline) with a 95% bootstrap interval. Empty: the two
-    groups are compared when there are exactly two."""
+    e.g. ``compare=[parallel,sequential]`` (a full or short label, or a piece of exactly one); ``*`` stands for every
+    group not named (``'compare=[parallel,*]'``, quoted for the shell). Each further group is reported as its
+    difference to the baseline (group − baseline) with a 95% bootstrap interval. Empty: the two groups are compared
+    when there are exactly two."""
     metrics: list[str] = field(default_factory=list)
     """Headline metrics, e.g. ``metrics=[policy/target_mass,eval/success]``; empty: chosen from what the runs
     logged (the exact policy's spread and target mass where the task has them, validation success, episode length)."""

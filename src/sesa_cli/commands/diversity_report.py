@@ -38,6 +38,7 @@ def run(cfg: DiversityReportConfig, out_dir: Path) -> dict[str, Any]:
         table = Table(*headers, title=title, box=box.SIMPLE_HEAD, show_edge=False, title_justify="left")
         for row in rows:
             table.add_row(*row)
+        console.print()
         console.print(table)
     console.print(METHOD, style="dim")
     for note in files.get("notes", []):

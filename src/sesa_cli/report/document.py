@@ -118,13 +118,18 @@ def _seed_order(seed: str) -> tuple[int, str]:
 
 def resolve_compare(spec: Sequence[str | int], runs: Sequence[Run]) -> list[str]:
     """The groups ``compare=[...]`` names, baseline first: each entry a group number as the report lists them
-    (1, 2, ...), a label (full or short) or a piece of exactly one label. Raises ConfigError naming the groups."""
+    (1, 2, ...), a label (full or short), a piece of exactly one label, or ``*`` (every group not named elsewhere,
+    in order). Raises ConfigError naming the groups."""
     order = list(dict.fromkeys(run.group for run in runs))
     short = {run.group: short_label(run) for run in runs}
     listing = "; ".join(f"{i} = {short[g]}" for i, g in enumerate(order, start=1))
-    chosen = []
+    chosen: list[str] = []
+    rest = -1
     for entry in spec:
         text = str(entry).strip()
+        if text == "*":
+            rest = len(chosen)
+            continue
         if text.isdigit():
             if not 1 <= int(text) <= len(order):
                 raise ConfigError(f"compare: there is no group {text}; the groups are {listing}")
@@ -136,6 +141,8 @@ def resolve_compare(spec: Sequence[str | int], runs: Sequence[Run]) -> list[str]
             what = "matches no group" if not matches else f"matches {len(matches)} groups"
             raise ConfigError(f"compare: {text!r} {what}; name a group by its number: {listing}")
         chosen.append(matches[0])
+    if rest >= 0:
+        chosen[rest:rest] = [g for g in order if g not in chosen]
     if len(chosen) == 1 or len(set(chosen)) != len(chosen):
         raise ConfigError(f"compare needs two or more different groups (baseline first); the groups are {listing}")
     return chosen
@@ -197,7 +204,7 @@ def _markdown(report: Report) -> str:
     parts = ["# sesa diversity report", "", report.intro(), ""]
     if report.notes:
         parts += ["## Notes", "", *(f"- {note}" for note in report.notes), ""]
-    parts += ["## Headline", "", f"Final values, mean [95% interval] over seeds. {METHOD}", "",
+    parts += ["## Headline", "", f"Final values: mean over seeds [95% interval]. {METHOD}", "",
               markdown_table(report.headline_frame(), index=False), ""]  # fmt: skip
     difference = report.difference_frame()
     if difference is not None:
@@ -247,7 +254,7 @@ def _html(report: Report) -> str:
         parts.append(f"<ul>{items}</ul>")
     parts += [
         "<h2>Headline</h2>",
-        f"<p class='note'>Final values, mean [95% interval] over seeds. {html.escape(METHOD)}</p>",
+        f"<p class='note'>Final values: mean over seeds [95% interval]. {html.escape(METHOD)}</p>",
         table(report.headline_frame(), index=False),
     ]
     difference = report.difference_frame()

@@ -379,14 +379,13 @@ def assign_groups(runs: Sequence[Run]) -> list[str]:
     Labels (``run.group``) name only the keys whose value differs between groups, ``k=v`` joined by commas; a
     sequential-only sampler setting (:data:`sesa_cli.config.SEQUENTIAL_ONLY`) is left out of a parallel group's label
     and ``experiment`` is left out when the other keys already tell the groups apart, as long as every group keeps a
-    label of its own. When nothing but the seed differs, all runs form one group labelled by their common overrides;
-    when not even the seed differs, each run is its own group labelled by its dir name. Returns the group labels in
-    order of first appearance.
+    label of its own. When nothing but the seed differs, all runs form one group labelled by its ``experiment`` and
+    sampler; when not even the seed differs, each run is its own group labelled by its dir name. Returns the group
+    labels in order of first appearance.
     """
-    keys: list[str] = []
+    keys: list[str] = list(_GROUP_KEYS)  # first, so a label reads sampler=sequential,sampler.off_policy=...
     for run in runs:
         keys += [k for k in run.overrides if k not in keys and not _ignored(k)]
-    keys += [k for k in _GROUP_KEYS if k not in keys]
 
     def value(run: Run, key: str) -> str:
         return _short(_value(run, key))
@@ -412,9 +411,10 @@ def assign_groups(runs: Sequence[Run]) -> list[str]:
         for run, shown in zip(runs, labels, strict=True):
             run.group, run.group_items = ",".join(f"{k}={v}" for k, v in shown), shown
     elif len(runs) > 1 and len({run.seed for run in runs}) == len(runs):
-        common = ",".join(f"{k}={value(runs[0], k)}" for k in keys if k in runs[0].overrides)
+        # one group: named by its recipe and sampler (the full overrides are in the runs table)
+        shown = tuple((k, value(runs[0], k)) for k in (*_INDIRECT_KEYS, "sampler") if _value(runs[0], k) is not None)
         for run in runs:
-            run.group = common or "all runs"
+            run.group, run.group_items = ",".join(f"{k}={v}" for k, v in shown) or "all runs", shown
     else:
         names = [run.name for run in runs]
         for run in runs:

@@ -388,6 +388,16 @@ def test_multirun_skips_job_without_metrics(sweep: Path) -> None:
     assert notes == [f"skipped {sweep / '4'}: no metrics.jsonl"]
 
 
+def test_a_glob_takes_every_matching_sweep(tmp_path: Path) -> None:
+    for name in ("a", "b"):
+        write_multirun(tmp_path / "multirun" / name)
+    runs, _ = load_runs([str(tmp_path / "multirun" / "*")])
+    assert len(runs) == 8
+    assert {r.group for r in runs} == {"sampler=parallel", "sampler=sequential"}
+    with pytest.raises(ConfigError, match="no directory matches"):
+        load_runs([str(tmp_path / "nothing*")])
+
+
 def test_duplicate_paths_are_loaded_once(sweep: Path) -> None:
     runs, _ = load_runs([sweep, sweep / "0"])
     assert len(runs) == 4

@@ -8,6 +8,7 @@ one-line message.
 
 from __future__ import annotations
 
+import glob
 import json
 import math
 from collections.abc import Sequence
@@ -131,7 +132,8 @@ def _subdir_order(path: Path) -> tuple[int, int, str]:
 
 
 def expand_run_paths(paths: Sequence[str | Path]) -> tuple[list[Path], list[str]]:
-    """Turn the user's list of run and multirun dirs into run dirs (deduplicated, in the given order).
+    """Turn the user's list of run and multirun dirs (or glob patterns of them) into run dirs (deduplicated, in the
+    given order).
 
     Returns the run dirs and notes about job subdirs that were skipped (no metrics written yet, or a crashed job).
     """
@@ -141,8 +143,18 @@ def expand_run_paths(paths: Sequence[str | Path]) -> tuple[list[Path], list[str]
         raise ConfigError("runs is empty; pass runs=[RUN_DIR,...] or runs=MULTIRUN_DIR")
     found: list[Path] = []
     notes: list[str] = []
+    expanded: list[Path] = []
     for entry in paths:
         path = Path(entry).expanduser()
+        if not path.exists() and any(c in str(path) for c in "*?["):
+            # a glob the shell did not expand (quoted, or inside Hydra's runs=[...]): every dir it matches
+            matches = sorted(Path(p) for p in glob.glob(str(path)) if Path(p).is_dir())
+            if not matches:
+                raise ConfigError(f"no directory matches {path}")
+            expanded += matches
+        else:
+            expanded.append(path)
+    for path in expanded:
         if not path.exists():
             raise ConfigError(f"run path does not exist: {path}")
         if not path.is_dir():

@@ -85,3 +85,23 @@ def test_interval_format_shares_decimals() -> None:
     assert format_interval(0.2, -0.05, 0.45, sign=True) == "+0.200 [-0.050, 0.450]"
     assert format_interval(3.0, math.nan, math.nan) == "3.00"
     assert format_interval(math.nan, math.nan, math.nan) == "–"
+
+
+def test_compare_groups_matches_difference_interval_metric_by_metric() -> None:
+    import pandas as pd
+
+    from sesa_cli.report.tables import compare_groups
+
+    rng = np.random.default_rng(3)
+    rows = [(g, str(s), f"{g}{s}", m, float(rng.random()), 0.0) for g in ("A", "B") for s in range(5)
+            for m in ("m1", "m2", "m3")]  # fmt: skip
+    rows = [r for r in rows if not (r[0] == "B" and r[1] == "4" and r[3] == "m3")]  # m3: B lacks seed 4: unpaired
+    per_run = pd.DataFrame(rows, columns=["group", "seed", "run", "metric", "final", "best"])
+    table = compare_groups(per_run, "A", ["B"]).set_index("metric")
+    for metric in ("m1", "m2", "m3"):
+        a = {s: v for g, s, _, m, v, _ in rows if g == "A" and m == metric}
+        b = {s: v for g, s, _, m, v, _ in rows if g == "B" and m == metric}
+        expected = difference_interval(a, b)
+        got = table.loc[metric, ["difference", "low", "high", "paired"]].tolist()
+        assert got[:3] == pytest.approx(list(expected[:3]))
+        assert got[3] == expected[3] == (metric != "m3")

@@ -8,6 +8,7 @@ one-line message.
 
 from __future__ import annotations
 
+import functools
 import glob
 import json
 import math
@@ -84,19 +85,19 @@ class Run:
     def name(self) -> str:
         return self.path.name
 
-    @property
+    @functools.cached_property
     def inherited_mask(self) -> pd.Series:
         """True on the rows a revived run copied from its parent (``revive/parent``); all False otherwise."""
         if REVIVE_PARENT not in self.metrics.columns:
             return pd.Series(False, index=self.metrics.index)
         return self.metrics[REVIVE_PARENT].fillna(0) > 0
 
-    @property
+    @functools.cached_property
     def own(self) -> pd.DataFrame:
         """The run's own rows: a revived run without the parent's history (what its summary is computed on)."""
         return self.metrics[~self.inherited_mask].drop(columns=[REVIVE_PARENT], errors="ignore")
 
-    @property
+    @functools.cached_property
     def inherited(self) -> pd.DataFrame:
         """The parent's rows a revived run starts with (empty for other runs)."""
         return self.metrics[self.inherited_mask].drop(columns=[REVIVE_PARENT], errors="ignore")
@@ -181,7 +182,8 @@ def expand_run_paths(paths: Sequence[str | Path]) -> tuple[list[Path], list[str]
 # --------------------------------------------------------------------------------------------------- loading
 def _read_yaml(path: Path) -> Any:
     try:
-        return yaml.safe_load(path.read_text())
+        # libyaml's loader when PyYAML has it: a report reads two YAML files per run
+        return yaml.load(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     except (OSError, yaml.YAMLError) as exc:
         first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ConfigError(f"cannot read {path}: {first_line}") from exc

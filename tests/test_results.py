@@ -171,6 +171,16 @@ def test_revivals_wait_for_their_checkpoints(tmp_path: Path, monkeypatch: pytest
     assert f"ckpt={root / 'collapse' / '0'}" in calls[0]
 
 
+def test_revivals_run_by_hand_with_relative_paths_are_found(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # the recipes' header commands: ckpt=outputs/claims/collapse/0, relative to where they were typed
+    monkeypatch.chdir(tmp_path)
+    root = Path("outputs/claims")
+    parent = write_run(root / "collapse" / "0", {"experiment": "collapse_revival", "seed": 0})
+    write_revival(root / "revive_parallel" / "0", parent, at=6, overrides={"sampler": "parallel"})
+    session = R.Session(root.resolve(), (0,))
+    assert [path.name for _, path in session.complete(R._sweep("revive_parallel"))] == ["0"]
+
+
 @pytest.mark.slow
 def test_smoke_session_end_to_end(tmp_path: Path, cache_dir: Path) -> None:
     """`nox -s results -- --smoke`: real sweeps of 2 seeds x 3 steps, then the page (a few minutes)."""

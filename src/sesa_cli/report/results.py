@@ -207,6 +207,8 @@ def _identity(run_dir: Path, keys: Sequence[str]) -> tuple[str, ...] | None:
     if not path.is_file():
         return None
     overrides = _parse_overrides(yaml.safe_load(path.read_text()))
+    if overrides.get("ckpt"):  # typed by hand relative to the repository (as the recipes' headers do), or absolute
+        overrides["ckpt"] = str(Path(overrides["ckpt"]).resolve())
     return tuple(overrides.get(k, "") for k in keys)
 
 
@@ -370,10 +372,12 @@ def _group_key(run_dir: Path) -> tuple[str, ...]:
 def _preamble(session: Session, runs: Sequence[Path], notes: Sequence[str]) -> list[str]:
     timing = session.root / "session.json"
     sweeps = json.loads(timing.read_text())["sweeps"] if timing.is_file() else []
-    hours = sum(s["seconds"] for s in sweeps) / 3600
-    environments = set()
+    minutes = round(sum(s["seconds"] for s in sweeps) / 60)
+    took = f"{minutes // 60} h {minutes % 60:02d} min" if minutes >= 60 else f"{minutes} min"
+    environments, commits = set(), set()
     for run in runs:
         info = json.loads((run / "run.json").read_text())
+        commits.add(str(info.get("git_commit") or "unknown")[:7])
         threads = info.get("torch_threads")
         versions = ", ".join(f"{k} {v}" for k, v in sorted((info.get("versions") or {}).items()))
         text = "thread count unrecorded" if threads is None else f"{threads} torch thread{'s' * (threads != 1)}"
@@ -389,8 +393,9 @@ def _preamble(session: Session, runs: Sequence[Path], notes: Sequence[str]) -> l
         f"{time.strftime('%Y-%m-%d %H:%M')} at commit {_git_commit() or 'unknown'}. {METHOD}"
     )
     compute = (
-        f"Runs: {len(runs)} ({env_text or 'none yet'}). Compute: the sweeps took {hours:.1f} h of wall time on this "
-        "machine (two jobs at a time, one thread each; the machine may have been shared)."
+        f"Runs: {len(runs)} ({env_text or 'none yet'}; made at commit {', '.join(sorted(commits)) or '–'}). "
+        f"Compute: the sweeps took {took} of wall time (two jobs at a time, one thread each, on a 2-core machine that "
+        "may have been shared)."
     )
     lines = ["# Results", "", generated, "", where, "", compute, ""]
     if session.smoke:

@@ -67,7 +67,7 @@ class Run:
     group: str = ""
     """Label of the group the run is averaged in (set by :func:`assign_groups`)."""
     group_items: tuple[tuple[str, str], ...] = ()
-    """The ``(key, value)`` pairs the label shows (empty for a label that is a dir name or the common overrides)."""
+    """The ``(key, value)`` pairs the label shows (empty for a label that is a dir name)."""
 
     @property
     def task(self) -> str | None:

@@ -1,4 +1,5 @@
-"""Developer sessions: `nox -s lint tests` (the default and what CI runs), `nox -s bench` (opt-in).
+"""Developer sessions: `nox -s lint tests` (the default and what CI runs), `nox -s bench` and `nox -s results`
+(opt-in).
 
 Every session that installs the project installs the CPU build of torch first: an unpinned torch in a fresh
 environment would pull ~2.6 GB of CUDA wheels.
@@ -53,3 +54,19 @@ def bench(session: nox.Session) -> None:
     session.run("python", "bench/rollout.py", *session.posargs)
     session.run("python", "bench/memory.py")
     session.run("python", "bench/smollm2.py")
+
+
+@nox.session(default=False)
+def results(session: nox.Session) -> None:
+    """docs/results.md from the claims' sweeps (sesa_cli/report/results.py; recipes under conf/experiment/).
+
+    Runs every sweep that is not complete yet (seeds 0-4, two single-thread jobs at a time: hours on a 2-core
+    machine; a finished job is never rerun, so an interrupted session resumes), then writes the page. Arguments
+    after `--` go to the script:
+
+        nox -s results -- model.cache_dir=/work/cache    # run what is missing, then write docs/results.md
+        nox -s results -- --render                        # only rewrite the page from the runs under outputs/claims
+        nox -s results -- --smoke                         # 2 seeds x 3 steps under outputs/claims-smoke (minutes)
+    """
+    install_project(session)  # the test extra carries Hydra's joblib launcher
+    session.run("python", "-m", "sesa_cli.report.results", *session.posargs, env={"OMP_NUM_THREADS": "1"})

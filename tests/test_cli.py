@@ -81,7 +81,8 @@ def test_multirun_sweep_then_diversity_report(monkeypatch, tmp_path, tiny_overri
         assert (job / "checkpoints" / "step_000002" / "trainer_state.json").is_file()
     out = tmp_path / "report"
     assert run_cli(["diversity-report", f"runs=[{sweep}]", f"hydra.run.dir={out}"], monkeypatch) == 0
-    for name in ("summary.csv", "report.md", "report.html", "success.png", "entropy.png"):
+    for name in ("summary.csv", "groups.csv", "compare.csv", "report.md", "report.html", "sampling.png", "policy.png",
+                 "heatmap.png"):  # fmt: skip
         assert (out / name).is_file(), name
     assert "sampler=sequential" in (out / "summary.csv").read_text()
 
@@ -98,6 +99,9 @@ def test_frozenlake_train_both_samplers_then_eval(monkeypatch, tmp_path, cache_d
         rows = _read_jsonl(sweep / job / "metrics.jsonl")
         assert [r["step"] for r in rows if "rollout/reward_mean" in r] == [1, 2]
         assert rows[-1]["eval/valid"] >= 0.0
+        # episode length in turns, for the report's agent plot
+        assert 1 <= rows[-1]["eval/turns"] <= 10
+        assert all(1 <= r["rollout/turns"] <= 10 for r in rows if "rollout/turns" in r)
         dump = _read_jsonl(sweep / job / "samples" / "step_000002.jsonl")
         assert all("\n:" in r["context"] for r in dump)  # compact FrozenLake turn layout
     out = tmp_path / "eval"

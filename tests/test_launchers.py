@@ -27,6 +27,11 @@ def test_joblib_sweep_runs_two_jobs_with_one_cpu_budget_each(tmp_path: Path, tin
         rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
         assert [r["step"] for r in rows if "rollout/reward_mean" in r] == [1, 2]
         assert f"joblib sweep job: {max(1, cpus // 2)} of {cpus} cpus (n_jobs=2)" in (run / "train.log").read_text()
+        # run.json records what the numbers depend on besides the config: the thread count the job ran with
+        info = json.loads((run / "run.json").read_text())
+        assert info["torch_threads"] == max(1, cpus // 2)
+        assert set(info["versions"]) == {"python", "torch", "transformers", "sesa"}
+        assert info["versions"]["torch"].startswith("2.")
     seeds = {json.loads((sweep / j / "run.json").read_text())["overrides"].count("seed=0") for j in ("0", "1")}
     assert seeds == {0, 1}  # one job per seed
 

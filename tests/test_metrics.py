@@ -18,6 +18,7 @@ from sesa_cli.metrics import (
     coverage_at_k,
     distinct_at_k,
     distinct_correct_at_k,
+    episode_turns,
     expected_distinct_at_k,
     group_diversity,
     mean_token_entropy,
@@ -215,6 +216,14 @@ def test_reward_stats_hand_worked():
     for bad in ([1.0, 2.0], [[]]):
         with pytest.raises(ValueError, match="groups, group_size"):
             reward_stats(bad)
+
+
+def test_episode_turns_count_the_runs_of_sampled_tokens():
+    # response, feedback, response, feedback, response (the last turn ended the episode: no feedback after it)
+    assert episode_turns([True, True, False, True, False, False, True]) == 3
+    assert episode_turns([True]) == 1
+    assert episode_turns(None) == 1  # single turn: every token sampled
+    assert episode_turns([]) == 0
 
 
 def test_group_diversity_hand_worked():

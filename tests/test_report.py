@@ -8,96 +8,24 @@ import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 import pytest
 import yaml
 
 from sesa_cli.config import ConfigError
-from sesa_cli.report import ReportFiles, build_report, format_table_for_console, load_runs, summarize
+from sesa_cli.report import (
+    ReportFiles,
+    analyse,
+    build_report,
+    console_tables,
+    group_summary,
+    load_runs,
+    summarize,
+)
 from sesa_cli.report.runs import LEGACY_METRICS, load_run
+from tests.fake_runs import KS, STEPS, success_at, write_multirun, write_revival, write_run
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
-KS = (1, 2, 4, 8, 16)  # 16 checks that @k sorts as a number
-STEPS = 10
-EVAL_EVERY = 5
-
-
-def success_at(step: int, seed: int, sampler: str) -> float:
-    """The fabricated rollout/success curve: sequential learns faster; seeds offset by 0.01."""
-    slope = 0.05 if sampler == "sequential" else 0.03
-    return round(0.1 + slope * step + 0.01 * seed, 6)
-
-
-def write_run(
-    run_dir: Path,
-    overrides: dict[str, object],
-    task: str = "path",
-    coverage: bool = True,
-    command: str = "train",
-) -> Path:
-    """Fabricate a run dir as ``sesa train`` writes it: metrics.jsonl, config.yaml, .hydra/, run.json."""
-    sampler = str(overrides.get("sampler", "parallel"))
-    seed = int(overrides.get("seed", 0))
-    run_dir.mkdir(parents=True)
-    override_list = [f"task={task}", *(f"{k}={v}" for k, v in overrides.items()), f"train.steps={STEPS}"]
-    config = {
-        "task": {"name": task},
-        "sampler": {"name": sampler, "group_size": 8},
-        "algo": {"name": str(overrides.get("algo", "grpo"))},
-        "model": {"name": "tiny"},
-        "seed": seed,
-        "train": {"steps": STEPS},
-    }
-    (run_dir / ".hydra").mkdir()
-    (run_dir / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump(override_list))
-    (run_dir / ".hydra" / "config.yaml").write_text(yaml.safe_dump(config))
-    (run_dir / "config.yaml").write_text(yaml.safe_dump(config))
-    info = {"command": command, "parent": None, "overrides": override_list, "started": "2026-11-22T10:00:00"}
-    (run_dir / "run.json").write_text(json.dumps(info))
-    rng = np.random.default_rng(seed)
-    lines = []
-    for step in range(STEPS + 1):
-        decay = 0.9 if sampler == "sequential" else 0.75
-        row = {
-            "step": step,
-            "rollout/reward_mean": success_at(step, seed, sampler),
-            "rollout/reward_std": 0.3,
-            "rollout/success": success_at(step, seed, sampler),
-            "rollout/entropy": round(2.0 * decay**step + 0.05 * rng.random(), 6),
-            "rollout/frac_zero_std": 0.1,
-            "rollout/distinct": 6.0 - step * (0.1 if sampler == "sequential" else 0.4),
-            "rollout/distinct_correct": 1.0 + 0.1 * step,
-            "time/step_s": 0.5,
-            "collapse/flag": int(sampler == "parallel" and step >= 8),
-        }
-        if coverage:
-            row["rollout/coverage"] = 0.05 * step * (1.5 if sampler == "sequential" else 1.0)
-        lines.append(json.dumps(row))
-        if step % EVAL_EVERY == 0:
-            ev: dict[str, object] = {"step": step, "eval/success": success_at(step, seed, sampler) / 2}
-            ev["eval/entropy"] = 1.5 * decay**step
-            for k in KS:
-                ev[f"eval/pass@{k}"] = min(1.0, ev["eval/success"] * (1 + 0.5 * math.log2(k)))  # type: ignore[operator]
-                ev[f"eval/distinct@{k}"] = min(k, 1 + step / 5)
-                ev[f"eval/distinct_correct@{k}"] = min(k, step / 5)
-                if coverage:
-                    ev[f"eval/coverage@{k}"] = min(1.0, 0.02 * k * (1 + step))
-            lines.append(json.dumps(ev))
-    (run_dir / "metrics.jsonl").write_text("\n".join(lines) + "\n")
-    return run_dir
-
-
-def write_multirun(sweep: Path, task: str = "path", coverage: bool = True) -> Path:
-    """A Hydra sweep dir: sampler=parallel,sequential × seed=0,1 as jobs 0..3."""
-    sweep.mkdir(parents=True)
-    (sweep / "multirun.yaml").write_text(yaml.safe_dump({"hydra": {"mode": "MULTIRUN"}}))
-    job = 0
-    for sampler in ("parallel", "sequential"):
-        for seed in (0, 1):
-            write_run(sweep / str(job), {"sampler": sampler, "seed": seed}, task=task, coverage=coverage)
-            job += 1
-    return sweep
 
 
 @pytest.fixture
@@ -107,59 +35,99 @@ def sweep(tmp_path: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory: pytest.TempPathFactory) -> ReportFiles:
-    """One report of the standard sweep, shared by the read-only tests (building one takes ~0.5 s)."""
+    """One report of the standard sweep, shared by the read-only tests (building one takes ~1 s)."""
     root = tmp_path_factory.mktemp("built")
-    return build_report([write_multirun(root / "multirun" / "10-00-00")], root / "report")
+    return build_report([write_multirun(root / "multirun" / "10-00-00", policy=True)], root / "report")
 
 
 # -------------------------------------------------------------------------------------------------- documents
 def test_build_report_writes_every_file(built: ReportFiles) -> None:
     files = built
     out = files["summary"].parent
-    for key in ("summary", "markdown", "html"):
+    for key in ("summary", "groups", "compare", "markdown", "html"):
         assert files[key].is_file(), key
-    assert set(files["plots"]) == {"success", "diversity", "entropy", "pass_at_k"}
+    assert set(files["plots"]) == {"heatmap", "policy", "sampling", "diversity", "pass_at_k"}
     for name, path in files["plots"].items():
         assert path == out / f"{name}.png"
         data = path.read_bytes()
         assert data.startswith(PNG_MAGIC)
         assert len(data) > 10_000, f"{name}.png is suspiciously small"
     html = files["html"].read_text()
-    assert html.count("data:image/png;base64,") == 4
-    assert "sampler=sequential" in html
+    assert html.count("data:image/png;base64,") == 5
+    assert "[2] sequential" in html
     markdown = files["markdown"].read_text()
     for name in files["plots"]:
         assert f"({name}.png)" in markdown
-    assert "| metric |" in markdown
     assert files["notes"] == []
 
 
-def test_summary_numbers_are_mean_and_std_over_seeds(built: ReportFiles) -> None:
+def test_report_leads_with_the_answer(built: ReportFiles) -> None:
+    """Headline (groups × headline metrics with intervals) and the difference come before the first plot; the full
+    tables come last, folded in the HTML."""
+    markdown = built["markdown"].read_text()
+    order = [markdown.index(s) for s in ("## Headline", "### Difference to [1] parallel", "![heatmap]",
+                                          "## All metrics", "## Runs")]  # fmt: skip
+    assert order == sorted(order)
+    headline = markdown[markdown.index("## Headline") : markdown.index("## Plots")]
+    assert "| group | n | policy/effective_solutions | policy/target_mass | eval/success |" in headline
+    assert "rollout/entropy" not in headline
+    assert "time/" not in headline
+    html = built["html"].read_text()
+    assert html.index("<h2>Headline</h2>") < html.index("data:image/png") < html.index("<details>")
+    # train/lr = 1e-4 reads as a number, not as 0.000
+    assert "| train/lr | 0.000100 [0.000100, 0.000100] | 0.000100 [0.000100, 0.000100] |" in markdown
+
+
+def test_summary_numbers_are_per_run_and_groups_have_bootstrap_intervals(built: ReportFiles) -> None:
     summary = pd.read_csv(built["summary"])
-    assert list(summary.columns) == ["group", "metric", "final_mean", "final_std", "best_mean", "best_std", "n_seeds"]
-    assert list(dict.fromkeys(summary["group"])) == ["sampler=parallel", "sampler=sequential"]
-    row = summary[(summary["group"] == "sampler=sequential") & (summary["metric"] == "rollout/success")].iloc[0]
-    # Hand check: final rollout/success is 0.1 + 0.05*10 + 0.01*seed = 0.60 and 0.61.
+    assert list(summary.columns) == ["group", "seed", "run", "metric", "final", "best"]
+    assert summary["run"].nunique() == 4
+    row = summary[(summary["metric"] == "rollout/success") & (summary["group"] == "sampler=sequential")]
+    assert sorted(row["final"]) == [pytest.approx(0.60), pytest.approx(0.61)]
+    groups = pd.read_csv(built["groups"])
+    assert list(dict.fromkeys(groups["group"])) == ["sampler=parallel", "sampler=sequential"]
+    row = groups[(groups["group"] == "sampler=sequential") & (groups["metric"] == "rollout/success")].iloc[0]
+    # Hand check: final rollout/success is 0.1 + 0.05*10 + 0.01*seed = 0.60 and 0.61; the bootstrap of two seeds
+    # draws (0.60, 0.60), the two mixed orders and (0.61, 0.61): its 2.5% and 97.5% points are the two values.
     assert row["final_mean"] == pytest.approx(0.605)
+    assert (row["final_low"], row["final_high"]) == (pytest.approx(0.60), pytest.approx(0.61))
     assert row["final_std"] == pytest.approx(0.01 / math.sqrt(2))  # sample std (ddof=1) of two seeds
-    assert row["best_mean"] == pytest.approx(0.605)  # increasing curve: best = final
     assert row["n_seeds"] == 2
     # Eval rows share step numbers with training rows; the final eval value comes from step 10.
-    row = summary[(summary["group"] == "sampler=parallel") & (summary["metric"] == "eval/success")].iloc[0]
+    row = groups[(groups["group"] == "sampler=parallel") & (groups["metric"] == "eval/success")].iloc[0]
     assert row["final_mean"] == pytest.approx((0.4 + 0.41) / 4)
-    # Entropy decays: best (max) is the step-0 value, final the last one.
-    row = summary[(summary["group"] == "sampler=parallel") & (summary["metric"] == "rollout/distinct")].iloc[0]
+    row = groups[(groups["group"] == "sampler=parallel") & (groups["metric"] == "rollout/distinct")].iloc[0]
     assert (row["best_mean"], row["final_mean"]) == (pytest.approx(6.0), pytest.approx(2.0))
-    pass_rows = [m for m in summary.query("group == 'sampler=parallel'")["metric"] if m.startswith("eval/pass@")]
-    assert pass_rows == [f"eval/pass@{k}" for k in KS]
+    compare = pd.read_csv(built["compare"])
+    row = compare[compare["metric"] == "rollout/success"].iloc[0]
+    # sequential - parallel per seed: 0.60 - 0.40 and 0.61 - 0.41, both 0.2: paired, the interval is a point
+    assert (row["baseline"], row["group"], bool(row["paired"])) == ("sampler=parallel", "sampler=sequential", True)
+    assert (row["difference"], row["low"], row["high"]) == (pytest.approx(0.2),) * 3
 
 
-def test_console_table(built: ReportFiles) -> None:
-    headers, rows = format_table_for_console(built["summary"])
-    assert headers == ["metric (final, mean ± std)", "sampler=parallel (n=2)", "sampler=sequential (n=2)"]
-    by_metric = {row[0]: row[1:] for row in rows}
-    assert by_metric["rollout/success"] == ["0.405 ± 0.007", "0.605 ± 0.007"]
-    assert {"eval/pass@1", "eval/pass@16", "rollout/entropy"} <= set(by_metric)
+def test_console_tables_fit_80_columns(built: ReportFiles, sweep: Path, tmp_path: Path, capsys) -> None:
+    from sesa_cli.commands.diversity_report import run
+    from sesa_cli.config import DiversityReportConfig
+
+    report = analyse([built["summary"].parent.parent / "multirun" / "10-00-00"])
+    tables = console_tables(report)
+    assert tables[0] == ("groups", ["#", "group", "seeds"], [["[1]", "parallel", "2"], ["[2]", "sequential", "2"]])
+    title, headers, _rows = tables[1]
+    assert title == "policy/effective_solutions (final)"
+    assert headers == ["#", "mean", "95% interval", "− [1]", "95% interval"]
+    success = next(t for t in tables if t[0] == "eval/success (final)")
+    # sequential: (0.60 + 0.61) / 4 and the two seeds' values; minus parallel's (0.40 + 0.41) / 4, paired: 0.1 each
+    assert success[2][1] == ["[2]", "0.302", "[0.300, 0.305]", "+0.100", "[0.100, 0.100]"]
+    # what the command prints: every line within 80 columns, wide groups and all
+    wide = [write_run(tmp_path / f"w{s}", {"sampler": "sequential", "sampler.off_policy": "on_policy_baseline",
+                                            "sampler.stage1": "solution", "seed": s}) for s in (0, 1)]  # fmt: skip
+    wide += [write_run(tmp_path / f"v{s}", {"sampler": "sequential", "sampler.off_policy": "weight_negatives",
+                                            "sampler.stage1": "sketch", "seed": s}) for s in (0, 1)]  # fmt: skip
+    wide += [write_run(tmp_path / f"p{s}", {"sampler": "parallel", "seed": s}) for s in (0, 1)]
+    run(DiversityReportConfig(runs=[str(p) for p in wide]), tmp_path / "out")
+    out = capsys.readouterr().out
+    assert "off_policy=on_policy_baseline stage1=solution" in out
+    assert max(len(line) for line in out.splitlines()) <= 80
 
 
 def test_missing_metrics_skip_plots_and_say_so(tmp_path: Path) -> None:
@@ -169,7 +137,7 @@ def test_missing_metrics_skip_plots_and_say_so(tmp_path: Path) -> None:
     (run / "metrics.jsonl").write_text("\n".join(json.dumps(row) for row in kept))
     files = build_report([run], tmp_path / "report")
     assert "pass_at_k" not in files["plots"]
-    assert {"success", "diversity", "entropy"} <= set(files["plots"])
+    assert {"sampling", "diversity"} <= set(files["plots"])
     assert any("pass_at_k.png not drawn" in note for note in files["notes"])
     assert "pass_at_k.png not drawn" in files["markdown"].read_text()
 
@@ -197,8 +165,8 @@ def test_override_missing_in_one_run_falls_back_to_config(tmp_path: Path) -> Non
 def test_only_seeds_differ_gives_one_group(tmp_path: Path) -> None:
     paths = [write_run(tmp_path / str(s), {"sampler": "sequential", "seed": s}) for s in range(3)]
     runs, _ = load_runs(paths)
-    assert {r.group for r in runs} == {"task=path,sampler=sequential,train.steps=10"}
-    assert summarize(runs)["n_seeds"].max() == 3
+    assert {r.group for r in runs} == {"sampler=sequential"}
+    assert group_summary(summarize(runs))["n_seeds"].max() == 3
 
 
 def test_different_commands_lead_the_label(sweep: Path, tmp_path: Path) -> None:
@@ -217,6 +185,131 @@ def test_different_commands_lead_the_label(sweep: Path, tmp_path: Path) -> None:
 def test_single_run_is_labelled_by_its_dir(tmp_path: Path) -> None:
     runs, _ = load_runs([write_run(tmp_path / "my-run", {"seed": 0})])
     assert runs[0].group == "my-run"
+
+
+@pytest.mark.parametrize(
+    ("key", "a", "b"),
+    [("algo.lr", "1e-4", "3e-4"), ("sampler.off_policy", "paper", "drop_negatives"), ("train.batch_size", "8", "16"),
+     ("model.cache_dir", "/a", "/b"), ("task.regions", "4", "8"), ("experiment", "x", "y")],
+)  # fmt: skip
+def test_grouping_ignores_seed_and_nothing_else(tmp_path: Path, key: str, a: str, b: str) -> None:
+    # Four runs: two seeds of each value of `key`. Seeds merge into a group; any other difference splits.
+    paths = [write_run(tmp_path / f"{v}-{s}", {"sampler": "sequential", key: value, "seed": s})
+             for v, value in enumerate((a, b)) for s in (0, 1)]  # fmt: skip
+    runs, _ = load_runs(paths)
+    assert [r.group for r in runs] == [f"{key}={a}"] * 2 + [f"{key}={b}"] * 2
+    assert group_summary(summarize(runs))["n_seeds"].max() == 2
+    # the seed alone never splits: given on the command line or only in the config
+    for run in runs:
+        run.overrides.pop("seed")
+    from sesa_cli.report.runs import assign_groups
+
+    assert assign_groups(runs) == [f"{key}={a}", f"{key}={b}"]
+
+
+def test_revivals_from_each_seeds_checkpoint_are_one_group(tmp_path: Path) -> None:
+    parents = [write_run(tmp_path / f"collapse{s}", {"sampler": "parallel", "seed": s}) for s in (0, 1)]
+    other = write_run(tmp_path / "collapse-lr", {"sampler": "parallel", "algo.lr": "3e-4", "seed": 0})
+    revived = [write_revival(tmp_path / f"rev{s}", p, at=6 + s, overrides={"sampler": "sequential"})
+               for s, p in enumerate(parents)]  # fmt: skip
+    revived.append(write_revival(tmp_path / "rev-lr", other, at=6, overrides={"sampler": "sequential"}))
+    runs, _ = load_runs(revived)
+    groups = [r.group for r in runs]
+    assert groups[0] == groups[1] != groups[2]  # ckpt = the parent's overrides minus seed
+    assert "algo.lr=3e-4" in groups[2]
+
+
+def test_labels_show_what_differs_and_leave_out_what_does_not_apply(tmp_path: Path) -> None:
+    runs = [write_run(tmp_path / "par", {"experiment": "collapse", "seed": 0}),
+            write_run(tmp_path / "seq-a", {"experiment": "discovery", "sampler": "sequential",
+                                           "sampler.off_policy": "paper", "sampler.stage1": "solution", "seed": 0}),
+            write_run(tmp_path / "seq-b", {"experiment": "discovery", "sampler": "sequential",
+                                           "sampler.off_policy": "drop_negatives", "sampler.stage1": "solution",
+                                           "seed": 0})]  # fmt: skip
+    loaded, _ = load_runs(runs)
+    # experiment is told by the sampler; a parallel run reads no sampler.off_policy / stage1
+    assert [r.group for r in loaded] == [
+        "sampler=parallel",
+        "sampler=sequential,sampler.off_policy=paper",
+        "sampler=sequential,sampler.off_policy=drop_negatives",
+    ]
+    from sesa_cli.report.runs import short_label
+
+    assert [short_label(r) for r in loaded] == ["parallel", "sequential off_policy=paper",
+                                                 "sequential off_policy=drop_negatives"]  # fmt: skip
+
+
+def test_revived_run_summary_excludes_the_parents_rows(tmp_path: Path) -> None:
+    parent = write_run(tmp_path / "collapse", {"sampler": "parallel", "seed": 0})
+    child = write_revival(tmp_path / "rev", parent, at=6, overrides={"sampler": "sequential"})
+    runs, _ = load_runs([parent, child])
+    assert runs[1].parent_step == 6
+    summary = summarize(runs)
+    mine = summary[summary["run"] == str(child)].set_index("metric")
+    assert mine.loc["rollout/success", "best"] == pytest.approx(0.9)
+    assert mine.loc["rollout/success", "final"] == pytest.approx(0.9)
+    # the parent's rows (rollout/distinct, eval/pass@k, ...) are not the child's
+    assert "rollout/distinct" not in mine.index
+    assert "revive/parent" not in set(summary["metric"])
+    files = build_report([parent, child], tmp_path / "report")
+    assert {"sampling", "diversity"} <= set(files["plots"])
+
+
+def test_revivals_from_different_steps_are_drawn_since_the_revival(tmp_path: Path) -> None:
+    from sesa_cli.report.plots import Layout
+
+    parents = [write_run(tmp_path / f"collapse{s}", {"sampler": "parallel", "seed": s}) for s in (0, 1)]
+    revived = [write_revival(tmp_path / f"rev{s}", p, at=5 + s, overrides={"sampler": "sequential"})
+               for s, p in enumerate(parents)]  # fmt: skip
+    runs, _ = load_runs(revived)
+    layout = Layout.of(runs)
+    assert layout.since_revival
+    assert [layout.offset(r) for r in runs] == [5, 6]
+    assert len(layout.parents) == 2  # the parents are not in the report: their copied rows are drawn
+    build_report(revived, tmp_path / "report")  # draws
+    runs, _ = load_runs([*revived, *parents])
+    layout = Layout.of(runs)
+    assert not layout.since_revival
+    assert layout.parents == []
+
+
+def test_heatmap_reads_policy_probs(tmp_path: Path) -> None:
+    from sesa_cli.report.heatmap import load_probs
+    from tests.fake_runs import TARGETS, target_probs
+
+    run = write_run(tmp_path / "run", {"sampler": "parallel", "seed": 1}, policy=True)
+    probs = load_probs(load_run(run))
+    assert probs is not None
+    assert probs.targets == TARGETS
+    assert list(probs.steps) == [0, 5, 10]
+    assert probs.values[:, -1].tolist() == pytest.approx([*target_probs(10, 1, "parallel"),
+                                                          1 - sum(target_probs(10, 1, "parallel"))])  # fmt: skip
+
+
+def test_compare_names_groups_by_number_or_label(tmp_path: Path) -> None:
+    paths = [
+        write_run(tmp_path / f"{a}-{s}", {"algo": a, "seed": s}) for a in ("grpo", "dapo", "rloo") for s in (0, 1)
+    ]
+    report = analyse(paths, compare=["3", "dapo"])
+    assert report.baseline == "algo=rloo"
+    assert list(report.compare["group"].unique()) == ["algo=dapo"]
+    assert analyse(paths).compare is None  # three groups: nothing compared unless asked
+    report = analyse(paths, compare=["dapo", "*"])
+    assert (report.baseline, list(report.compare["group"].unique())) == ("algo=dapo", ["algo=grpo", "algo=rloo"])
+    for bad, message in (([5, 1], "there is no group 5"), (["o", "1"], "matches 3 groups"),
+                         (["sft", "1"], "matches no group"), (["1"], "two or more"), ([1, "grpo"], "two or more")):  # fmt: skip
+        with pytest.raises(ConfigError, match=message):
+            analyse(paths, compare=bad)
+    with pytest.raises(ConfigError, match="no run logged policy/x"):
+        analyse(paths, metrics=["policy/x"])
+
+
+def test_runs_that_differ_in_threads_or_versions_are_flagged(tmp_path: Path) -> None:
+    paths = [write_run(tmp_path / f"s{s}", {"seed": s, "sampler": "parallel"}, threads=t) for s, t in ((0, 1), (1, 2))]
+    paths.append(write_run(tmp_path / "old", {"seed": 2, "sampler": "parallel"}, threads=None))
+    notes = build_report(paths, tmp_path / "report")["notes"]
+    assert "warning: the runs of parallel differ in torch threads (1: seed 0; 2: seed 1)" in notes
+    assert "1 of 3 runs did not record their thread count and package versions" in notes
 
 
 # ---------------------------------------------------------------------------------------------------- loading
@@ -261,8 +354,9 @@ def test_exact_policy_metrics_get_their_plot_and_lead_the_table(tmp_path: Path) 
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     files = build_report([run], tmp_path / "report")
     assert "policy" in files["plots"]
-    _, table = format_table_for_console(files["summary"])
-    assert [r[0] for r in table][:3] == ["policy/target_mass", "policy/effective_solutions", "policy/coverage@64"]
+    assert "heatmap" not in files["plots"]  # no policy_probs.jsonl
+    assert analyse([run]).headline == ["policy/effective_solutions", "policy/target_mass", "eval/success",
+                                       "eval/pass@16"]  # fmt: skip
 
 
 def test_truncated_last_line_is_tolerated(sweep: Path) -> None:
@@ -284,6 +378,7 @@ def test_eval_run_metrics_json_is_one_row(tmp_path: Path, sweep: Path) -> None:
     assert runs[-1].group == "command=eval,sampler=parallel"  # ckpt and train.steps follow the command
     summary = summarize(runs)
     assert summary.query("metric == 'eval/pass@4'")["group"].nunique() == 3
+    assert summary.query("metric == 'eval/pass@4'")["run"].nunique() == 5
 
 
 def test_multirun_skips_job_without_metrics(sweep: Path) -> None:
@@ -291,6 +386,16 @@ def test_multirun_skips_job_without_metrics(sweep: Path) -> None:
     runs, notes = load_runs([sweep])
     assert len(runs) == 4
     assert notes == [f"skipped {sweep / '4'}: no metrics.jsonl"]
+
+
+def test_a_glob_takes_every_matching_sweep(tmp_path: Path) -> None:
+    for name in ("a", "b"):
+        write_multirun(tmp_path / "multirun" / name)
+    runs, _ = load_runs([str(tmp_path / "multirun" / "*")])
+    assert len(runs) == 8
+    assert {r.group for r in runs} == {"sampler=parallel", "sampler=sequential"}
+    with pytest.raises(ConfigError, match="no directory matches"):
+        load_runs([str(tmp_path / "nothing*")])
 
 
 def test_duplicate_paths_are_loaded_once(sweep: Path) -> None:

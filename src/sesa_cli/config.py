@@ -165,6 +165,12 @@ class TaskConfig:
 # ------------------------------------------------------------------------------------------------------- sampler
 OFF_POLICY_VARIANTS = ("paper", "drop_negatives", "weight_negatives", "on_policy_baseline")
 """``sampler.off_policy`` values (documented on the field)."""
+SEQUENTIAL_ONLY = ("stage1", "sketch_max_tokens", "solutions_per_sketch", "loss_context", "is_clip", "train_sketches",
+                   "off_policy")  # fmt: skip
+"""``sampler.*`` fields that ``sampler=parallel`` never reads: every parallel row is drawn and scored under the plain
+prompt. Set on the command line of a run that samples in parallel they are an error (sesa_cli/commands/validate.py),
+not silently ignored; recipes and parent runs may carry them (a revived sequential run switched to parallel keeps its
+own values). The diversity report leaves them out of a parallel group's label."""
 
 
 @dataclass
@@ -236,13 +242,6 @@ class SamplerConfig:
         raise_if(at_least(self, "sampler", 0, "top_k", "sketch_max_tokens"))  # sketch_max_tokens 0 = the task's own
         if self.is_clip <= 0:
             raise ConfigError("sampler.is_clip must be > 0")
-
-
-SEQUENTIAL_ONLY = ("stage1", "sketch_max_tokens", "solutions_per_sketch", "loss_context", "is_clip", "train_sketches",
-                   "off_policy")  # fmt: skip
-"""SamplerConfig fields that only a sequential sampler reads: set on the command line of a run that samples in
-parallel, they are an error (sesa_cli/commands/validate.py), not silently ignored. Recipes and parent runs may
-carry them (a revived sequential run switched to parallel keeps its own values)."""
 
 
 # ---------------------------------------------------------------------------------------------------------- algo
@@ -490,6 +489,15 @@ class DiversityReportConfig:
 
     runs: list[str] = field(default_factory=list)
     """Run dirs and/or multirun dirs (each expanded to the runs inside it)."""
+    compare: list[str] = field(default_factory=list)
+    """Groups to compare, baseline first: ``compare=[1,2]`` (group numbers as the report lists them) or labels,
+    e.g. ``compare=[parallel,sequential]`` (a full or short label, or a piece of exactly one); ``*`` stands for every
+    group not named (``'compare=[parallel,*]'``, quoted for the shell). Each further group is reported as its
+    difference to the baseline (group − baseline) with a 95% bootstrap interval. Empty: the two groups are compared
+    when there are exactly two."""
+    metrics: list[str] = field(default_factory=list)
+    """Headline metrics, e.g. ``metrics=[policy/target_mass,eval/success]``; empty: chosen from what the runs
+    logged (the exact policy's spread and target mass where the task has them, validation success, episode length)."""
     run_dir: str | None = None
     """Where the report is written; set by the command from Hydra's output dir."""
 

@@ -60,6 +60,8 @@ def summarize(task: Task, groups: Sequence[Sequence[Rollout]], prefix: str = "ev
         ents = [e for r in group for e in r.completion.policy_entropies]
         add("entropy", float(np.mean(ents)) if ents else 0.0)
         add("response_len", float(np.mean([r.completion.n_sampled for r in group])))
+        if group[0].completion.mask is not None:  # multi-turn episodes
+            add("turns", float(np.mean([M.episode_turns(r.completion.mask) for r in group])))
         targets = task.target_keys(group[0].inst)
         for k in ks:
             add(f"pass@{k}", M.pass_at_k(n, c, k))

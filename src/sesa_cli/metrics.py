@@ -260,6 +260,15 @@ def mean_token_entropy(entropies: npt.ArrayLike, mask: npt.ArrayLike) -> float:
     return float((np.where(m != 0, h, 0.0) * m).sum() / total)
 
 
+def episode_turns(mask: Sequence[bool] | None) -> int:
+    """Turns the policy took in one episode: the maximal runs of sampled tokens (``mask`` True) in its transcript,
+    which alternate with the environment's teacher-forced feedback (``mask`` False). ``None`` (a single-turn
+    completion, every token sampled) is one turn."""
+    if mask is None:
+        return 1
+    return sum(1 for i, sampled in enumerate(mask) if sampled and (i == 0 or not mask[i - 1]))
+
+
 def reward_stats(rewards: npt.ArrayLike) -> dict[str, float]:
     """Reward statistics of one step.
 

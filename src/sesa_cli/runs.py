@@ -3,7 +3,8 @@
 Layout (spec section 1)::
 
     <run_dir>/config.yaml            resolved config
-    <run_dir>/run.json               command, parent checkpoint, overrides, start time, git commit
+    <run_dir>/run.json               command, parent checkpoint, overrides, start time, git commit, torch thread
+                                     count and package versions
     <run_dir>/metrics.jsonl          one JSON object per step (training rows and evaluation rows), each with "step"
     <run_dir>/metrics.csv            the same, as a table (rewritten at every checkpoint and at the end)
     <run_dir>/policy_probs.jsonl     per evaluation, the exact probability of each target and likely solution
@@ -59,6 +60,7 @@ class RunDir:
             "overrides": overrides,
             "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
             "git_commit": git_commit(),
+            **environment(),
             **extra,
         }
         atomic_write_text(self.path / "run.json", json.dumps(info, indent=2))
@@ -299,6 +301,24 @@ def git_commit() -> str | None:
     except (OSError, subprocess.SubprocessError):
         return None
     return out.stdout.strip() or None
+
+
+def environment() -> dict[str, Any]:
+    """What a run's numbers depend on besides its config and commit: torch's intra-op thread count (float
+    reductions split differently, and runs of the same seed part ways: see the README's FrozenLake section) and the
+    versions of the packages doing the arithmetic. ``sesa diversity-report`` warns when grouped runs differ in them."""
+    import platform
+    from importlib import metadata
+
+    import torch
+
+    versions: dict[str, str | None] = {"python": platform.python_version()}
+    for package in ("torch", "transformers", "sesa"):
+        try:
+            versions[package] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            versions[package] = None
+    return {"torch_threads": torch.get_num_threads(), "versions": versions}
 
 
 def list_checkpoints(run_dir: Path) -> list[tuple[int, Path]]:

@@ -327,6 +327,8 @@ class Trainer:
         row["rollout/entropy"] = float(np.mean(entropies)) if entropies else 0.0
         row["rollout/response_len"] = float(np.mean([r.completion.n_sampled for r in rows]))
         row["rollout/grader_timeouts"] = sum(r.score.grader_timeout for r in rows)  # scored 0 unverified (tasks/math)
+        if rows[0].completion.mask is not None:  # multi-turn episodes
+            row["rollout/turns"] = float(np.mean([M.episode_turns(r.completion.mask) for r in rows]))
         targets = self.task.target_keys(groups[0][0].inst)
         if targets:
             hit = {k for k in keys if k in targets}

@@ -18,23 +18,30 @@ register_configs()
 
 
 def run(cfg: DiversityReportConfig, out_dir: Path) -> dict[str, Any]:
-    """Build the report for ``cfg.runs`` into ``out_dir``; print the headline table; return the written files."""
+    """Build the report for ``cfg.runs`` into ``out_dir``; print the headline tables; return the written files."""
+    from rich import box
     from rich.console import Console
     from rich.table import Table
 
-    from sesa_cli.report import build_report, format_table_for_console
+    from sesa_cli.report import analyse, console_tables, write_report
+    from sesa_cli.report.stats import METHOD
 
     if not cfg.runs:
         raise ConfigError(
             "runs=[...] is empty; pass run dirs or a multirun dir, e.g. runs=[outputs/train/multirun/...]"
         )
-    files = build_report([str(r) for r in cfg.runs], out_dir)
-    headers, rows = format_table_for_console(files["summary"])
-    table = Table(*headers, title="diversity report (final values)")
-    for row in rows:
-        table.add_row(*row)
+    report = analyse([str(r) for r in cfg.runs], cfg.compare, cfg.metrics)
+    files = write_report(report, out_dir)
     console = Console()
-    console.print(table)
+    console.print(report.intro())
+    for title, headers, rows in console_tables(report):
+        table = Table(*headers, title=title, box=box.SIMPLE_HEAD, show_edge=False, title_justify="left",
+                      min_width=min(len(title), 80))  # fmt: skip
+        for row in rows:
+            table.add_row(*row)
+        console.print()
+        console.print(table)
+    console.print(METHOD, style="dim")
     for note in files.get("notes", []):
         console.print(f"note: {note}")
     console.print(f"report: {files['html']}")

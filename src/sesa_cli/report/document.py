@@ -1,33 +1,51 @@
-"""Assemble a diversity report: summary.csv, the PNG plots, report.md and a self-contained report.html."""
+"""Assemble a diversity report: the CSVs, the PNG plots, report.md and a self-contained report.html.
+
+The report leads with the answer: per group the headline metrics (mean and 95% bootstrap interval over seeds),
+the differences between the groups compared, then the pictures; the full tables come last (folded in the HTML).
+"""
 
 from __future__ import annotations
 
 import base64
 import html
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypedDict
 
 import pandas as pd
 
-from sesa_cli.report.plots import make_plots
-from sesa_cli.report.runs import Run, load_runs
-from sesa_cli.report.tables import markdown_table, summarize, wide_table
+from sesa_cli.config import ConfigError
+from sesa_cli.report.heatmap import CAPTION as HEATMAP_CAPTION
+from sesa_cli.report.heatmap import FLOOR, draw_heatmaps, pick_runs
+from sesa_cli.report.plots import Layout, make_plots
+from sesa_cli.report.runs import Run, load_runs, short_label
+from sesa_cli.report.stats import METHOD, format_interval
+from sesa_cli.report.tables import (
+    compare_groups,
+    difference_table,
+    group_summary,
+    headline_metrics,
+    headline_table,
+    markdown_table,
+    metric_sort_key,
+    summarize,
+    wide_table,
+)
 
 _PLOT_CAPTIONS = {
-    "policy": "The plain-prompt policy, exactly (every solution scored): success probability, effective number of "
-    "correct solutions, expected coverage of the targets by k samples.",
-    "success": "Success rate over training steps (what the sampler drew, and evaluation).",
-    "diversity": "Diversity over training steps (what the sampler drew, and evaluation): coverage of the target set, "
-    "distinct and distinct-correct solutions.",
-    "entropy": "Mean token entropy of the sampling distribution over training steps (rollouts and evaluation).",
+    "heatmap": HEATMAP_CAPTION.format(floor=FLOOR),
+    "policy": "The plain-prompt policy, exactly (every solution scored): how many targets its success mass spreads "
+    "over (exp of the entropy of the normalised target mass), the mass on targets, expected coverage of the targets "
+    "by k samples.",
+    "agent": "Episodes: success rate and length in turns, in training batches and at evaluation.",
+    "sampling": "Success rate and mean token entropy of the sampling distribution over training steps (what the "
+    "sampler drew, and evaluation).",
+    "diversity": "Diversity of what was sampled, over training steps (rollout statistics, and evaluation): coverage "
+    "of the target set, distinct and distinct-correct solutions.",
     "pass_at_k": "pass@k of the final evaluation against k (log2 axis).",
 }
-_METHOD = (
-    "Groups are the overrides that differ between runs (seed excluded); values are mean ± std over seeds "
-    "(sample std; none for a single seed)."
-)
-_FINAL = "Value at the last step that logged the metric."
+_FINAL = "Value at the last step that logged the metric (a revived run's copy of its parent's rows excluded)."
 _BEST = "Maximum over steps (for every metric, including entropy and step time)."
 
 
@@ -35,153 +53,346 @@ class ReportFiles(TypedDict):
     """What :func:`build_report` wrote (all paths inside ``out_dir``)."""
 
     summary: Path
-    """summary.csv: one row per group × metric (group, metric, final_mean, final_std, best_mean, best_std, n_seeds)."""
+    """summary.csv: one row per run × metric (group, seed, run, metric, final, best)."""
+    groups: Path
+    """groups.csv: one row per group × metric (n seeds, mean, 95% bootstrap interval of final and best)."""
+    compare: Path | None
+    """compare.csv: per compared group × metric, the difference to the baseline and its interval (None when no two
+    groups were compared)."""
     markdown: Path
     """report.md, referencing the PNGs next to it."""
     html: Path
     """report.html, self-contained (PNGs embedded as data URIs)."""
     plots: dict[str, Path]
-    """Written PNGs by name (``policy``, ``success``, ``diversity``, ``entropy``, ``pass_at_k``); skipped plots are
-    absent."""
+    """Written PNGs by name (``heatmap``, ``policy``, ``agent``, ``sampling``, ``diversity``, ``pass_at_k``);
+    skipped plots are absent."""
     notes: list[str]
-    """Things the reader should know (skipped job dirs, skipped plots), also listed in the report."""
+    """Things the reader should know (skipped job dirs, skipped plots, runs that differ in thread count or package
+    versions), also listed in the report."""
 
 
-def runs_table(runs: Sequence[Run]) -> pd.DataFrame:
-    """One row per run: its group, seed, command, how far it got, and its parent checkpoint (revived runs)."""
-    rows = []
+@dataclass
+class Report:
+    """Everything a document shows, computed once."""
+
+    runs: list[Run]
+    per_run: pd.DataFrame
+    groups: pd.DataFrame
+    compare: pd.DataFrame | None
+    baseline: str | None
+    headline: list[str]
+    labels: dict[str, str]
+    """group → numbered display label (``[1] parallel``)."""
+    plots: dict[str, Path] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def task(self) -> str:
+        return next((run.task for run in self.runs if run.task is not None), None) or "unknown"
+
+    def intro(self) -> str:
+        seeds = sorted({run.seed for run in self.runs if run.seed is not None}, key=_seed_order)
+        n_groups = len(self.labels)
+        seed_text = f" · seeds {', '.join(seeds)}" if seeds else ""
+        return f"Task {self.task} · {len(self.runs)} runs in {n_groups} group{'s' * (n_groups != 1)}{seed_text}."
+
+    def headline_frame(self) -> pd.DataFrame:
+        return headline_table(self.groups, self.headline, self.labels)
+
+    def difference_frame(self) -> pd.DataFrame | None:
+        if self.compare is None or self.compare.empty:
+            return None
+        return difference_table(self.compare, self.headline, self.labels)
+
+    def difference_title(self) -> str:
+        assert self.baseline is not None
+        assert self.compare is not None
+        paired = set(self.compare.loc[self.compare["metric"].isin(self.headline), "paired"])
+        how = "paired by seed" if paired == {True} else "unpaired" if paired == {False} else "paired where possible"
+        return f"Difference to {self.labels[self.baseline]} (group − baseline, final values, {how})"
+
+
+def _seed_order(seed: str) -> tuple[int, str]:
+    return (int(seed), "") if seed.lstrip("-").isdigit() else (1 << 30, seed)
+
+
+def resolve_compare(spec: Sequence[str | int], runs: Sequence[Run]) -> list[str]:
+    """The groups ``compare=[...]`` names, baseline first: each entry a group number as the report lists them
+    (1, 2, ...), a label (full or short), a piece of exactly one label, or ``*`` (every group not named elsewhere,
+    in order). Raises ConfigError naming the groups."""
+    order = list(dict.fromkeys(run.group for run in runs))
+    short = {run.group: short_label(run) for run in runs}
+    listing = "; ".join(f"{i} = {short[g]}" for i, g in enumerate(order, start=1))
+    chosen: list[str] = []
+    rest = -1
+    for entry in spec:
+        text = str(entry).strip()
+        if text == "*":
+            rest = len(chosen)
+            continue
+        if text.isdigit():
+            if not 1 <= int(text) <= len(order):
+                raise ConfigError(f"compare: there is no group {text}; the groups are {listing}")
+            chosen.append(order[int(text) - 1])
+            continue
+        exact = [g for g in order if text in (g, short[g])]
+        matches = exact or [g for g in order if text in g or text in short[g]]
+        if len(matches) != 1:
+            what = "matches no group" if not matches else f"matches {len(matches)} groups"
+            raise ConfigError(f"compare: {text!r} {what}; name a group by its number: {listing}")
+        chosen.append(matches[0])
+    if rest >= 0:
+        chosen[rest:rest] = [g for g in order if g not in chosen]
+    if len(chosen) == 1 or len(set(chosen)) != len(chosen):
+        raise ConfigError(f"compare needs two or more different groups (baseline first); the groups are {listing}")
+    return chosen
+
+
+def environment_notes(runs: Sequence[Run]) -> list[str]:
+    """A note per group whose runs ran with different thread counts or package versions (their numbers may differ
+    for that alone), one for groups that differ from each other, and one for runs that did not record them."""
+    notes = []
+    by_group: dict[str, list[Run]] = {}
     for run in runs:
-        rows.append(
-            {
-                "group": run.group,
-                "seed": run.seed if run.seed is not None else "",
-                "command": run.info.get("command", ""),
-                "last step": int(run.metrics.index.max()),
-                "run": str(run.path),
-                "parent": run.info.get("parent") or "",
-            }
-        )
-    frame = pd.DataFrame(rows)
-    empty = [c for c in ("seed", "command", "parent") if not frame[c].astype(bool).any()]
-    return frame.drop(columns=empty)
+        by_group.setdefault(run.group, []).append(run)
+    seen: dict[str, set[str]] = {}
+    for members in by_group.values():
+        keys = sorted({k for run in members for k in run.environment})
+        for key in keys:
+            values: dict[str, list[str]] = {}
+            for run in members:
+                if key in run.environment:
+                    values.setdefault(run.environment[key], []).append(run.seed or run.name)
+            seen.setdefault(key, set()).update(values)
+            if len(values) > 1:
+                detail = "; ".join(f"{v}: seed {', '.join(s)}" for v, s in values.items())
+                notes.append(f"warning: the runs of {short_label(members[0])} differ in {key} ({detail})")
+    across = [k for k, v in seen.items() if len(v) > 1]
+    if len(by_group) > 1 and across and not notes:
+        notes.append(f"warning: groups differ in {', '.join(across)} (see the runs table)")
+    missing = [run for run in runs if not run.environment]
+    if missing and len(missing) < len(runs):
+        notes.append(f"{len(missing)} of {len(runs)} runs did not record their thread count and package versions")
+    return notes
 
 
-def _markdown(
-    task: str | None,
-    runs: pd.DataFrame,
-    final: pd.DataFrame,
-    best: pd.DataFrame,
-    plots: dict[str, Path],
-    notes: list[str],
-) -> str:
-    parts = [
-        "# sesa diversity report",
-        "",
-        f"Task: `{task or 'unknown'}` · {len(runs)} runs in {runs['group'].nunique()} groups. {_METHOD}",
-        "The full long-form table is `summary.csv`.",
-        "",
-    ]
-    if notes:
-        parts += ["## Notes", "", *(f"- {note}" for note in notes), ""]
-    parts += [
-        "## Final values",
-        "",
-        _FINAL,
-        "",
-        markdown_table(final),
-        "",
-        "## Best values",
-        "",
-        _BEST,
-        "",
-        markdown_table(best),
-        "",
-        "## Plots",
-        "",
-    ]
-    for name, path in plots.items():
+def analyse(runs: Sequence[str | Path], compare: Sequence[str | int] = (), metrics: Sequence[str] = ()) -> Report:
+    """Load, group and summarise runs; resolve ``compare`` (default: the two groups, when there are exactly two)."""
+    loaded, notes = load_runs(runs)
+    per_run = summarize(loaded)
+    groups = group_summary(per_run)
+    order = list(dict.fromkeys(run.group for run in loaded))
+    labels = {g: f"[{i}] {short_label(next(r for r in loaded if r.group == g))}" for i, g in enumerate(order, 1)}
+    present = sorted(set(per_run["metric"]), key=metric_sort_key)
+    unknown = [m for m in metrics if m not in present]
+    if unknown:
+        raise ConfigError(f"metrics: no run logged {', '.join(unknown)}; logged: {', '.join(present)}")
+    headline = list(metrics) or headline_metrics(present) or present[:4]
+    chosen = resolve_compare(compare, loaded) if compare else order if len(order) == 2 else []
+    table = compare_groups(per_run, chosen[0], chosen[1:]) if chosen else None
+    for group in order:
+        seeds = [r.seed for r in loaded if r.group == group and r.seed is not None]
+        repeated = sorted({s for s in seeds if seeds.count(s) > 1}, key=_seed_order)
+        if repeated:
+            notes.append(f"{labels[group]} has several runs of seed {', '.join(repeated)}: averaged as separate runs")
+    notes += environment_notes(loaded)
+    return Report(loaded, per_run, groups, table, chosen[0] if chosen else None, headline, labels, notes=notes)
+
+
+# ---------------------------------------------------------------------------------------------------- documents
+def _markdown(report: Report) -> str:
+    parts = ["# sesa diversity report", "", report.intro(), ""]
+    if report.notes:
+        parts += ["## Notes", "", *(f"- {note}" for note in report.notes), ""]
+    parts += ["## Headline", "", f"Final values: mean over seeds [95% interval]. {METHOD}", "",
+              markdown_table(report.headline_frame(), index=False), ""]  # fmt: skip
+    difference = report.difference_frame()
+    if difference is not None:
+        parts += [f"### {report.difference_title()}", "", markdown_table(difference, index=False), ""]
+    parts += ["## Plots", ""]
+    for name, path in report.plots.items():
         parts += [f"![{name}]({path.name})", "", _PLOT_CAPTIONS[name], ""]
-    parts += ["## Runs", "", markdown_table(runs, index=False), ""]
+    parts += ["## All metrics", "", "### Final values", "", _FINAL, "",
+              markdown_table(wide_table(report.groups, "final", labels=report.labels)), "",
+              "### Best values", "", _BEST, "",
+              markdown_table(wide_table(report.groups, "best", labels=report.labels)), "",
+              "## Runs", "", markdown_table(runs_table(report), index=False), ""]  # fmt: skip
     return "\n".join(parts)
 
 
 _CSS = """
-body { font-family: system-ui, sans-serif; max-width: 1400px; margin: 2em auto; padding: 0 1em; color: #222; }
-table { border-collapse: collapse; font-size: 0.9em; margin: 0.5em 0 1.5em; }
-th, td { border-bottom: 1px solid #ddd; padding: 0.3em 0.8em; text-align: right; }
+body { font-family: system-ui, sans-serif; max-width: 1280px; margin: 1.5em auto; padding: 0 1em; color: #222; }
+table { border-collapse: collapse; font-size: 0.9em; margin: 0.5em 0 1.2em; }
+th, td { border-bottom: 1px solid #ddd; padding: 0.3em 0.7em; text-align: right; white-space: nowrap; }
 th:first-child, td:first-child { text-align: left; }
 thead th { border-bottom: 2px solid #888; }
-img { max-width: 100%; border: 1px solid #eee; }
-figure { margin: 1em 0 2em; }
-figcaption, .note { color: #555; font-size: 0.9em; }
+img { max-width: 100%; }
+figure { margin: 0.8em 0 1.8em; }
+figcaption, .note { color: #555; font-size: 0.9em; max-width: 1100px; }
+.warn { color: #8a4b00; }
+details { margin: 0.6em 0; }
+summary { cursor: pointer; font-weight: 600; }
+.scroll { overflow-x: auto; }
 """
 
 
-def _html(
-    task: str | None,
-    runs: pd.DataFrame,
-    final: pd.DataFrame,
-    best: pd.DataFrame,
-    plots: dict[str, Path],
-    notes: list[str],
-) -> str:
+def _html(report: Report) -> str:
     def table(frame: pd.DataFrame, index: bool = True) -> str:
-        return frame.to_html(index=index, border=0, escape=True, na_rep="")
+        return "<div class='scroll'>" + frame.to_html(index=index, border=0, escape=True, na_rep="") + "</div>"
 
-    intro = (
-        f"Task: <code>{html.escape(task or 'unknown')}</code> · {len(runs)} runs in {runs['group'].nunique()} groups."
-    )
     parts = [
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8"><title>sesa diversity report</title>',
         f"<style>{_CSS}</style></head><body>",
         "<h1>sesa diversity report</h1>",
-        f"<p>{intro} {html.escape(_METHOD)}</p>",
+        f"<p>{html.escape(report.intro())}</p>",
     ]
-    if notes:
-        parts.append("<h2>Notes</h2><ul>" + "".join(f"<li>{html.escape(n)}</li>" for n in notes) + "</ul>")
+    if report.notes:
+        items = "".join(
+            f"<li class='{'warn' if n.startswith('warning') else ''}'>{html.escape(n)}</li>" for n in report.notes
+        )
+        parts.append(f"<ul>{items}</ul>")
     parts += [
-        f"<h2>Final values</h2><p class='note'>{html.escape(_FINAL)}</p>",
-        table(final),
-        f"<h2>Best values</h2><p class='note'>{html.escape(_BEST)}</p>",
-        table(best),
-        "<h2>Plots</h2>",
+        "<h2>Headline</h2>",
+        f"<p class='note'>Final values: mean over seeds [95% interval]. {html.escape(METHOD)}</p>",
+        table(report.headline_frame(), index=False),
     ]
-    for name, path in plots.items():
+    difference = report.difference_frame()
+    if difference is not None:
+        parts += [f"<h3>{html.escape(report.difference_title())}</h3>", table(difference, index=False)]
+    for name, path in report.plots.items():
         data = base64.b64encode(path.read_bytes()).decode("ascii")
         parts.append(
             f'<figure><img alt="{name}" src="data:image/png;base64,{data}">'
             f"<figcaption>{html.escape(_PLOT_CAPTIONS[name])}</figcaption></figure>"
         )
-    parts += ["<h2>Runs</h2>", table(runs, index=False), "</body></html>"]
+    parts += [
+        "<h2>All metrics</h2>",
+        f"<details><summary>Final values of every metric</summary><p class='note'>{html.escape(_FINAL)}</p>",
+        table(wide_table(report.groups, "final", labels=report.labels)),
+        "</details>",
+        f"<details><summary>Best values of every metric</summary><p class='note'>{html.escape(_BEST)}</p>",
+        table(wide_table(report.groups, "best", labels=report.labels)),
+        "</details>",
+        "<details><summary>Runs</summary>",
+        table(runs_table(report), index=False),
+        "</details>",
+        "</body></html>",
+    ]
     return "\n".join(parts)
 
 
-def build_report(runs: Sequence[str | Path], out_dir: Path) -> ReportFiles:
+def runs_table(report: Report) -> pd.DataFrame:
+    """One row per run: its group, seed, command, how far it got, where it ran from, threads and versions."""
+    rows = []
+    for run in report.runs:
+        env = run.environment
+        rows.append({
+            "group": report.labels[run.group],
+            "seed": run.seed if run.seed is not None else "",
+            "command": run.info.get("command", ""),
+            "last step": int(run.metrics.index.max()),
+            "revived at": "" if run.parent_step is None else run.parent_step,
+            "threads": env.get("torch threads", ""),
+            "versions": " ".join(f"{k} {v}" for k, v in env.items() if k != "torch threads"),
+            "run": str(run.path),
+        })  # fmt: skip
+    frame = pd.DataFrame(rows)
+    empty = [c for c in ("seed", "command", "revived at", "threads", "versions") if not frame[c].astype(bool).any()]
+    return frame.drop(columns=empty)
+
+
+def build_report(
+    runs: Sequence[str | Path],
+    out_dir: Path,
+    compare: Sequence[str | int] = (),
+    metrics: Sequence[str] = (),
+) -> ReportFiles:
     """Compare runs and write a diversity report into ``out_dir`` (created if needed).
 
     ``runs`` lists run dirs (``metrics.jsonl``, or an eval run's ``metrics.json``) and multirun dirs (whose job
-    subdirs are taken). Runs are grouped by the overrides that differ between them, seed excluded, and every table
-    and plot shows mean ± std over the seeds of a group. Raises :class:`sesa_cli.config.ConfigError` (one line) for
-    an empty list, a missing path, a dir without runs, or runs of different tasks.
+    subdirs are taken). Runs are grouped by their overrides minus the seed (:func:`sesa_cli.report.runs.assign_groups`)
+    and every table and plot shows the mean over the seeds of a group with a 95% bootstrap interval. ``compare``
+    names a baseline group and the groups to compare with it (:func:`resolve_compare`; default: the two groups when
+    there are exactly two); ``metrics`` the headline metrics (default: :func:`sesa_cli.report.tables.headline_metrics`).
+    Raises :class:`sesa_cli.config.ConfigError` (one line) for an empty list, a missing path, a dir without runs, runs
+    of different tasks, or a ``compare``/``metrics`` entry that names nothing.
     """
-    loaded, notes = load_runs(runs)
+    return write_report(analyse(runs, compare, metrics), out_dir)
+
+
+def write_report(report: Report, out_dir: Path) -> ReportFiles:
+    """Write the CSVs, the plots, report.md and report.html of an :func:`analyse` result into ``out_dir``."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-
-    summary = summarize(loaded)
-    summary_path = out_dir / "summary.csv"
-    summary.to_csv(summary_path, index=False)
-
-    plots, skipped = make_plots(loaded, out_dir)
-    notes = notes + [f"{name}.png not drawn: {reason}" for name, reason in skipped.items()]
-
-    task = next((run.task for run in loaded if run.task is not None), None)
-    table = runs_table(loaded)
-    final = wide_table(summary, "final")
-    best = wide_table(summary, "best")
+    files = write_tables(report, out_dir)
+    report.plots, skipped = draw_figures(report, out_dir)
+    report.notes += [f"{name}.png not drawn: {reason}" for name, reason in skipped.items()]
     markdown_path = out_dir / "report.md"
-    markdown_path.write_text(_markdown(task, table, final, best, plots, notes))
+    markdown_path.write_text(_markdown(report))
     html_path = out_dir / "report.html"
-    html_path.write_text(_html(task, table, final, best, plots, notes))
-    return ReportFiles(summary=summary_path, markdown=markdown_path, html=html_path, plots=plots, notes=notes)
+    html_path.write_text(_html(report))
+    return ReportFiles(markdown=markdown_path, html=html_path, plots=report.plots, notes=report.notes, **files)
+
+
+def write_tables(report: Report, out_dir: Path) -> dict[str, Path | None]:
+    """summary.csv, groups.csv and (when groups are compared) compare.csv."""
+    paths: dict[str, Path | None] = {"summary": out_dir / "summary.csv", "groups": out_dir / "groups.csv"}
+    report.per_run.to_csv(paths["summary"], index=False)
+    report.groups.to_csv(paths["groups"], index=False)
+    paths["compare"] = None
+    if report.compare is not None:
+        paths["compare"] = out_dir / "compare.csv"
+        report.compare.to_csv(paths["compare"], index=False)
+    return paths
+
+
+def draw_figures(report: Report, out_dir: Path) -> tuple[dict[str, Path], dict[str, str]]:
+    """The heatmap (tasks with exact policy metrics) and the curve plots; returns (written, skipped with reason)."""
+    layout = Layout.of(report.runs)
+    written: dict[str, Path] = {}
+    panels = [report.baseline, *report.compare["group"].unique()[:1]] if report.baseline else list(layout.groups)
+    heatmap = draw_heatmaps(pick_runs(layout.groups, panels[:2]), layout.colors, out_dir / "heatmap.png")
+    if heatmap is not None:
+        written["heatmap"] = heatmap
+    plots, skipped = make_plots(report.runs, out_dir)
+    return {**written, **plots}, skipped
+
+
+def console_tables(report: Report) -> list[tuple[str, list[str], list[list[str]]]]:
+    """(title, headers, rows) of the tables ``sesa diversity-report`` prints, narrow enough for 80 columns: the
+    groups by number, then per headline metric one row per group with its final mean and 95% interval, and the
+    difference to the baseline where groups are compared."""
+    numbered = {g: label.partition(" ")[0] for g, label in report.labels.items()}
+    out = [("groups", ["#", "group", "seeds"],
+            [[numbered[g], label.partition(" ")[2], str(_n(report, g))] for g, label in report.labels.items()])]  # fmt: skip
+    groups = report.groups.set_index(["group", "metric"])
+    compare = report.compare.set_index(["group", "metric"]) if report.compare is not None else None
+    for metric in report.headline:
+        headers = ["#", "mean", "95% interval"]
+        if compare is not None:
+            headers += [f"− {numbered[report.baseline]}", "95% interval"]  # type: ignore[index]
+        rows = []
+        for group in report.labels:
+            if (group, metric) not in groups.index:
+                continue
+            row = groups.loc[(group, metric)]
+            cells = [numbered[group], *_split(format_interval(row["final_mean"], row["final_low"], row["final_high"]))]
+            if compare is not None:
+                if (group, metric) in compare.index:
+                    d = compare.loc[(group, metric)]
+                    cells += _split(format_interval(d["difference"], d["low"], d["high"], sign=True))
+                else:
+                    cells += ["", ""]
+            rows.append(cells)
+        out.append((f"{metric} (final)", headers, rows))
+    return out
+
+
+def _split(cell: str) -> list[str]:
+    mean, _, rest = cell.partition(" ")
+    return [mean, rest]
+
+
+def _n(report: Report, group: str) -> int:
+    return sum(run.group == group for run in report.runs)

@@ -1,12 +1,18 @@
-"""PNG plots of a diversity report: curves over training steps (mean over seeds, ±1 std band) and pass@k over k.
+"""PNG plots of a diversity report: curves over training steps (mean over seeds with a 95% bootstrap band) and
+pass@k over k.
 
-One colour per group, the same in every plot. A panel overlays a metric logged at every training step (solid: a
-``rollout/`` statistic of what the sampler drew, or an exact ``policy/`` metric) and its evaluation counterpart
-(dashed, markers: evaluation rows are sparse).
+One colour per group, the same in every plot (and in the heatmaps, :mod:`sesa_cli.report.heatmap`). A panel
+overlays a metric logged at every training step (solid: a ``rollout/`` statistic of what the sampler drew, or an
+exact ``policy/`` metric) and its evaluation counterpart (dashed, markers: evaluation rows are sparse).
 
-matplotlib is imported inside :func:`make_plots`, so importing ``sesa_cli.report`` stays cheap. Figures are built
-with ``matplotlib.figure.Figure`` and rendered by the Agg canvas, never through pyplot: no display is needed, and a
-caller's pyplot state and backend (say, a notebook's) are left alone (matplotlib's "embedding in a web server"
+A revived run is drawn from its checkpoint on; the parent's history it copied (``revive/parent`` rows) is drawn
+once, grey and dotted, unless the parent run is itself in the report (then it is a group of its own). When every run
+is a revival and they start from different steps (``step=auto`` finds each seed's collapse at its own step), the x
+axis counts steps since the revival, so the seeds of a group line up.
+
+matplotlib is imported inside the functions that draw, so importing ``sesa_cli.report`` stays cheap. Figures are
+built with ``matplotlib.figure.Figure`` and rendered by the Agg canvas, never through pyplot: no display is needed,
+and a caller's pyplot state and backend (say, a notebook's) are left alone (matplotlib's "embedding in a web server"
 advice).
 """
 
@@ -14,18 +20,21 @@ from __future__ import annotations
 
 import textwrap
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from sesa_cli.report.runs import Run
+from sesa_cli.report.runs import Run, short_label
+from sesa_cli.report.stats import CURVE_RESAMPLES, LEVEL, bootstrap_interval
 from sesa_cli.report.tables import at_k_values
 
 DPI = 100
-PANEL_SIZE = (4.4, 2.9)  # inches of plotting area per panel
+# Inches of plotting area per panel: three panels and their margins come to ~1,240 px, what report.html shows at a
+# 1280 px window without scaling the text down.
+PANEL_SIZE = (3.3, 2.5)
 # With fewer points than this a training curve also gets markers (a short run would otherwise hide its points).
 _MARKER_BELOW = 25
 _STYLES = {"train": "-", "eval": "--"}
@@ -34,6 +43,8 @@ _STYLES = {"train": "-", "eval": "--"}
 # seeds). Short runs (< _SMOOTH_FROM logged steps), exact policy metrics and evaluation curves are drawn raw; tables
 # are always raw.
 _SMOOTH_FROM = 50
+PARENT_COLOR = "0.45"
+BAND = f"line: mean over seeds; shaded: {LEVEL:.0%} bootstrap interval of the mean"
 
 
 def smoothing_window(n_steps: int) -> int:
@@ -48,6 +59,8 @@ class Panel:
     metrics: tuple[str, ...]
     """Metrics drawn on this panel: per-step ones (``rollout/``, ``policy/``; solid) and/or ``eval/`` ones
     (dashed)."""
+    probability: bool = False
+    """Values in [0, 1]: the band is clipped to it."""
 
 
 @dataclass(frozen=True)
@@ -57,6 +70,44 @@ class PlotSpec:
     panels: tuple[Panel, ...]
     optional: bool = False
     """Only some tasks log these metrics: when no run has them the plot is left out without a note."""
+    requires: tuple[str, ...] = ()
+    """Drawn only when some run logged one of these (the agent plot: episode lengths)."""
+
+
+@dataclass
+class Layout:
+    """Who is drawn how: groups in order with their runs, colours and legend labels, and the x axis."""
+
+    groups: dict[str, list[Run]]
+    colors: dict[str, str]
+    labels: dict[str, str]
+    since_revival: bool
+    parents: list[Run] = field(default_factory=list)
+    """Revived runs whose copied parent history is drawn (one per parent run not itself in the report)."""
+
+    @classmethod
+    def of(cls, runs: Sequence[Run]) -> Layout:
+        groups: dict[str, list[Run]] = {}
+        for run in runs:
+            groups.setdefault(run.group, []).append(run)
+        colors = {g: f"C{i % 10}" for i, g in enumerate(groups)}
+        labels = {g: f"{short_label(members[0])} (n={len(members)})" for g, members in groups.items()}
+        starts = {run.parent_step for run in runs}
+        since_revival = None not in starts and len(starts) > 1
+        present = {run.path.resolve() for run in runs}
+        parents: dict[str, Run] = {}
+        for run in runs:
+            parent = run.info.get("parent_run")
+            if run.parent_step is not None and parent and Path(parent).resolve() not in present:
+                parents.setdefault(str(Path(parent).resolve()), run)
+        return cls(groups, colors, labels, since_revival, list(parents.values()))
+
+    @property
+    def xlabel(self) -> str:
+        return "steps since revival (checkpoint at 0)" if self.since_revival else "training step"
+
+    def offset(self, run: Run) -> int:
+        return (run.parent_step or 0) if self.since_revival else 0
 
 
 def plot_specs(metrics: Sequence[str]) -> list[PlotSpec]:
@@ -66,23 +117,46 @@ def plot_specs(metrics: Sequence[str]) -> list[PlotSpec]:
         ks = at_k_values(metrics, base)
         return (f"{base}@{ks[-1]}",) if ks else ()
 
+    policy_k = largest_k("policy/coverage")
     return [
         PlotSpec(
             "policy",
-            "Exact plain-prompt policy",
+            "The plain-prompt policy, measured exactly",
             (
-                Panel("success probability", "P(target)", ("policy/target_mass",)),
-                Panel("effective correct solutions", "exp(entropy over targets)", ("policy/effective_solutions",)),
-                Panel("coverage", "expected targets hit / U", largest_k("policy/coverage")),
+                Panel("effective solutions", "exp(entropy of target mass)", ("policy/effective_solutions",)),
+                Panel("mass on targets", "P(target | prompt)", ("policy/target_mass",), probability=True),
+                Panel(
+                    "coverage" + (f"@{policy_k[0].rpartition('@')[2]}" if policy_k else ""),
+                    "expected targets hit / U",
+                    policy_k,
+                    probability=True,
+                ),
             ),
             optional=True,
         ),
-        PlotSpec("success", "Success rate", (Panel("success", "success rate", ("rollout/success", "eval/success")),)),
+        PlotSpec(
+            "agent",
+            "Episodes",
+            (
+                Panel("success", "success rate", ("rollout/success", "eval/success"), probability=True),
+                Panel("episode length", "turns per episode", ("rollout/turns", "eval/turns")),
+            ),
+            optional=True,
+            requires=("rollout/turns", "eval/turns"),
+        ),
+        PlotSpec(
+            "sampling",
+            "Success and token entropy of sampling",
+            (
+                Panel("success", "success rate", ("rollout/success", "eval/success"), probability=True),
+                Panel("token entropy", "mean token entropy (nats)", ("rollout/entropy", "eval/entropy")),
+            ),
+        ),
         PlotSpec(
             "diversity",
-            "Diversity",
+            "Diversity of what was sampled",
             (
-                Panel("coverage", "targets found / U", ("rollout/coverage", *largest_k("eval/coverage"))),
+                Panel("coverage", "targets found / U", ("rollout/coverage", *largest_k("eval/coverage")), True),
                 Panel("distinct", "distinct solutions", ("rollout/distinct", *largest_k("eval/distinct"))),
                 Panel(
                     "distinct correct",
@@ -91,84 +165,97 @@ def plot_specs(metrics: Sequence[str]) -> list[PlotSpec]:
                 ),
             ),
         ),
-        PlotSpec(
-            "entropy",
-            "Token entropy of sampling",
-            (Panel("entropy", "mean token entropy", ("rollout/entropy", "eval/entropy")),),
-        ),
     ]
 
 
-def _group_frame(runs: Sequence[Run], metric: str) -> pd.DataFrame:
-    """Columns = runs that logged ``metric``, index = step (union over runs), NaN where a run did not log it."""
-    series = {str(run.path): run.metrics[metric].dropna() for run in runs if metric in run.metrics.columns}
-    series = {k: s for k, s in series.items() if not s.empty}
+def _curves(runs: Sequence[Run], metric: str, layout: Layout, window: int, inherited: bool = False) -> pd.DataFrame:
+    """Columns = runs that logged ``metric``, index = x (union over runs), NaN where a run did not log it.
+
+    A run's own rows, plus (revived runs) the checkpoint's row so the curve starts where the parent left off; with
+    ``inherited`` the copied parent rows instead. Each column is smoothed over ``window`` steps first.
+    """
+    series = {}
+    for run in runs:
+        if metric not in run.metrics.columns:
+            continue
+        if inherited:
+            frame = run.inherited
+        else:
+            frame = run.own
+            start = run.parent_step
+            if start is not None and start in run.metrics.index:
+                frame = pd.concat([run.metrics.loc[[start]], frame])
+        values = frame[metric].dropna() if metric in frame.columns else pd.Series(dtype=float)
+        if values.empty:
+            continue
+        values = values.rolling(window, center=True, min_periods=1).mean() if window > 1 else values
+        values.index = values.index - layout.offset(run)
+        series[str(run.path)] = values[~values.index.duplicated(keep="last")]
     if not series:
         return pd.DataFrame()
     return pd.concat(series, axis=1).sort_index()
 
 
-def _draw_band(
-    ax: Any,
-    x: np.ndarray,
-    frame: pd.DataFrame,
-    color: str,
-    style: str,
-    marker: str | None,
-    clip: tuple[float, float] = (-np.inf, np.inf),
-) -> None:
-    """Mean over the columns (seeds) as a line, ±1 sample std as a band where at least two seeds have a value."""
-    mean = frame.mean(axis=1).to_numpy()
-    ax.plot(x, mean, color=color, ls=style, lw=1.6, marker=marker, ms=3.5)
-    band = frame.count(axis=1).to_numpy() >= 2
+def _draw_band(ax: Any, frame: pd.DataFrame, color: str, style: str, marker: str | None, lw: float = 1.6,
+               clip: tuple[float, float] = (-np.inf, np.inf), label: str | None = None) -> None:  # fmt: skip
+    """Mean over the columns (seeds) as a line, the bootstrap interval of the mean as a band where at least two
+    seeds have a value."""
+    x = frame.index.to_numpy()
+    mean, low, high = bootstrap_interval(frame.to_numpy().T, CURVE_RESAMPLES)
+    ax.plot(x, mean, color=color, ls=style, lw=lw, marker=marker, ms=3.5, label=label)
+    band = ~np.isnan(low)
     if band.any():
-        std = frame.std(axis=1, ddof=1).to_numpy()
-        low, high = np.clip(mean - std, *clip), np.clip(mean + std, *clip)
-        ax.fill_between(x, low, high, where=band, color=color, alpha=0.18, lw=0)
+        ax.fill_between(x, np.clip(low, *clip), np.clip(high, *clip), where=band, color=color, alpha=0.18, lw=0)
 
 
-def _smooth(frame: pd.DataFrame, window: int) -> pd.DataFrame:
-    return frame if window <= 1 else frame.rolling(window, center=True, min_periods=1).mean()
-
-
-def _draw_panel(ax: Any, panel: Panel, groups: dict[str, list[Run]], colors: dict[str, str], window: int) -> set[str]:
-    """Draw a panel's metrics for every group; returns the kinds drawn (``train`` / ``eval``) for the legend."""
+def _draw_panel(ax: Any, panel: Panel, layout: Layout, window: int) -> set[str]:
+    """Draw a panel's metrics for every group; returns the kinds drawn (``train`` / ``eval`` / ``parent``)."""
     drawn = set()
+    clip = (0.0, 1.0) if panel.probability else (-np.inf, np.inf)
     for metric in panel.metrics:
         kind = "eval" if metric.startswith("eval/") else "train"
-        for group, members in groups.items():
-            frame = _group_frame(members, metric)
+        smooth = window if metric.startswith("rollout/") else 1
+        for group, members in layout.groups.items():
+            frame = _curves(members, metric, layout, smooth)
             if frame.empty:
                 continue
-            smooth = window if metric.startswith("rollout/") else 1
-            frame = _smooth(frame, smooth)
             few = kind == "eval" or len(frame) < _MARKER_BELOW
-            _draw_band(ax, frame.index.to_numpy(), frame, colors[group], _STYLES[kind], "o" if few else None)
+            _draw_band(ax, frame, layout.colors[group], _STYLES[kind], "o" if few else None, clip=clip)
             if metric in ("rollout/entropy", "policy/effective_solutions"):
-                _mark_collapse(ax, members, metric, colors[group], smooth)
+                _mark_collapse(ax, members, metric, layout, smooth)
             drawn.add(kind)
-    evals = [m for m in panel.metrics if m.startswith("eval/") and "@" in m]
-    ax.set_title(panel.title + (f" (eval at k={evals[0].rpartition('@')[2]})" if evals else ""), fontsize=10)
-    ax.set_xlabel("training step")
+        parent = _curves(layout.parents, metric, layout, smooth, inherited=True) if "parent" not in drawn else None
+        if parent is not None and not parent.empty:
+            # one parent curve per panel (its first metric): two grey dotted curves would read as one zigzag
+            _draw_band(ax, parent, PARENT_COLOR, ":", "o" if kind == "eval" else None, lw=1.5, clip=clip)
+            drawn.add("parent")
+    if layout.since_revival:
+        ax.axvline(0, color=PARENT_COLOR, lw=0.8)
+    ax.set_title(panel.title, fontsize=10)
+    ax.xaxis.get_major_locator().set_params(integer=True)  # steps
+    ax.set_xlabel(layout.xlabel)
     ax.set_ylabel(panel.ylabel)
     ax.grid(alpha=0.3)
     return drawn
 
 
-def _mark_collapse(ax: Any, runs: Sequence[Run], metric: str, color: str, window: int) -> None:
-    """An ``x`` at the first step each run's collapse monitor fired, on that run's own (smoothed) curve."""
+def _mark_collapse(ax: Any, runs: Sequence[Run], metric: str, layout: Layout, window: int) -> None:
+    """An ``x`` at the first step each run's collapse monitor fired (its own rows), on that run's smoothed curve."""
     for run in runs:
-        if "collapse/flag" not in run.metrics.columns or metric not in run.metrics.columns:
+        own = run.own
+        if "collapse/flag" not in own.columns or metric not in own.columns:
             continue
-        flagged = run.metrics.index[run.metrics["collapse/flag"].fillna(0) > 0]
-        values = _smooth(run.metrics[[metric]].dropna(), window)[metric]
+        flagged = own.index[own["collapse/flag"].fillna(0) > 0]
+        values = own[metric].dropna()
+        values = values.rolling(window, center=True, min_periods=1).mean() if window > 1 else values
         if len(flagged) and not values.empty:
             step = flagged[0]
             y = float(np.interp(step, values.index.to_numpy(), values.to_numpy()))
-            ax.plot([step], [y], marker="x", color=color, ms=8, mew=2, ls="none")
+            ax.plot([step - layout.offset(run)], [y], marker="x", color=layout.colors[run.group], ms=8, mew=2)
 
 
-def _figure(ncols: int, n_legend: int, legend_chars: int, caption: str) -> tuple[Any, Any, int, str]:
+def figure(ncols: int, n_legend: int, legend_chars: int, caption: str,
+           panel_size: tuple[float, float] = PANEL_SIZE) -> tuple[Any, list[Any], int, str]:  # fmt: skip
     """A one-row figure with fixed-size panels and room for a legend below.
 
     Returns (figure, axes, legend columns, the caption wrapped to the figure width).
@@ -176,14 +263,14 @@ def _figure(ncols: int, n_legend: int, legend_chars: int, caption: str) -> tuple
     The layout is computed by hand in inches: matplotlib's constrained layout looks no better here and doubles
     the drawing time, and ``sesa diversity-report`` should finish in about a second.
     """
-    width, height = PANEL_SIZE
-    left, right, gap_w, xlabel = 0.75, 0.3, 0.85, 0.55
+    width, height = panel_size
+    left, right, gap_w, xlabel = 0.75, 0.3, 0.75, 0.55
     top = 0.65 if ncols > 1 else 0.45  # room for the panel titles, or only the figure title
     fig_w = left + ncols * width + (ncols - 1) * gap_w + right
     entry_w = 0.7 + 0.075 * legend_chars
     legend_cols = max(1, min(n_legend, int((fig_w - 0.4) // entry_w)))
-    caption = "\n".join(textwrap.wrap(caption, width=int((fig_w - 0.4) / 0.06)))  # ~0.06 in per char at 8 pt
-    legend_h = 0.2 + 0.15 * (caption.count("\n") + 1) + 0.24 * -(-n_legend // legend_cols)
+    caption = "\n".join(textwrap.wrap(caption, width=int((fig_w - 0.4) / 0.065)))  # ~0.065 in per char at 8.5 pt
+    legend_h = 0.25 + 0.16 * (caption.count("\n") + 1) + 0.25 * -(-n_legend // legend_cols)
     bottom = xlabel + legend_h
     fig_h = top + height + bottom
     from matplotlib.figure import Figure
@@ -196,45 +283,54 @@ def _figure(ncols: int, n_legend: int, legend_chars: int, caption: str) -> tuple
     return fig, list(axes.flat), legend_cols, caption
 
 
-def _legend(fig: Any, colors: dict[str, str], kinds: set[str], ncol: int, caption: str) -> None:
+def _legend(fig: Any, layout: Layout, kinds: set[str], ncol: int, caption: str, eval_note: str = "") -> None:
     from matplotlib.lines import Line2D
 
-    handles = [Line2D([], [], color=color, lw=2) for color in colors.values()]
-    labels = list(colors)
-    if len(kinds) > 1:  # only explain line styles when both appear
+    handles = [Line2D([], [], color=layout.colors[g], lw=2.5) for g in layout.groups]
+    labels = list(layout.labels.values())
+    if "parent" in kinds:
+        handles.append(Line2D([], [], color=PARENT_COLOR, ls=":", lw=1.6))
+        labels.append(f"parent runs before revival (n={len(layout.parents)})")
+    if {"train", "eval"} <= kinds:  # only explain line styles when both appear
         handles += [Line2D([], [], color="0.3", ls=_STYLES[k], lw=1.6) for k in ("train", "eval")]
-        labels += ["train", "eval"]
+        labels += ["during training", "evaluation" + eval_note]
     fig.legend(
         handles,
         labels,
         loc="lower center",
         bbox_to_anchor=(0.5, 0.08 / fig.get_figheight()),
         ncol=ncol,
-        fontsize=9,
+        fontsize=10,
         frameon=False,
         title=caption,
-        title_fontsize=8,
+        title_fontsize=9,
     )
 
 
+def _size(ncols: int) -> tuple[float, float]:
+    """Panel size: one or two panels get wider ones (the figure, and its legend, would be cramped)."""
+    return {1: (6.0, 2.8), 2: (4.9, 2.6)}.get(ncols, PANEL_SIZE)
+
+
+def _eval_note(panels: Sequence[Panel]) -> str:
+    """``" (k=64 samples)"`` when the panels' evaluation curves are @k metrics of one k."""
+    ks = {m.rpartition("@")[2] for p in panels for m in p.metrics if m.startswith("eval/") and "@" in m}
+    return f" (k={ks.pop()} samples)" if len(ks) == 1 else ""
+
+
 def make_plots(runs: Sequence[Run], out_dir: Path) -> tuple[dict[str, Path], dict[str, str]]:
-    """Write ``policy.png`` (tasks with exact policy metrics), ``success.png``, ``diversity.png``, ``entropy.png``
-    and ``pass_at_k.png`` into ``out_dir``.
+    """Write ``policy.png`` (tasks with exact policy metrics), ``agent.png`` (agent tasks), ``sampling.png``
+    (success and token entropy), ``diversity.png`` and ``pass_at_k.png`` into ``out_dir``.
 
     Returns (written plots by name, skipped plots by name → reason). A plot is skipped when no run logged any of
     its metrics; a panel is left out when no run logged its metrics.
     """
-    by_group: dict[str, list[Run]] = {}
-    for run in runs:
-        by_group.setdefault(run.group, []).append(run)
-    groups = {f"{g} (n={len(members)})": members for g, members in by_group.items()}
-    colors = {label: f"C{i % 10}" for i, label in enumerate(groups)}
-    longest = max(len(label) for label in groups)
+    layout = Layout.of(runs)
+    longest = max(len(label) for label in layout.labels.values())
     metrics = sorted({m for run in runs for m in run.metrics.columns})
     has_collapse = any(
-        "collapse/flag" in run.metrics.columns and (run.metrics["collapse/flag"].fillna(0) > 0).any() for run in runs
+        "collapse/flag" in run.own.columns and (run.own["collapse/flag"].fillna(0) > 0).any() for run in runs
     )
-    band = "line: mean over seeds; shaded: ±1 std over seeds"
     window = smoothing_window(max(len(run.metrics) for run in runs))
     smoothed = f"; rollout curves: rolling mean over {window} steps" if window > 1 else ""
 
@@ -242,6 +338,10 @@ def make_plots(runs: Sequence[Run], out_dir: Path) -> tuple[dict[str, Path], dic
     skipped: dict[str, str] = {}
     for spec in plot_specs(metrics):
         panels = [p for p in spec.panels if any(m in metrics for m in p.metrics)]
+        if spec.name == "sampling" and "agent" in written:
+            panels = [p for p in panels if p.title != "success"]  # the agent plot has it
+        if spec.requires and not any(m in metrics for m in spec.requires):
+            continue
         if not panels and spec.optional:
             continue
         if not panels:
@@ -249,17 +349,17 @@ def make_plots(runs: Sequence[Run], out_dir: Path) -> tuple[dict[str, Path], dic
             skipped[spec.name] = f"no run logged {', '.join(wanted)}"
             continue
         has_rollout = any(m.startswith("rollout/") and m in metrics for p in panels for m in p.metrics)
-        caption = band + (smoothed if has_rollout else "")
-        if spec.name in ("entropy", "policy") and has_collapse:
+        caption = BAND + (smoothed if has_rollout else "")
+        if spec.name in ("sampling", "policy") and has_collapse:
             caption += "; x: first collapse flag of a run"
-        fig, axes, ncol, caption = _figure(len(panels), len(groups) + 2, longest, caption)
+        fig, axes, ncol, caption = figure(len(panels), len(layout.groups) + 3, longest, caption, _size(len(panels)))
         kinds: set[str] = set()
         for ax, panel in zip(axes, panels, strict=True):
-            kinds |= _draw_panel(ax, panel, groups, colors, window)
+            kinds |= _draw_panel(ax, panel, layout, window)
         if len(panels) == 1:  # the figure title says it all
             axes[0].set_title("")
         fig.suptitle(spec.title)
-        _legend(fig, colors, kinds, ncol, caption)
+        _legend(fig, layout, kinds, ncol, caption, _eval_note(panels))
         written[spec.name] = out_dir / f"{spec.name}.png"
         fig.savefig(written[spec.name], dpi=DPI)
 
@@ -267,18 +367,19 @@ def make_plots(runs: Sequence[Run], out_dir: Path) -> tuple[dict[str, Path], dic
     if not ks:
         skipped["pass_at_k"] = "no run logged eval/pass@k"
         return written, skipped
-    fig, axes, ncol, caption = _figure(1, len(groups), longest, band)
+    fig, axes, ncol, caption = figure(1, len(layout.groups), longest, BAND, _size(1))
     ax = axes[0]
-    for label, members in groups.items():
+    for group, members in layout.groups.items():
         finals = {}
         for run in members:
-            # Final value per k: the last step that logged it (the same "final" as in summary.csv).
-            columns = [f"eval/pass@{k}" for k in ks if f"eval/pass@{k}" in run.metrics.columns]
-            last = run.metrics[columns].apply(lambda s: s.dropna().iloc[-1] if s.notna().any() else np.nan)
+            # Final value per k: the last own step that logged it (the same "final" as in summary.csv).
+            own = run.own
+            columns = [f"eval/pass@{k}" for k in ks if f"eval/pass@{k}" in own.columns]
+            last = own[columns].apply(lambda s: s.dropna().iloc[-1] if s.notna().any() else np.nan)
             finals[str(run.path)] = pd.Series(last.to_numpy(), index=[int(c.rpartition("@")[2]) for c in columns])
         frame = pd.DataFrame(finals).reindex(ks)
         if frame.notna().any().any():
-            _draw_band(ax, np.asarray(ks), frame, colors[label], "-", "o", clip=(0.0, 1.0))  # pass@k is a probability
+            _draw_band(ax, frame, layout.colors[group], "-", "o", clip=(0.0, 1.0))  # pass@k is a probability
     ax.set_xscale("log", base=2)
     ax.set_xticks(ks, [str(k) for k in ks])
     ax.minorticks_off()
@@ -286,7 +387,7 @@ def make_plots(runs: Sequence[Run], out_dir: Path) -> tuple[dict[str, Path], dic
     ax.set_ylabel("pass@k")
     ax.grid(alpha=0.3)
     fig.suptitle("pass@k of the final evaluation")
-    _legend(fig, colors, {"eval"}, ncol, caption)
+    _legend(fig, layout, {"eval"}, ncol, caption)
     written["pass_at_k"] = out_dir / "pass_at_k.png"
     fig.savefig(written["pass_at_k"], dpi=DPI)
     return written, skipped

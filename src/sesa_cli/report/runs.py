@@ -8,6 +8,9 @@ one-line message.
 
 from __future__ import annotations
 
+import functools
+import glob
+import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -17,17 +20,25 @@ from typing import Any
 import pandas as pd
 import yaml
 
-from sesa_cli.config import ConfigError
+from sesa_cli.config import SEQUENTIAL_ONLY, ConfigError
 from sesa_cli.runs import read_json_object, read_metrics  # one reader each: one-line errors naming the file
 
 METRICS_JSONL = "metrics.jsonl"
 METRICS_JSON = "metrics.json"
 
-# Override keys that never distinguish one experiment from another: the seed is what we average over, hydra.* only
-# moves files around, and ckpt names the parent of an eval or revive run, which differs per seed (revive runs from
-# the collapse checkpoints of seeds 0, 1, 2 are three seeds of one experiment).
-_IGNORED_KEYS = ("seed", "ckpt")
+# Override keys that never distinguish one experiment from another: the seed is what we average over and hydra.*
+# only moves files around. ``ckpt`` counts as the parent run's overrides minus its seed (see :func:`_ckpt_identity`):
+# revivals from the collapse checkpoints of seeds 0-4 are five seeds of one experiment.
+_IGNORED_KEYS = ("seed",)
 _IGNORED_PREFIXES = ("hydra.", "hydra/")
+# Config groups: compared by the option each run resolved to, overridden or not (an ``experiment=`` recipe picks
+# them too), so a label can say ``sampler=parallel`` where the recipe, not the command line, chose it.
+_GROUP_KEYS = ("task", "model", "sampler", "algo")
+# Keys that say how a setting was reached rather than what it is: left out of a label when the other keys already
+# tell every group apart.
+_INDIRECT_KEYS = ("experiment",)
+REVIVE_PARENT = "revive/parent"
+"""Marks the rows a revived run copied from its parent's metrics (steps up to the checkpoint)."""
 
 LEGACY_METRICS = {
     f"train/{name}": f"rollout/{name}"
@@ -56,6 +67,8 @@ class Run:
     """``run.json``: command, parent, overrides, started (empty when absent)."""
     group: str = ""
     """Label of the group the run is averaged in (set by :func:`assign_groups`)."""
+    group_items: tuple[tuple[str, str], ...] = ()
+    """The ``(key, value)`` pairs the label shows (empty for a label that is a dir name)."""
 
     @property
     def task(self) -> str | None:
@@ -73,6 +86,42 @@ class Run:
     def name(self) -> str:
         return self.path.name
 
+    @functools.cached_property
+    def inherited_mask(self) -> pd.Series:
+        """True on the rows a revived run copied from its parent (``revive/parent``); all False otherwise."""
+        if REVIVE_PARENT not in self.metrics.columns:
+            return pd.Series(False, index=self.metrics.index)
+        return self.metrics[REVIVE_PARENT].fillna(0) > 0
+
+    @functools.cached_property
+    def own(self) -> pd.DataFrame:
+        """The run's own rows: a revived run without the parent's history (what its summary is computed on)."""
+        return self.metrics[~self.inherited_mask].drop(columns=[REVIVE_PARENT], errors="ignore")
+
+    @functools.cached_property
+    def inherited(self) -> pd.DataFrame:
+        """The parent's rows a revived run starts with (empty for other runs)."""
+        return self.metrics[self.inherited_mask].drop(columns=[REVIVE_PARENT], errors="ignore")
+
+    @property
+    def parent_step(self) -> int | None:
+        """The checkpoint step a revived run started from (None for other runs)."""
+        step = self.info.get("parent_step")
+        if step is None and self.inherited_mask.any():
+            step = int(self.metrics.index[self.inherited_mask].max())
+        return None if step is None else int(step)
+
+    @property
+    def environment(self) -> dict[str, str]:
+        """Thread count and package versions from run.json (``{}`` for runs written before they were recorded)."""
+        env: dict[str, str] = {}
+        if self.info.get("torch_threads") is not None:
+            env["torch threads"] = str(self.info["torch_threads"])
+        versions = self.info.get("versions")
+        if isinstance(versions, dict):
+            env.update({name: str(version) for name, version in versions.items()})
+        return env
+
 
 # ------------------------------------------------------------------------------------------------- discovery
 def is_run_dir(path: Path) -> bool:
@@ -85,7 +134,8 @@ def _subdir_order(path: Path) -> tuple[int, int, str]:
 
 
 def expand_run_paths(paths: Sequence[str | Path]) -> tuple[list[Path], list[str]]:
-    """Turn the user's list of run and multirun dirs into run dirs (deduplicated, in the given order).
+    """Turn the user's list of run and multirun dirs (or glob patterns of them) into run dirs (deduplicated, in the
+    given order).
 
     Returns the run dirs and notes about job subdirs that were skipped (no metrics written yet, or a crashed job).
     """
@@ -95,8 +145,18 @@ def expand_run_paths(paths: Sequence[str | Path]) -> tuple[list[Path], list[str]
         raise ConfigError("runs is empty; pass runs=[RUN_DIR,...] or runs=MULTIRUN_DIR")
     found: list[Path] = []
     notes: list[str] = []
+    expanded: list[Path] = []
     for entry in paths:
         path = Path(entry).expanduser()
+        if not path.exists() and any(c in str(path) for c in "*?["):
+            # a glob the shell did not expand (quoted, or inside Hydra's runs=[...]): every dir it matches
+            matches = sorted(Path(p) for p in glob.glob(str(path)) if Path(p).is_dir())
+            if not matches:
+                raise ConfigError(f"no directory matches {path}")
+            expanded += matches
+        else:
+            expanded.append(path)
+    for path in expanded:
         if not path.exists():
             raise ConfigError(f"run path does not exist: {path}")
         if not path.is_dir():
@@ -123,7 +183,8 @@ def expand_run_paths(paths: Sequence[str | Path]) -> tuple[list[Path], list[str]
 # --------------------------------------------------------------------------------------------------- loading
 def _read_yaml(path: Path) -> Any:
     try:
-        return yaml.safe_load(path.read_text())
+        # libyaml's loader when PyYAML has it: a report reads two YAML files per run
+        return yaml.load(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     except (OSError, yaml.YAMLError) as exc:
         first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ConfigError(f"cannot read {path}: {first_line}") from exc
@@ -261,26 +322,61 @@ def _ignored(key: str) -> bool:
     return key in _IGNORED_KEYS or key.startswith(_IGNORED_PREFIXES)
 
 
-def assign_groups(runs: Sequence[Run]) -> list[str]:
-    """Label each run by the override keys whose value differs across runs, ``seed`` and ``hydra.*`` excluded.
+def _ckpt_identity(run: Run) -> str | None:
+    """What a run's ``ckpt`` stands for in its group: the parent run's overrides minus seed and hydra.* (its own
+    ``ckpt`` likewise), so revivals from the checkpoints of different seeds of one experiment are one group, and
+    revivals from different experiments are not. None when the parent run cannot be read (then ``ckpt`` is left
+    out, as the seed is)."""
+    value = run.overrides.get("ckpt")
+    if value is None:
+        return None
+    path = Path(str(run.info.get("parent_run") or value)).expanduser()
+    if path.parent.name == "checkpoints":  # ckpt=RUN/checkpoints/step_N
+        path = path.parent.parent
+    overrides: dict[str, str] | None = None
+    try:
+        if (path / ".hydra" / "overrides.yaml").is_file():
+            overrides = _parse_overrides(yaml.safe_load((path / ".hydra" / "overrides.yaml").read_text()))
+        elif (path / "run.json").is_file():
+            overrides = _parse_overrides(json.loads((path / "run.json").read_text()).get("overrides"))
+    except (OSError, ValueError, yaml.YAMLError, AttributeError):
+        overrides = None
+    if overrides is None:
+        return None
+    kept = [f"{k}={v}" for k, v in overrides.items() if not _ignored(k) and k != "ckpt"]
+    return "parent(" + " ".join(kept) + ")"
 
-    A key overridden in only some runs takes, in the others, its value from the resolved config (``sampler`` →
-    ``sampler.name``), so ``sampler=sequential`` vs a run left at the default still compares correctly. When runs
-    of different commands are compared (train vs revive vs eval), ``command=`` leads the label and keys that only
-    one command has (``ckpt``, ``step``, ``train.steps``) are left out: the command already says it. Runs with the
-    same label are seeds of one group. When nothing but the seed differs, all runs form one group labelled by their
-    common overrides; when not even the seed differs, each run is its own group labelled by its dir name.
-    Returns the group labels in order of first appearance.
+
+def _value(run: Run, key: str) -> Any:
+    """A run's value of a grouping key: its override, else the resolved config (a group's option name)."""
+    if key == "ckpt":
+        return _ckpt_identity(run)
+    return run.overrides[key] if key in run.overrides else _lookup(run.config, key)
+
+
+def assign_groups(runs: Sequence[Run]) -> list[str]:
+    """Group runs by their overrides minus ``seed`` (and ``hydra.*``), and label each group by what differs.
+
+    Runs are seeds of one group when every override key any of them set (and every config group: task, model,
+    sampler, algo) has the same value in each; a key a run did not override takes its value from the run's resolved
+    config (``sampler`` → ``sampler.name``), so ``sampler=sequential`` vs a run left at the default still compares
+    correctly. ``ckpt`` counts as the parent run's overrides minus its seed (:func:`_ckpt_identity`). When runs of
+    different commands are compared (train vs revive vs eval), the command is part of the group and leads the label,
+    and keys that only some commands have (``ckpt``, ``step``, ``train.steps``) are left out: the command says it.
+
+    Labels (``run.group``) name only the keys whose value differs between groups, ``k=v`` joined by commas; a
+    sequential-only sampler setting (:data:`sesa_cli.config.SEQUENTIAL_ONLY`) is left out of a parallel group's label
+    and ``experiment`` is left out when the other keys already tell the groups apart, as long as every group keeps a
+    label of its own. When nothing but the seed differs, all runs form one group labelled by its ``experiment`` and
+    sampler; when not even the seed differs, each run is its own group labelled by its dir name. Returns the group
+    labels in order of first appearance.
     """
-    keys: list[str] = []
+    keys: list[str] = list(_GROUP_KEYS)  # first, so a label reads sampler=sequential,sampler.off_policy=...
     for run in runs:
         keys += [k for k in run.overrides if k not in keys and not _ignored(k)]
 
-    def raw(run: Run, key: str) -> Any:
-        return run.overrides[key] if key in run.overrides else _lookup(run.config, key)
-
     def value(run: Run, key: str) -> str:
-        return _short(raw(run, key))
+        return _short(_value(run, key))
 
     differing = [k for k in keys if len({value(run, k) for run in runs}) > 1]
     commands = [str(run.info.get("command", "")) for run in runs]
@@ -288,21 +384,69 @@ def assign_groups(runs: Sequence[Run]) -> list[str]:
 
         def follows_command(key: str) -> bool:
             # Set in exactly the runs of some commands and with one value wherever set: the command explains it.
-            present = {(command, raw(run, key) is not None) for command, run in zip(commands, runs, strict=True)}
-            values = {value(run, key) for run in runs if raw(run, key) is not None}
+            present = {(command, _value(run, key) is not None) for command, run in zip(commands, runs, strict=True)}
+            values = {value(run, key) for run in runs if _value(run, key) is not None}
             return len(present) == len(set(commands)) and len(values) == 1
 
         differing = ["command", *(k for k in differing if not follows_command(k))]
     if differing:
-        for command, run in zip(commands, runs, strict=True):
-            run.group = ",".join(f"{k}={command if k == 'command' else value(run, k)}" for k in differing)
+
+        def items(command: str, run: Run, shown: Sequence[str]) -> tuple[tuple[str, str], ...]:
+            return tuple((k, command if k == "command" else value(run, k)) for k in shown)
+
+        identities = [items(c, r, differing) for c, r in zip(commands, runs, strict=True)]
+        labels = _labels(identities, len(set(identities)))
+        for run, shown in zip(runs, labels, strict=True):
+            run.group, run.group_items = ",".join(f"{k}={v}" for k, v in shown), shown
     elif len(runs) > 1 and len({run.seed for run in runs}) == len(runs):
-        common = ",".join(f"{k}={value(runs[0], k)}" for k in keys)
+        # one group: named by its recipe and sampler (the full overrides are in the runs table)
+        shown = tuple((k, value(runs[0], k)) for k in (*_INDIRECT_KEYS, "sampler") if _value(runs[0], k) is not None)
         for run in runs:
-            run.group = common or "all runs"
+            run.group, run.group_items = ",".join(f"{k}={v}" for k, v in shown) or "all runs", shown
     else:
         names = [run.name for run in runs]
         for run in runs:
             # Two runs named alike (e.g. job "0" of two sweeps): add the parent dir to tell them apart.
             run.group = run.name if names.count(run.name) == 1 else f"{run.path.parent.name}/{run.name}"
     return list(dict.fromkeys(run.group for run in runs))
+
+
+Items = tuple[tuple[str, str], ...]
+
+
+def _labels(identities: Sequence[Items], n_groups: int) -> list[Items]:
+    """The shortest of the label rules of :func:`assign_groups` that still gives ``n_groups`` distinct labels."""
+
+    def sequential_only(key: str) -> bool:
+        return key.startswith("sampler.") and key.removeprefix("sampler.") in SEQUENTIAL_ONLY
+
+    # sequential-only keys that differ only because parallel runs hold their defaults
+    sequential = [dict(i) for i in identities if dict(i).get("sampler") != "parallel"]
+    constant = {k for k, _ in identities[0] if sequential_only(k) and len({i.get(k) for i in sequential}) <= 1}
+
+    def shown(identity: Items, drop_indirect: bool, drop_sequential: bool) -> Items:
+        parallel = dict(identity).get("sampler") == "parallel"
+        return tuple(
+            (key, val)
+            for key, val in identity
+            if not (drop_indirect and key in _INDIRECT_KEYS)
+            and not (drop_sequential and sequential_only(key) and (parallel or key in constant))
+        )
+
+    for drop_indirect, drop_sequential in ((True, True), (False, True), (True, False), (False, False)):
+        labels = [shown(i, drop_indirect, drop_sequential) for i in identities]
+        if len(set(labels)) == n_groups and all(labels):
+            return labels
+    return list(identities)  # the full identities are distinct
+
+
+def short_label(run: Run) -> str:
+    """A group label for narrow places (console, legends): option names without their key (``sampler=parallel`` →
+    ``parallel``), other keys by their last part (``sampler.off_policy=paper`` → ``off_policy=paper``)."""
+    if not run.group_items:
+        return run.group
+    parts = [
+        val if key in (*_GROUP_KEYS, *_INDIRECT_KEYS, "command") else f"{key.rpartition('.')[2]}={val}"
+        for key, val in run.group_items
+    ]
+    return " ".join(parts)

@@ -1,7 +1,17 @@
-"""Summary tables: final and best value of every metric, mean ± std over the seeds of each group.
+"""Summary tables: per run, per group (mean over seeds with a bootstrap interval), and differences between groups.
 
-``summary.csv`` is the long form (one row per group × metric). The Markdown/HTML report and the console show the
-wide form (one row per metric, one column per group, cells ``mean ± std``).
+Three long-form CSVs, one row per (run | group | pair of groups) × metric:
+
+* ``summary.csv`` (:data:`SUMMARY_COLUMNS`): every run's *final* value of every metric (the value at the last step
+  that logged it) and its *best* (maximum over steps), computed on the run's own rows: a revived run's copy of its
+  parent's history is left out.
+* ``groups.csv`` (:data:`GROUP_COLUMNS`): per group, the number of seeds, the mean and the 95% bootstrap interval
+  (:mod:`sesa_cli.report.stats`) of final and best, and the sample std of final.
+* ``compare.csv`` (:data:`COMPARE_COLUMNS`): for groups compared with a baseline, the difference of the means
+  (group − baseline) and its interval, paired by seed where both ran the same seeds.
+
+The Markdown/HTML report and the console show wide forms of these (:func:`headline_table`,
+:func:`difference_table`, :func:`wide_table`).
 """
 
 from __future__ import annotations
@@ -9,27 +19,39 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Sequence
-from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from sesa_cli.report.runs import Run
+from sesa_cli.report.stats import bootstrap_interval, difference_interval, format_interval
 
-SUMMARY_COLUMNS = ("group", "metric", "final_mean", "final_std", "best_mean", "best_std", "n_seeds")
+SUMMARY_COLUMNS = ("group", "seed", "run", "metric", "final", "best")
+GROUP_COLUMNS = ("group", "metric", "n_seeds", "final_mean", "final_low", "final_high", "final_std",
+                 "best_mean", "best_low", "best_high")  # fmt: skip
+COMPARE_COLUMNS = ("baseline", "group", "metric", "n_baseline", "n_group", "difference", "low", "high", "paired")
 
 _PREFIX_ORDER = {"policy": 0, "rollout": 1, "eval": 2, "train": 3, "collapse": 4, "time": 5}
 _NAME_ORDER = {
     name: i
     for i, name in enumerate(
-        ("target_mass", "effective_solutions", "solutions_above_1pct", "solution_entropy", "valid_mass", "success",
-         "reward_mean", "reward_std", "entropy", "coverage", "distinct", "distinct_correct", "pass")
+        ("effective_solutions", "target_mass", "solutions_above_1pct", "solution_entropy", "valid_mass", "success",
+         "greedy_success", "turns", "reward_mean", "reward_std", "entropy", "coverage", "distinct", "distinct_correct",
+         "pass")
     )
 }  # fmt: skip
 _AT_K = re.compile(r"^(.*)@(\d+)$")
 
+# The metrics a report leads with, in order, where the runs logged them (the first HEADLINE_COUNT present): the exact
+# plain-prompt policy where the task can enumerate its solutions (how many solutions it spreads over, how much mass
+# is on targets), then validation success, an agent's episode length and its greedy success, pass@n.
+HEADLINE = ("policy/effective_solutions", "policy/target_mass", "policy/solutions_above_1pct", "eval/success",
+            "eval/turns", "eval/greedy_success", "eval/pass@*", "rollout/success")  # fmt: skip
+HEADLINE_COUNT = 4
+
 
 def metric_sort_key(metric: str) -> tuple[int, int, str, int]:
-    """policy/, rollout/, eval/, train/, then the rest; the policy's success and spread, then success, reward,
+    """policy/, rollout/, eval/, train/, then the rest; the policy's spread and success, then success, reward,
     entropy, diversity first; ``@K`` in numeric order."""
     prefix, _, name = metric.rpartition("/")
     k = 0
@@ -54,121 +76,158 @@ def at_k_values(metrics: Sequence[str], base: str) -> list[int]:
     return sorted(set(ks))
 
 
-def summarize(runs: Sequence[Run]) -> pd.DataFrame:
-    """Long summary table, columns :data:`SUMMARY_COLUMNS`, ordered by group (first appearance) then metric.
+def headline_metrics(metrics: Sequence[str], count: int = HEADLINE_COUNT) -> list[str]:
+    """The first ``count`` of :data:`HEADLINE` present in ``metrics`` (``@*`` = the largest K logged)."""
+    present = set(metrics)
+    chosen = []
+    for name in HEADLINE:
+        if name.endswith("@*"):
+            ks = at_k_values(metrics, name[:-2])
+            name = f"{name[:-2]}@{ks[-1]}" if ks else ""
+        if name in present:
+            chosen.append(name)
+    return chosen[:count]
 
-    Per run, *final* is the value at the last step that logged the metric and *best* its maximum over steps (for
-    every metric, entropy and step time included: the table does not guess which direction is good). Per group,
-    ``*_mean`` / ``*_std`` are the mean and sample standard deviation (ddof=1) over its runs — NaN std for a single
-    run — and ``n_seeds`` counts the runs that logged the metric.
+
+# ---------------------------------------------------------------------------------------------- long tables
+def summarize(runs: Sequence[Run]) -> pd.DataFrame:
+    """Per-run summary (:data:`SUMMARY_COLUMNS`), ordered by group (first appearance), run, then metric.
+
+    *final* is the value at the last step of the run's own rows that logged the metric, *best* its maximum over
+    them (for every metric, entropy and step time included: the table does not guess which direction is good).
     """
     records = []
     for run in runs:
-        for metric in run.metrics.columns:
-            values = run.metrics[metric].dropna()
-            if values.empty:
-                continue
-            records.append((run.group, metric, float(values.iloc[-1]), float(values.max())))
-    per_run = pd.DataFrame.from_records(records, columns=["group", "metric", "final", "best"])
-    if per_run.empty:
-        return pd.DataFrame(columns=list(SUMMARY_COLUMNS))
-    grouped = per_run.groupby(["group", "metric"], sort=False)
-    summary = pd.DataFrame(
-        {
-            "final_mean": grouped["final"].mean(),
-            "final_std": grouped["final"].std(ddof=1),
-            "best_mean": grouped["best"].mean(),
-            "best_std": grouped["best"].std(ddof=1),
-            "n_seeds": grouped["final"].count(),
-        }
-    ).reset_index()
+        own = run.own
+        for metric in sorted(own.columns, key=metric_sort_key):
+            values = own[metric].dropna()
+            if not values.empty:
+                records.append((run.group, run.seed or "", str(run.path), metric, float(values.iloc[-1]),
+                                float(values.max())))  # fmt: skip
+    frame = pd.DataFrame.from_records(records, columns=list(SUMMARY_COLUMNS))
     group_order = {g: i for i, g in enumerate(dict.fromkeys(run.group for run in runs))}
-    summary["_g"] = summary["group"].map(group_order)
-    summary["_m"] = summary["metric"].map(metric_sort_key)
-    summary = summary.sort_values(["_g", "_m"], kind="stable").drop(columns=["_g", "_m"])
-    return summary.reset_index(drop=True)[list(SUMMARY_COLUMNS)]
+    order = frame["group"].map(group_order)
+    return frame.iloc[np.argsort(order.to_numpy(), kind="stable")].reset_index(drop=True)
 
 
-def format_mean_std(mean: float, std: float) -> str:
-    """``0.512 ± 0.034``; digits follow the magnitude; a NaN std (one seed) shows the mean alone."""
-    if mean is None or (isinstance(mean, float) and math.isnan(mean)):
-        return "–"
-    scale = max(abs(mean), 0.0 if std is None or math.isnan(std) else abs(std))
-    decimals = 3 if scale < 10 else 1 if scale < 1000 else 0
-    if std is None or math.isnan(std):
-        return f"{mean:.{decimals}f}"
-    return f"{mean:.{decimals}f} ± {std:.{decimals}f}"
+def _per_seed(per_run: pd.DataFrame, group: str, stat: str) -> pd.DataFrame:
+    """(seed or run, metric) matrix of one group's ``stat`` values; NaN where a run did not log the metric."""
+    rows = per_run[per_run["group"] == group]
+    key = rows["seed"].where(rows["seed"].astype(str) != "", rows["run"]).astype(str)
+    return rows.assign(_key=key).pivot_table(index="_key", columns="metric", values=stat, aggfunc="last", sort=False)
 
 
-def wide_table(summary: pd.DataFrame, stat: str = "final", metrics: Sequence[str] | None = None) -> pd.DataFrame:
-    """One row per metric, one column per group, cells ``mean ± std`` of ``stat`` (``"final"`` or ``"best"``).
+def group_summary(per_run: pd.DataFrame) -> pd.DataFrame:
+    """Per group and metric: n seeds, mean, 95% bootstrap interval and std of final, mean and interval of best
+    (:data:`GROUP_COLUMNS`), in the order of ``per_run``."""
+    parts = []
+    for group in dict.fromkeys(per_run["group"]):
+        final, best = _per_seed(per_run, group, "final"), _per_seed(per_run, group, "best")
+        best = best.reindex(index=final.index, columns=final.columns)
+        mean, low, high = bootstrap_interval(np.concatenate([final.to_numpy(), best.to_numpy()], axis=1))
+        m = final.shape[1]
+        columns = {
+            "group": group,
+            "metric": final.columns,
+            "n_seeds": final.notna().sum().to_numpy(),
+            "final_mean": mean[:m], "final_low": low[:m], "final_high": high[:m],
+            "final_std": final.std(ddof=1).to_numpy(),
+            "best_mean": mean[m:], "best_low": low[m:], "best_high": high[m:],
+        }  # fmt: skip
+        parts.append(pd.DataFrame(columns))
+    if not parts:
+        return pd.DataFrame(columns=list(GROUP_COLUMNS))
+    frame = pd.concat(parts, ignore_index=True)
+    frame["_m"] = frame["metric"].map(metric_sort_key)
+    frame["_g"] = frame["group"].map({g: i for i, g in enumerate(dict.fromkeys(per_run["group"]))})
+    return frame.sort_values(["_g", "_m"], kind="stable").drop(columns=["_g", "_m"]).reset_index(drop=True)
 
-    Column headers carry the group's largest ``n_seeds``: ``"sampler=sequential (n=3)"``.
-    """
-    if stat not in ("final", "best"):
-        raise ValueError(f"stat must be 'final' or 'best', not {stat!r}")
-    groups = list(dict.fromkeys(summary["group"]))
-    if metrics is None:
-        metrics = sorted(set(summary["metric"]), key=metric_sort_key)
-    table = pd.DataFrame(index=pd.Index(list(metrics), name="metric"))
-    for group in groups:
-        rows = summary[summary["group"] == group].set_index("metric")
-        n = int(rows["n_seeds"].max()) if len(rows) else 0
-        cells = [
-            format_mean_std(rows.at[m, f"{stat}_mean"], rows.at[m, f"{stat}_std"]) if m in rows.index else "–"
-            for m in metrics
-        ]
-        table[f"{group} (n={n})"] = cells
+
+def compare_groups(per_run: pd.DataFrame, baseline: str, others: Sequence[str]) -> pd.DataFrame:
+    """Final value of every metric both logged: each of ``others`` minus ``baseline`` (:data:`COMPARE_COLUMNS`).
+
+    Metrics both groups logged at the same two or more seeds are bootstrapped together (paired by seed, one draw of
+    seeds for all of them: the same numbers as :func:`sesa_cli.report.stats.difference_interval` one at a time,
+    faster); the others one by one, unpaired."""
+    base = _per_seed(per_run, baseline, "final")
+    records = []
+    for group in others:
+        values = _per_seed(per_run, group, "final")
+        metrics = sorted(set(base.columns) & set(values.columns), key=metric_sort_key)
+        a, b = base[metrics], values[metrics]
+        seeds = sorted(a.index.intersection(b.index))  # the order difference_interval resamples them in
+        both = a.loc[seeds].notna() & b.loc[seeds].notna()
+        same = (a.notna().sum() == both.sum()) & (b.notna().sum() == both.sum()) & (both.sum() >= 2)
+        paired = [m for m in metrics if same[m]]
+        diff, low, high = bootstrap_interval((b.loc[seeds, paired] - a.loc[seeds, paired]).to_numpy())
+        by_metric = {m: (diff[i], low[i], high[i], True) for i, m in enumerate(paired)}
+        for m in metrics:
+            if m not in by_metric:
+                by_metric[m] = difference_interval(a[m].dropna().to_dict(), b[m].dropna().to_dict())
+        for m in metrics:
+            records.append((baseline, group, m, int(a[m].notna().sum()), int(b[m].notna().sum()), *by_metric[m]))
+    frame = pd.DataFrame.from_records(records, columns=list(COMPARE_COLUMNS))
+    frame["difference"] = frame["difference"].astype(float)
+    return frame
+
+
+# ---------------------------------------------------------------------------------------------- wide tables
+def headline_table(groups: pd.DataFrame, metrics: Sequence[str], labels: dict[str, str]) -> pd.DataFrame:
+    """Rows = groups (``labels``: group → display name), columns = ``group``, ``n`` (seeds) and each metric's final
+    ``mean [low, high]``."""
+    indexed = groups.set_index(["group", "metric"])
+    table = pd.DataFrame({"group": list(labels.values()), "n": [_n_seeds(groups, g) for g in labels]})
+    for metric in metrics:
+        table[metric] = [_cell(indexed, g, metric, "final") for g in labels]
     return table
 
 
-def headline_metrics(metrics: Sequence[str]) -> list[str]:
-    """The few metrics worth a console line: the exact policy's success and spread (where the task has them),
-    success, entropy, diversity, and pass@1 / pass@n of the evaluation."""
-    present = set(metrics)
-    policy_ks = at_k_values(metrics, "policy/coverage")
-    wanted = [
-        "policy/target_mass",
-        "policy/effective_solutions",
-        *(f"policy/coverage@{k}" for k in policy_ks[-1:]),
-        "rollout/success",
-        "eval/success",
-        "rollout/entropy",
-        "rollout/coverage",
-        "rollout/distinct",
-        "rollout/distinct_correct",
-    ]
-    for base in ("eval/pass", "eval/coverage", "eval/distinct", "eval/distinct_correct"):
-        ks = at_k_values(metrics, base)
-        if base == "eval/pass" and ks:
-            wanted.append(f"{base}@{ks[0]}")
-        if ks:
-            wanted.append(f"{base}@{ks[-1]}")
-    return [m for m in dict.fromkeys(wanted) if m in present]
+def difference_table(compare: pd.DataFrame, metrics: Sequence[str], labels: dict[str, str]) -> pd.DataFrame:
+    """Rows = compared groups, columns = ``group`` and each metric's ``difference [low, high]`` to the baseline."""
+    groups = list(dict.fromkeys(compare["group"]))
+    indexed = compare.set_index(["group", "metric"])
+    table = pd.DataFrame({"group": [labels.get(g, g) for g in groups]})
+    for metric in metrics:
+        cells = []
+        for group in groups:
+            if (group, metric) not in indexed.index:
+                cells.append("–")
+                continue
+            row = indexed.loc[(group, metric)]
+            cells.append(format_interval(row["difference"], row["low"], row["high"], sign=True))
+        table[metric] = cells
+    return table
 
 
-def format_table_for_console(
-    summary: pd.DataFrame | str | Path, stat: str = "final", metrics: Sequence[str] | None = None
-) -> tuple[list[str], list[list[str]]]:
-    """Headers and string rows of the wide table, ready for ``rich.table.Table``.
-
-    ``summary`` is the DataFrame of :func:`summarize` or the path of a written ``summary.csv``. ``metrics`` defaults
-    to :func:`headline_metrics` (all metrics if none of those is present)::
-
-        headers, rows = format_table_for_console(files["summary"])
-        table = Table(*headers)
-        for row in rows:
-            table.add_row(*row)
-    """
-    if not isinstance(summary, pd.DataFrame):
-        summary = pd.read_csv(summary)
-    all_metrics = sorted(set(summary["metric"]), key=metric_sort_key)
+def wide_table(groups: pd.DataFrame, stat: str = "final", metrics: Sequence[str] | None = None,
+               labels: dict[str, str] | None = None) -> pd.DataFrame:  # fmt: skip
+    """Rows = metrics, columns = groups (``labels`` renames them), cells ``mean [low, high]`` of ``stat``
+    (``"final"`` or ``"best"``). Column headers carry the group's largest ``n_seeds``."""
+    if stat not in ("final", "best"):
+        raise ValueError(f"stat must be 'final' or 'best', not {stat!r}")
+    order = list(dict.fromkeys(groups["group"]))
+    labels = labels or {g: g for g in order}
     if metrics is None:
-        metrics = headline_metrics(all_metrics) or all_metrics
-    table = wide_table(summary, stat=stat, metrics=metrics)
-    headers = [f"metric ({stat}, mean ± std)", *table.columns]
-    rows = [[metric, *(str(v) for v in table.loc[metric])] for metric in table.index]
-    return headers, rows
+        metrics = sorted(set(groups["metric"]), key=metric_sort_key)
+    indexed = groups.set_index(["group", "metric"])
+    table = pd.DataFrame(index=pd.Index(list(metrics), name="metric"))
+    for group in order:
+        table[f"{labels.get(group, group)} (n={_n_seeds(groups, group)})"] = [
+            _cell(indexed, group, m, stat) for m in metrics
+        ]
+    return table
+
+
+def _n_seeds(groups: pd.DataFrame, group: str) -> int:
+    counts = groups.loc[groups["group"] == group, "n_seeds"]
+    return int(counts.max()) if len(counts) else 0
+
+
+def _cell(indexed: pd.DataFrame, group: str, metric: str, stat: str) -> str:
+    if (group, metric) not in indexed.index:
+        return "–"
+    row = indexed.loc[(group, metric)]
+    return format_interval(row[f"{stat}_mean"], row[f"{stat}_low"], row[f"{stat}_high"])
 
 
 def markdown_table(frame: pd.DataFrame, index: bool = True) -> str:

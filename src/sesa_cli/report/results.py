@@ -1,0 +1,455 @@
+"""``docs/results.md`` from one command: the claims' sweeps, run where missing, then the page from their reports.
+
+``nox -s results`` runs ``python -m sesa_cli.report.results``, which
+
+1. runs every sweep of :data:`SWEEPS` that is not complete yet (seeds 0-4, Hydra's joblib launcher with two jobs of
+   one thread each): the collapse runs, sequential runs from scratch, revivals from each seed's collapse checkpoint
+   (once the collapse runs exist), FrozenLake. The commands are the ones in the recipes' header comments
+   (``conf/experiment/*.yaml``; a test holds the two together);
+2. builds a diversity report per claim (:data:`CLAIMS`) from the complete runs, under ``<root>/reports/``;
+3. writes ``docs/results.md``: per claim the commands, the headline table (mean and 95% bootstrap interval over
+   seeds), the differences to the baseline, and a few of the report's PNGs copied under ``docs/results/``.
+
+It is resumable: a job whose run dir holds its final evaluation is never rerun. A job left incomplete (killed, or
+crashed) is moved aside to ``.<job>.incomplete`` in its sweep dir (kept, not deleted) and rerun in a new sweep dir
+``<sweep>.retry<N>``. ``--render`` writes the page from the runs already there without starting any. ``--smoke``
+shrinks every sweep (a small world, a few steps) to check the machinery end to end in minutes; it writes its page
+under the root, never over docs/.
+
+Nothing here imports torch: the runs are ``sesa`` subprocesses.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from sesa_cli.config import ConfigError
+from sesa_cli.report.document import analyse, write_report
+from sesa_cli.report.runs import METRICS_JSONL, _parse_overrides, _read_metric_rows
+from sesa_cli.report.stats import METHOD
+from sesa_cli.report.tables import difference_table, headline_table, markdown_table
+
+SEEDS = (0, 1, 2, 3, 4)
+VARIANTS = "sampler.off_policy=paper,drop_negatives,weight_negatives,on_policy_baseline"
+STAGE1 = "sampler.stage1=solution,sketch"
+REVIVE = ("step=auto", "more_steps=60", "train.checkpoint_every=0")
+# --smoke: the test suite's small world (tests/conftest.py) and a few steps; a 3-step run does not collapse, so the
+# revivals start from the last checkpoint.
+SMOKE_PATH = ("model.warm_start_steps=150", "model.warm_start_corpus_size=4000", "task.regions=4", "task.cities=4",
+              "task.districts=4", "task.list_max=8", "train.steps=3", "train.eval_samples=8", "train.policy_every=1",
+              "train.checkpoint_every=1")  # fmt: skip
+SMOKE_REVIVE = ("step=last", "more_steps=2", "train.checkpoint_every=0")
+SMOKE_FROZENLAKE = ("model.warm_start_steps=150", "model.warm_start_corpus_size=4000", "train.steps=3",
+                    "task.eval_instances=4", "train.eval_samples=4", "task.warm_start_captions=0")  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """One Hydra multirun: ``sesa <command> -m <overrides> seed=...`` (train) or ``ckpt=...`` (revive)."""
+
+    name: str
+    """Its sweep dir under the root; also the name the recipes' header commands use (``outputs/claims/<name>``)."""
+    command: str
+    overrides: tuple[str, ...]
+    """Fixed and swept overrides (``key=a,b`` sweeps), the seed or checkpoint axis excluded."""
+    recipe: str
+    """The conf/experiment recipe whose header comment gives this sweep's command."""
+    smoke: tuple[str, ...]
+    """What --smoke adds (replacing overrides of the same key)."""
+    parent: str | None = None
+    """revive: the sweep whose run of each seed is that seed's checkpoint."""
+
+
+SWEEPS = (
+    Sweep("collapse", "train", ("experiment=collapse_revival",), "collapse_revival", SMOKE_PATH),
+    Sweep("discovery", "train", ("experiment=discovery", VARIANTS, STAGE1), "discovery", SMOKE_PATH),
+    Sweep("revive_parallel", "revive", (*REVIVE, "sampler=parallel"), "collapse_revival", SMOKE_REVIVE, "collapse"),
+    Sweep("revive_sequential", "revive", (*REVIVE, "sampler=sequential", VARIANTS, STAGE1), "collapse_revival",
+          SMOKE_REVIVE, "collapse"),
+    Sweep("frozenlake", "train", ("experiment=frozenlake_tiny", "sampler=parallel,sequential"), "frozenlake_tiny",
+          SMOKE_FROZENLAKE),
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Claim:
+    key: str
+    title: str
+    sweeps: tuple[str, ...]
+    compare: tuple[str, ...]
+    """``compare=`` of the report: the baseline first (empty: one group, nothing compared)."""
+    text: str
+    plots: tuple[str, ...] = ("heatmap", "policy")
+    """The report's PNGs the page shows (copied under docs/results/<key>/)."""
+
+
+CLAIMS = (
+    Claim("I", "Parallel sampling collapses", ("collapse",), (),
+          "GRPO with i.i.d. sampling on the path task, from the warm-started base: where the exact plain-prompt "
+          "policy puts its mass at the end of training."),
+    Claim("II", "Sequential sampling keeps discovering, from scratch", ("collapse", "discovery"), ("parallel", "*"),
+          "The same training with the sequential sampler, each off-policy loss variant and both stage-1 forms, "
+          "against the parallel runs of claim I (paired by seed: a seed fixes the targets and the base)."),
+    Claim("III", "Revival from a collapsed checkpoint", ("revive_parallel", "revive_sequential"), ("parallel", "*"),
+          "60 more steps from each seed's first checkpoint the collapse monitor flagged (claim I's runs), with "
+          "parallel sampling or with the sequential sampler (each variant and form); paired by seed."),
+    Claim("IV", "The agent task: FrozenLake", ("frozenlake",), ("parallel", "sequential"),
+          "experiment=frozenlake_tiny (non-slippery corner maps) with parallel sampling and with the sequential "
+          "sampler's default settings; validation on 64 maps x 16 samples.", ("agent", "sampling")),
+)  # fmt: skip
+
+
+# ------------------------------------------------------------------------------------------------ the jobs
+@dataclass(frozen=True)
+class Session:
+    """Where the runs go and what every job gets."""
+
+    root: Path
+    """Sweep dirs live under it, one per sweep (``<root>/<sweep name>``, then ``.retryN`` dirs)."""
+    seeds: tuple[int, ...] = SEEDS
+    extra: tuple[str, ...] = ()
+    """Overrides for every job (e.g. ``model.cache_dir=...``), after the sweep's own (and its smoke settings)."""
+    smoke: bool = False
+
+    def overrides(self, sweep: Sweep) -> list[str]:
+        """The sweep's overrides with the smoke settings and ``extra`` replacing those of the same key."""
+        return _merge(_merge(sweep.overrides, sweep.smoke if self.smoke else ()), self.extra)
+
+    def jobs(self, sweep: Sweep, ckpts: dict[int, Path] | None = None) -> list[dict[str, str]]:
+        """Every job as ``{key: value}`` of its swept keys and its seed (train) or checkpoint (revive: ``ckpts``,
+        seed -> the parent run; seeds without one are left out)."""
+        _, swept = _axes(self.overrides(sweep))
+        if ckpts is None:
+            axis = {"seed": [str(s) for s in self.seeds]}
+        else:
+            axis = {"ckpt": [str(ckpts[s]) for s in self.seeds if s in ckpts]}
+        axes = {**swept, **axis}
+        return [dict(zip(axes, values, strict=True)) for values in itertools.product(*axes.values())]
+
+    def checkpoints(self, sweep: Sweep) -> dict[int, Path] | None:
+        """revive sweeps: seed -> the parent sweep's complete run of that seed; None for train sweeps."""
+        if sweep.parent is None:
+            return None
+        parent = _sweep(sweep.parent)
+        return {int(job["seed"]): path for job, path in self.complete(parent)}
+
+    def complete(self, sweep: Sweep) -> list[tuple[dict[str, str], Path]]:
+        """(job, its complete run dir) for every job of the sweep that has one (the latest, if it ran twice)."""
+        expected = self.jobs(sweep, self.checkpoints(sweep))
+        if not expected:
+            return []
+        keys = list(expected[0])
+        found: dict[tuple[str, ...], Path] = {}
+        for job_dir in _job_dirs(self.root, sweep):
+            identity = _identity(job_dir, keys)
+            if identity is not None and is_complete(job_dir):
+                found[identity] = job_dir
+        return [(job, found[tuple(job.values())]) for job in expected if tuple(job.values()) in found]
+
+
+def _sweep(name: str) -> Sweep:
+    return next(s for s in SWEEPS if s.name == name)
+
+
+def _axes(overrides: Sequence[str]) -> tuple[list[str], dict[str, list[str]]]:
+    """(fixed overrides, swept key -> values) of a sweep's overrides (``key=a,b`` sweeps)."""
+    fixed, swept = [], {}
+    for item in overrides:
+        key, _, value = item.partition("=")
+        if "," in value and not value.startswith("["):
+            swept[key] = value.split(",")
+        else:
+            fixed.append(item)
+    return fixed, swept
+
+
+def _merge(base: Sequence[str], extra: Sequence[str]) -> list[str]:
+    """``base`` with every override of ``extra`` replacing the one of the same key (or appended)."""
+    keys = {o.partition("=")[0] for o in extra}
+    return [o for o in base if o.partition("=")[0] not in keys] + list(extra)
+
+
+def is_complete(run_dir: Path) -> bool:
+    """The run holds its final evaluation: an ``eval/success`` row at the step its config trains to."""
+    config, metrics = run_dir / "config.yaml", run_dir / METRICS_JSONL
+    if not config.is_file() or not metrics.is_file():
+        return False
+    try:
+        steps = int(yaml.safe_load(config.read_text())["train"]["steps"])
+        rows = _read_metric_rows(metrics)
+    except (OSError, ValueError, KeyError, TypeError, yaml.YAMLError, ConfigError):
+        return False  # a damaged run dir is an incomplete one: it is moved aside and rerun
+    return any(r.get("step") == steps and "eval/success" in r and not r.get("revive/parent") for r in rows)
+
+
+def _job_dirs(root: Path, sweep: Sweep) -> list[Path]:
+    """Job dirs of a sweep's first multirun and its retries, oldest first."""
+    retries = sorted(root.glob(f"{sweep.name}.retry*"), key=lambda p: int(p.name.rpartition("retry")[2] or 0))
+    dirs = [root / sweep.name, *retries]
+    return [job for d in dirs if d.is_dir() for job in sorted(d.iterdir(), key=lambda p: p.name) if job.name.isdigit()]
+
+
+def _identity(run_dir: Path, keys: Sequence[str]) -> tuple[str, ...] | None:
+    path = run_dir / ".hydra" / "overrides.yaml"
+    if not path.is_file():
+        return None
+    overrides = _parse_overrides(yaml.safe_load(path.read_text()))
+    if overrides.get("ckpt"):  # typed by hand relative to the repository (as the recipes' headers do), or absolute
+        overrides["ckpt"] = str(Path(overrides["ckpt"]).resolve())
+    return tuple(overrides.get(k, "") for k in keys)
+
+
+# ----------------------------------------------------------------------------------------------- running
+def command(session: Session, sweep: Sweep, axes: dict[str, list[str]], sweep_dir: Path) -> list[str]:
+    """The ``sesa`` argv of a multirun of ``sweep`` over ``axes`` (its swept keys and the seed or ckpt axis)."""
+    fixed, _ = _axes(session.overrides(sweep))
+    return ["sesa", sweep.command, "-m", *fixed, *(f"{k}={','.join(v)}" for k, v in axes.items()),
+            "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", f"hydra.sweep.dir={sweep_dir}"]  # fmt: skip
+
+
+def recipe_command(sweep: Sweep) -> list[str]:
+    """The command a recipe's header gives for ``sweep``: seeds 0-4 under ``outputs/claims``; revivals from
+    jobs 0-4 of the parent sweep (its seeds 0-4, run as one multirun)."""
+    session = Session(Path("outputs/claims"))
+    _, swept = _axes(session.overrides(sweep))
+    if sweep.parent is None:
+        axes = {**swept, "seed": [str(s) for s in SEEDS]}
+    else:
+        axes = {**swept, "ckpt": [f"outputs/claims/{sweep.parent}/{s}" for s in SEEDS]}
+    return command(session, sweep, axes, Path("outputs/claims") / sweep.name)
+
+
+def report_command(claim: Claim) -> str:
+    """The ``sesa diversity-report`` command a recipe's header gives for ``claim``'s sweeps under outputs/claims."""
+    runs = ",".join(f"outputs/claims/{name}" for name in claim.sweeps)
+    compare = f" 'compare=[{','.join(claim.compare)}]'" if claim.compare else ""
+    return f"sesa diversity-report runs=[{runs}]{compare}"
+
+
+def run_sweep(session: Session, sweep: Sweep, log: Path) -> list[str]:
+    """Run the jobs of ``sweep`` that have no complete run; returns notes on jobs that could not run or did not
+    finish."""
+    ckpts = session.checkpoints(sweep)
+    notes = []
+    if ckpts is not None:
+        notes += [f"{sweep.name}: no complete {sweep.parent} run of seed {s} to revive"
+                  for s in session.seeds if s not in ckpts]  # fmt: skip
+    expected = session.jobs(sweep, ckpts)
+    done = [tuple(job.values()) for job, _ in session.complete(sweep)]
+    missing = [job for job in expected if tuple(job.values()) not in done]
+    if not missing:
+        return notes
+    _set_aside_incomplete(session.root, sweep)
+    # Settings of the swept keys that lack the same seeds (or checkpoints) run as one multirun when they form a
+    # Cartesian product (always, on a first run), else one multirun each.
+    axis = "seed" if ckpts is None else "ckpt"
+    lacking: dict[tuple[tuple[str, str], ...], list[str]] = {}
+    for job in missing:
+        lacking.setdefault(tuple((k, v) for k, v in job.items() if k != axis), []).append(job[axis])
+    batches: dict[tuple[str, ...], list[tuple[tuple[str, str], ...]]] = {}
+    for setting, values in lacking.items():
+        batches.setdefault(tuple(values), []).append(setting)
+    for values, settings in batches.items():
+        product = {k: list(dict.fromkeys(dict(s)[k] for s in settings)) for k, _ in settings[0]}
+        if len(settings) == math.prod(len(v) for v in product.values()):
+            multiruns = [product]
+        else:
+            multiruns = [{k: [v] for k, v in setting} for setting in settings]
+        for swept in multiruns:
+            sweep_dir = _next_sweep_dir(session.root, sweep)
+            _run(command(session, sweep, {**swept, axis: list(values)}, sweep_dir), log, sweep.name)
+    done = [tuple(job.values()) for job, _ in session.complete(sweep)]
+    notes += [f"{sweep.name}: job {job} did not finish" for job in expected if tuple(job.values()) not in done]
+    return notes
+
+
+def _set_aside_incomplete(root: Path, sweep: Sweep) -> None:
+    """Move incomplete job dirs out of the report's way (a dot-name is skipped), never deleting them."""
+    for job_dir in _job_dirs(root, sweep):
+        if not is_complete(job_dir):
+            job_dir.rename(job_dir.with_name(f".{job_dir.name}.incomplete.{int(time.time())}"))
+
+
+def _next_sweep_dir(root: Path, sweep: Sweep) -> Path:
+    first = root / sweep.name
+    if not first.exists():
+        return first
+    n = 1
+    while (root / f"{sweep.name}.retry{n}").exists():
+        n += 1
+    return root / f"{sweep.name}.retry{n}"
+
+
+def _run(argv: list[str], log: Path, name: str) -> None:
+    """Run one ``sesa`` multirun (one torch thread per job), appending its output to ``log`` and its wall time to
+    ``session.json`` next to it."""
+    exe = shutil.which("sesa") or str(Path(sys.executable).with_name("sesa"))
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    print(f"[results] {name}: {' '.join(argv)}", flush=True)
+    start = time.time()
+    with log.open("a") as out:
+        out.write(f"\n$ OMP_NUM_THREADS=1 {' '.join(argv)}\n")
+        out.flush()
+        code = subprocess.run([exe, *argv[1:]], stdout=out, stderr=subprocess.STDOUT, env=env, check=False).returncode
+    seconds = time.time() - start
+    timing = log.with_name("session.json")
+    record = json.loads(timing.read_text()) if timing.is_file() else {"sweeps": []}
+    record["sweeps"].append({"sweep": name, "argv": argv, "seconds": round(seconds, 1), "exit_code": code,
+                             "finished": time.strftime("%Y-%m-%dT%H:%M:%S")})  # fmt: skip
+    timing.write_text(json.dumps(record, indent=2))
+    print(f"[results] {name}: exit {code} after {seconds / 60:.1f} min", flush=True)
+
+
+# ----------------------------------------------------------------------------------------------- the page
+def render(session: Session, docs: Path, claims: Sequence[Claim] = CLAIMS, notes: Sequence[str] = ()) -> Path:
+    """Write ``docs/results.md`` (and its PNGs under ``docs/results/``) from the complete runs under the root."""
+    figures = docs / "results"
+    sections = []
+    runs_seen: list[Path] = []
+    for claim in claims:
+        runs = [path for name in claim.sweeps for _, path in session.complete(_sweep(name))]
+        runs_seen += [r for r in runs if r not in runs_seen]
+        sections += _claim_section(session, claim, runs, figures, docs)
+    page = docs / "results.md"
+    page.write_text("\n".join([*_preamble(session, runs_seen, notes), *sections]))
+    return page
+
+
+def _claim_section(session: Session, claim: Claim, runs: list[Path], figures: Path, docs: Path) -> list[str]:
+    lines = [f"## {claim.key}. {claim.title}", "", claim.text, ""]
+    recipes = dict.fromkeys(_sweep(name).recipe for name in claim.sweeps)
+    named = ", ".join(f"`conf/experiment/{r}.yaml`" for r in recipes)
+    lines += [f"Recipe{'s' * (len(recipes) > 1)}: {named}. The sweeps and the report, as the header comments give them:",
+              "", "```"]  # fmt: skip
+    lines += [f"OMP_NUM_THREADS=1 {' '.join(recipe_command(_sweep(name)))}" for name in claim.sweeps]
+    lines += [report_command(claim), "```", ""]
+    for name in claim.sweeps:
+        sweep = _sweep(name)
+        expected = math.prod(len(v) for v in _axes(session.overrides(sweep))[1].values()) * len(session.seeds)
+        found = len(session.complete(sweep))
+        if found < expected:
+            lines += [f"- **Incomplete:** {found} of the {expected} jobs of sweep `{name}` have finished.", ""]
+    if not runs:
+        return [*lines, "Not run yet.", ""]
+    n_groups = len({_group_key(p) for p in runs})
+    report = analyse(runs, claim.compare if n_groups > 1 else ())
+    out = session.root / "reports" / claim.key
+    files = write_report(report, out)
+    lines += [f"{report.intro()} Full report: `{out / 'report.html'}`.", ""]
+    lines += [markdown_table(headline_table(report.groups, report.headline, report.labels), index=False), ""]
+    if report.compare is not None and not report.compare.empty:
+        difference = difference_table(report.compare, report.headline, report.labels)
+        lines += [f"{report.difference_title()}:", "", markdown_table(difference, index=False), ""]
+    target = figures / claim.key
+    target.mkdir(parents=True, exist_ok=True)
+    for name in claim.plots:
+        if name in files["plots"]:
+            shutil.copyfile(files["plots"][name], target / f"{name}.png")
+            lines += [f"![{name}]({(target / f'{name}.png').relative_to(docs)})", ""]
+    lines += [f"- {note}" for note in files["notes"]]
+    return [*lines, ""]
+
+
+def _group_key(run_dir: Path) -> tuple[str, ...]:
+    """Overrides minus seed (and the ckpt of a revival): enough to count the groups before the report forms them."""
+    overrides = _parse_overrides(yaml.safe_load((run_dir / ".hydra" / "overrides.yaml").read_text()))
+    return tuple(sorted(f"{k}={v}" for k, v in overrides.items() if k not in ("seed", "ckpt")))
+
+
+def _preamble(session: Session, runs: Sequence[Path], notes: Sequence[str]) -> list[str]:
+    timing = session.root / "session.json"
+    sweeps = json.loads(timing.read_text())["sweeps"] if timing.is_file() else []
+    minutes = round(sum(s["seconds"] for s in sweeps) / 60)
+    took = f"{minutes // 60} h {minutes % 60:02d} min" if minutes >= 60 else f"{minutes} min"
+    environments, commits = set(), set()
+    for run in runs:
+        info = json.loads((run / "run.json").read_text())
+        commits.add(str(info.get("git_commit") or "unknown")[:7])
+        threads = info.get("torch_threads")
+        versions = ", ".join(f"{k} {v}" for k, v in sorted((info.get("versions") or {}).items()))
+        text = "thread count unrecorded" if threads is None else f"{threads} torch thread{'s' * (threads != 1)}"
+        environments.add(text + (f", {versions}" if versions else ""))
+    env_text = "; ".join(sorted(environments))
+    generated = (
+        "Generated by `nox -s results` (`python -m sesa_cli.report.results`): it runs every sweep below that is not "
+        "complete yet, then writes this page from the runs; `nox -s results -- --render` rewrites the page from the "
+        "existing runs. Do not edit by hand."
+    )
+    where = (
+        f"Seeds {', '.join(map(str, session.seeds))}; runs under `{session.root}`; written "
+        f"{time.strftime('%Y-%m-%d %H:%M')} at commit {_git_commit() or 'unknown'}. {METHOD}"
+    )
+    compute = (
+        f"Runs: {len(runs)} ({env_text or 'none yet'}; made at commit {', '.join(sorted(commits)) or '–'}). "
+        f"Compute: the sweeps took {took} of wall time (two jobs at a time, one thread each, on a 2-core machine that "
+        "may have been shared)."
+    )
+    lines = ["# Results", "", generated, "", where, "", compute, ""]
+    if session.smoke:
+        smoke = "**Smoke run** (`--smoke`: a small world and a few steps): these numbers check the machinery only."
+        lines += [smoke, ""]
+    if notes:
+        lines += ["Missing:", "", *(f"- {note}" for note in notes), ""]
+    return lines
+
+
+def _git_commit() -> str | None:
+    try:
+        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False,
+                             timeout=5, cwd=Path(__file__).parent)  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None
+
+
+# ------------------------------------------------------------------------------------------------- command
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m sesa_cli.report.results", description=__doc__.split("\n")[0])
+    parser.add_argument("--root", type=Path, help="where the sweeps go (default outputs/claims; --smoke: "
+                        "outputs/claims-smoke)")  # fmt: skip
+    parser.add_argument("--docs", type=Path, help="where results.md goes (default docs; --smoke: <root>/docs)")
+    parser.add_argument("--seeds", default=None, help="comma-separated (default 0,1,2,3,4; --smoke: 0,1)")
+    parser.add_argument("--claims", default=",".join(c.key for c in CLAIMS), help="which claims (default all)")
+    parser.add_argument("--render", action="store_true", help="write the page from existing runs; run nothing")
+    parser.add_argument("--smoke", action="store_true", help="tiny sweeps that check the machinery in minutes")
+    parser.add_argument("overrides", nargs="*", help="overrides for every job, e.g. model.cache_dir=/work/cache")
+    args = parser.parse_args(argv)
+    root = (args.root or Path("outputs/claims-smoke" if args.smoke else "outputs/claims")).resolve()
+    docs = args.docs or (root / "docs" if args.smoke else Path("docs"))
+    seeds = tuple(int(s) for s in (args.seeds or ("0,1" if args.smoke else "0,1,2,3,4")).split(","))
+    keys = args.claims.split(",")
+    unknown = [k for k in keys if k not in {c.key for c in CLAIMS}]
+    if unknown:
+        parser.error(f"unknown claim {', '.join(unknown)}; choose from {', '.join(c.key for c in CLAIMS)}")
+    claims = [c for c in CLAIMS if c.key in keys]
+    session = Session(root, seeds, tuple(args.overrides), args.smoke)
+    root.mkdir(parents=True, exist_ok=True)
+    docs.mkdir(parents=True, exist_ok=True)
+    notes: list[str] = []
+    start = time.time()
+    if not args.render:
+        needed = {name for claim in claims for name in claim.sweeps}
+        needed |= {s.parent for s in SWEEPS if s.name in needed and s.parent}
+        for sweep in SWEEPS:
+            if sweep.name in needed:
+                notes += run_sweep(session, sweep, root / "session.log")
+    page = render(session, docs, claims, notes)
+    print(f"[results] wrote {page} ({(time.time() - start) / 60:.1f} min)", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

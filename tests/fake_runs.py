@@ -1,0 +1,148 @@
+"""Fabricated run dirs laid out as ``sesa train`` / ``sesa revive`` write them, for the report tests.
+
+The numbers follow simple formulas (see :func:`success_at`) so tests can check the report's arithmetic by hand.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+KS = (1, 2, 4, 8, 16)  # 16 checks that @k sorts as a number
+STEPS = 10
+EVAL_EVERY = 5
+TARGETS = [f"r{i}/c{i}/d{i}" for i in range(4)]
+
+
+def success_at(step: int, seed: int, sampler: str) -> float:
+    """The fabricated rollout/success curve: sequential learns faster; seeds offset by 0.01."""
+    slope = 0.05 if sampler == "sequential" else 0.03
+    return round(0.1 + slope * step + 0.01 * seed, 6)
+
+
+def target_probs(step: int, seed: int, sampler: str) -> list[float]:
+    """Exact probabilities of the 4 fabricated targets: parallel piles onto the first, sequential spreads."""
+    t = step / STEPS
+    if sampler == "parallel":
+        return [0.1 + 0.8 * t, 0.1 * (1 - t) + 0.001, 0.1 * (1 - t) + 0.001, 0.05 + 0.01 * seed]
+    return [0.1 + 0.2 * t, 0.1 + 0.2 * t, 0.1 + 0.1 * t, 0.05 + 0.01 * seed]
+
+
+def write_run(
+    run_dir: Path,
+    overrides: dict[str, object],
+    task: str = "path",
+    coverage: bool = True,
+    command: str = "train",
+    policy: bool = False,
+    threads: int | None = 1,
+    extra_config: dict[str, object] | None = None,
+) -> Path:
+    """Fabricate a run dir: metrics.jsonl, config.yaml, .hydra/, run.json (and with ``policy``, exact policy
+    metrics and policy_probs.jsonl). ``threads=None`` writes a run.json from before thread counts were recorded."""
+    sampler = str(overrides.get("sampler", "parallel"))
+    seed = int(overrides.get("seed", 0))
+    run_dir.mkdir(parents=True)
+    override_list = [f"task={task}", *(f"{k}={v}" for k, v in overrides.items()), f"train.steps={STEPS}"]
+    config = {
+        "task": {"name": task},
+        "sampler": {"name": sampler, "group_size": 8, "off_policy": "paper", "stage1": "auto"},
+        "algo": {"name": str(overrides.get("algo", "grpo")), "lr": 1e-4},
+        "model": {"name": "tiny"},
+        "seed": seed,
+        "train": {"steps": STEPS},
+        **(extra_config or {}),
+    }
+    (run_dir / ".hydra").mkdir()
+    (run_dir / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump(override_list))
+    (run_dir / ".hydra" / "config.yaml").write_text(yaml.safe_dump(config))
+    (run_dir / "config.yaml").write_text(yaml.safe_dump(config))
+    info: dict[str, object] = {"command": command, "parent": None, "overrides": override_list,
+                               "started": "2026-11-22T10:00:00"}  # fmt: skip
+    if threads is not None:
+        info.update(torch_threads=threads, versions={"python": "3.11.7", "torch": "2.13.0+cpu", "sesa": "0.1.0"})
+    (run_dir / "run.json").write_text(json.dumps(info))
+    rng = np.random.default_rng(seed)
+    lines, probs = [], []
+    for step in range(STEPS + 1):
+        decay = 0.9 if sampler == "sequential" else 0.75
+        row = {
+            "step": step,
+            "rollout/reward_mean": success_at(step, seed, sampler),
+            "rollout/reward_std": 0.3,
+            "rollout/success": success_at(step, seed, sampler),
+            "rollout/entropy": round(2.0 * decay**step + 0.05 * rng.random(), 6),
+            "rollout/frac_zero_std": 0.1,
+            "rollout/distinct": 6.0 - step * (0.1 if sampler == "sequential" else 0.4),
+            "rollout/distinct_correct": 1.0 + 0.1 * step,
+            "train/lr": 1e-4,
+            "time/step_s": 0.5,
+            "collapse/flag": int(sampler == "parallel" and step >= 8),
+        }
+        if coverage:
+            row["rollout/coverage"] = 0.05 * step * (1.5 if sampler == "sequential" else 1.0)
+        lines.append(json.dumps(row))
+        if step % EVAL_EVERY == 0:
+            ev: dict[str, object] = {"step": step, "eval/success": success_at(step, seed, sampler) / 2}
+            ev["eval/entropy"] = 1.5 * decay**step
+            for k in KS:
+                ev[f"eval/pass@{k}"] = min(1.0, ev["eval/success"] * (1 + 0.5 * math.log2(k)))  # type: ignore[operator]
+                ev[f"eval/distinct@{k}"] = min(k, 1 + step / 5)
+                ev[f"eval/distinct_correct@{k}"] = min(k, step / 5)
+                if coverage:
+                    ev[f"eval/coverage@{k}"] = min(1.0, 0.02 * k * (1 + step))
+            if policy:
+                p = target_probs(step, seed, sampler)
+                total = sum(p)
+                ev["policy/target_mass"] = total
+                ev["policy/effective_solutions"] = math.exp(-sum(q / total * math.log(q / total) for q in p))
+                ev["policy/valid_mass"] = min(1.0, total + 0.1)
+                probs.append({"step": step, "instances": [
+                    {"instance": 0, "targets": TARGETS, "probs": {**dict(zip(TARGETS, p, strict=True)), "x/y/z": 0.02}}
+                ]})  # fmt: skip
+            lines.append(json.dumps(ev))
+    (run_dir / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+    if probs:
+        (run_dir / "policy_probs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in probs))
+    return run_dir
+
+
+def write_multirun(sweep: Path, task: str = "path", coverage: bool = True, seeds: tuple[int, ...] = (0, 1),
+                   policy: bool = False) -> Path:  # fmt: skip
+    """A Hydra sweep dir: sampler=parallel,sequential × seeds as jobs 0..n-1."""
+    sweep.mkdir(parents=True)
+    (sweep / "multirun.yaml").write_text(yaml.safe_dump({"hydra": {"mode": "MULTIRUN"}}))
+    job = 0
+    for sampler in ("parallel", "sequential"):
+        for seed in seeds:
+            write_run(sweep / str(job), {"sampler": sampler, "seed": seed}, task=task, coverage=coverage,
+                      policy=policy)  # fmt: skip
+            job += 1
+    return sweep
+
+
+def write_revival(run_dir: Path, parent: Path, at: int, overrides: dict[str, object], more: int = 4) -> Path:
+    """A revived run as ``sesa revive`` writes it: the parent's rows up to ``at`` (marked ``revive/parent``), then
+    its own rows at ``at + 1 .. at + more`` whose rollout/success is 0.9 (the parent's never exceeds 0.7)."""
+    seed = int(yaml.safe_load((parent / "config.yaml").read_text())["seed"])
+    run_dir.mkdir(parents=True)
+    override_list = [f"ckpt={parent}", "step=auto", *(f"{k}={v}" for k, v in overrides.items())]
+    (run_dir / ".hydra").mkdir()
+    (run_dir / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump(override_list))
+    config = yaml.safe_load((parent / "config.yaml").read_text())
+    config["sampler"]["name"] = str(overrides.get("sampler", config["sampler"]["name"]))
+    (run_dir / "config.yaml").write_text(yaml.safe_dump(config))
+    info = {"command": "revive", "parent": str(parent / "checkpoints" / f"step_{at:06d}"), "overrides": override_list,
+            "parent_step": at, "parent_run": str(parent), "torch_threads": 1}  # fmt: skip
+    (run_dir / "run.json").write_text(json.dumps(info))
+    rows = [json.loads(line) for line in (parent / "metrics.jsonl").read_text().splitlines()]
+    lines = [json.dumps({**r, "revive/parent": 1}) for r in rows if r["step"] <= at]
+    for step in range(at + 1, at + more + 1):
+        lines.append(json.dumps({"step": step, "rollout/success": 0.9, "rollout/entropy": 0.5, "train/lr": 1e-4}))
+    lines.append(json.dumps({"step": at + more, "eval/success": 0.8 + 0.01 * seed}))
+    (run_dir / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+    return run_dir

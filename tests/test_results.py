@@ -1,0 +1,192 @@
+"""docs/results.md machinery: the recipes' commands, resuming sweeps, and the page from a fake sweep."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from sesa_cli.config import conf_dir
+from sesa_cli.report import results as R
+from tests.fake_runs import write_revival, write_run
+
+SEEDS = (0, 1)
+
+
+def _header_commands(recipe: str) -> list[str]:
+    """The shell commands in a recipe's header comment, continuation lines joined, $C / $CKPTS expanded."""
+    lines = []
+    for line in (conf_dir() / "experiment" / f"{recipe}.yaml").read_text().splitlines():
+        if not line.startswith("#"):
+            break
+        lines.append(line.lstrip("# ").rstrip())
+    text = "\n".join(lines).replace("\\\n", "")
+    variables = {}
+    commands = []
+    for line in text.splitlines():
+        for assignment in re.findall(r"(\w+)=(\S+?)(?:;|$)", line) if line.startswith("C=") else []:
+            variables[assignment[0]] = re.sub(r"\$(\w+)", lambda m: variables[m.group(1)], assignment[1])
+        if "sesa " in line:
+            line = re.sub(r"\$(\w+)", lambda m: variables[m.group(1)], line)
+            commands.append(re.sub(r"\s+", " ", line[line.index("sesa ") :]).strip())
+    return commands
+
+
+@pytest.mark.parametrize("sweep", R.SWEEPS, ids=lambda s: s.name)
+def test_recipe_headers_give_the_sessions_commands(sweep: R.Sweep) -> None:
+    """What `nox -s results` runs is what the recipe tells a user to type (seeds 0-4, outputs/claims)."""
+    wanted = R.recipe_command(sweep)
+    matching = [
+        c.split() for c in _header_commands(sweep.recipe) if f"hydra.sweep.dir=outputs/claims/{sweep.name}" in c
+    ]
+    assert len(matching) == 1, _header_commands(sweep.recipe)
+    assert matching[0][:3] == wanted[:3]  # sesa <command> -m
+    assert sorted(matching[0]) == sorted(wanted)
+
+
+@pytest.mark.parametrize("claim", R.CLAIMS, ids=lambda c: c.key)
+def test_recipe_headers_give_the_claims_report_commands(claim: R.Claim) -> None:
+    recipes = {R._sweep(name).recipe for name in claim.sweeps}
+    assert any(R.report_command(claim) in _header_commands(recipe) for recipe in recipes)
+
+
+def test_the_comparison_sweeps_every_variant_explicitly() -> None:
+    for name in ("discovery", "revive_sequential"):
+        argv = R.recipe_command(R._sweep(name))
+        assert "sampler.off_policy=paper,drop_negatives,weight_negatives,on_policy_baseline" in argv
+        assert "sampler.stage1=solution,sketch" in argv
+    assert "seed=0,1,2,3,4" in R.recipe_command(R._sweep("collapse"))
+
+
+# ----------------------------------------------------------------------------------------------- a fake sweep
+def fake_claims(root: Path, seeds: tuple[int, ...] = SEEDS) -> None:
+    """Complete runs of every sweep under ``root``, laid out and named as the session runs them."""
+    for job, seed in enumerate(seeds):
+        write_run(root / "collapse" / str(job), {"experiment": "collapse_revival", "seed": seed}, policy=True)
+    job = 0
+    for variant in ("paper", "drop_negatives", "weight_negatives", "on_policy_baseline"):
+        for stage1 in ("solution", "sketch"):
+            for seed in seeds:
+                overrides = {"experiment": "discovery", "sampler": "sequential", "sampler.off_policy": variant,
+                             "sampler.stage1": stage1, "seed": seed}  # fmt: skip
+                write_run(root / "discovery" / str(job), overrides, policy=True)
+                job += 1
+    for job in range(len(seeds)):
+        parent = root / "collapse" / str(job)
+        write_revival(root / "revive_parallel" / str(job), parent, at=6, overrides={"sampler": "parallel"})
+        write_revival(root / "revive_sequential" / str(job), parent, at=6,
+                      overrides={"sampler": "sequential", "sampler.off_policy": "drop_negatives",
+                                 "sampler.stage1": "solution"})  # fmt: skip
+    job = 0
+    for sampler in ("parallel", "sequential"):
+        for seed in seeds:
+            write_run(root / "frozenlake" / str(job), {"experiment": "frozenlake_tiny", "sampler": sampler,
+                                                       "seed": seed}, task="frozenlake", coverage=False)  # fmt: skip
+            job += 1
+
+
+def test_page_from_a_fake_sweep(tmp_path: Path) -> None:
+    root, docs = tmp_path / "claims", tmp_path / "docs"
+    fake_claims(root)
+    session = R.Session(root, SEEDS)
+    page = R.render(session, docs)
+    text = page.read_text()
+    for claim in R.CLAIMS:
+        assert f"## {claim.key}. {claim.title}" in text
+    # claim II: parallel vs the eight sequential settings; the difference in target mass is -0.102 at every seed
+    # (sequential 0.3 + 0.3 + 0.2 + 0.05, parallel 0.9 + 0.001 + 0.001 + 0.05, the same seed offset): paired, a point
+    section = text[text.index("## II.") : text.index("## III.")]
+    assert "| [1] parallel | 2 |" in section
+    assert section.count("| [") == 9 + 8  # headline rows, difference rows
+    assert (
+        "| [2] sequential off_policy=paper stage1=solution | +2.23 [2.21, 2.24] | -0.102 [-0.102, -0.102] |" in section
+    )
+    # claim III: only one sequential setting was revived in this fake sweep; IV: the agent task's headline
+    assert "Difference to [1] parallel" in text[text.index("## III.") : text.index("## IV.")]
+    assert "| group | n | eval/success |" in text[text.index("## IV.") :]
+    for key, plots in (("I", ("heatmap", "policy")), ("II", ("heatmap", "policy")), ("IV", ("sampling",))):
+        for name in plots:
+            assert (docs / "results" / key / f"{name}.png").is_file()
+            assert f"](results/{key}/{name}.png)" in text
+    # the page names its commands: the recipe's sweep and report commands
+    assert "OMP_NUM_THREADS=1 sesa train -m experiment=discovery" in text
+    assert R.report_command(R.CLAIMS[1]) in text
+
+
+def test_missing_runs_are_said_not_invented(tmp_path: Path) -> None:
+    root = tmp_path / "claims"
+    write_run(root / "collapse" / "0", {"experiment": "collapse_revival", "seed": 0}, policy=True)
+    text = R.render(R.Session(root, SEEDS), tmp_path / "docs").read_text()
+    assert "Task path · 1 runs in 1 group · seeds 0." in text
+    assert text.count("Not run yet.") == 2  # claims III and IV; II shows the parallel runs it has
+    assert "- **Incomplete:** 1 of the 2 jobs of sweep `collapse` have finished." in text
+    assert "- **Incomplete:** 0 of the 16 jobs of sweep `discovery` have finished." in text
+
+
+# ------------------------------------------------------------------------------------------------- resuming
+def test_resume_runs_only_what_is_missing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    root = tmp_path / "claims"
+    fake_claims(root)
+    calls: list[list[str]] = []
+    monkeypatch.setattr(R, "_run", lambda argv, log, name: calls.append(argv))
+    session = R.Session(root, SEEDS)
+    for sweep in R.SWEEPS:
+        R.run_sweep(session, sweep, root / "session.log")
+    # complete sweeps are not rerun; revive_sequential has 1 of its 8 settings for both checkpoints: the 7 others
+    # are not a Cartesian product, so they run as 7 multiruns over the two checkpoints
+    assert [argv[1] for argv in calls] == ["revive"] * 7
+    ckpts = f"ckpt={root / 'collapse' / '0'},{root / 'collapse' / '1'}"
+    assert all(ckpts in argv for argv in calls)
+    assert {a for argv in calls for a in argv if a.startswith("sampler.stage1=")} == {
+        "sampler.stage1=solution",
+        "sampler.stage1=sketch",
+    }
+    assert [a for a in calls[0] if a.startswith("hydra.sweep.dir")] == [
+        f"hydra.sweep.dir={root}/revive_sequential.retry1"
+    ]
+    calls.clear()
+    # a killed job: its dir is moved aside (kept) and only its seed is run again, in a new sweep dir
+    metrics = root / "discovery" / "3" / "metrics.jsonl"
+    metrics.write_text("".join(metrics.read_text().splitlines(keepends=True)[:5]))
+    notes = R.run_sweep(session, R._sweep("discovery"), root / "session.log")
+    assert len(calls) == 1
+    # job 3 of the fake sweep: off_policy=paper, stage1=sketch, seed 1
+    assert sorted(calls[0][3:-3]) == sorted(["experiment=discovery", "sampler.off_policy=paper",
+                                             "sampler.stage1=sketch", "seed=1"])  # fmt: skip
+    assert calls[0][-1] == f"hydra.sweep.dir={root / 'discovery.retry1'}"
+    assert not (root / "discovery" / "3").exists()
+    assert len(list((root / "discovery").glob(".3.incomplete.*"))) == 1
+    job = "{'sampler.off_policy': 'paper', 'sampler.stage1': 'sketch', 'seed': '1'}"
+    assert notes == [f"discovery: job {job} did not finish"]
+
+
+def test_revivals_wait_for_their_checkpoints(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    root = tmp_path / "claims"
+    write_run(root / "collapse" / "0", {"experiment": "collapse_revival", "seed": 0})
+    calls: list[list[str]] = []
+    monkeypatch.setattr(R, "_run", lambda argv, log, name: calls.append(argv))
+    notes = R.run_sweep(R.Session(root, SEEDS), R._sweep("revive_parallel"), root / "session.log")
+    assert notes[0] == "revive_parallel: no complete collapse run of seed 1 to revive"
+    assert f"ckpt={root / 'collapse' / '0'}" in calls[0]
+
+
+def test_revivals_run_by_hand_with_relative_paths_are_found(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # the recipes' header commands: ckpt=outputs/claims/collapse/0, relative to where they were typed
+    monkeypatch.chdir(tmp_path)
+    root = Path("outputs/claims")
+    parent = write_run(root / "collapse" / "0", {"experiment": "collapse_revival", "seed": 0})
+    write_revival(root / "revive_parallel" / "0", parent, at=6, overrides={"sampler": "parallel"})
+    session = R.Session(root.resolve(), (0,))
+    assert [path.name for _, path in session.complete(R._sweep("revive_parallel"))] == ["0"]
+
+
+@pytest.mark.slow
+def test_smoke_session_end_to_end(tmp_path: Path, cache_dir: Path) -> None:
+    """`nox -s results -- --smoke`: real sweeps of 2 seeds x 3 steps, then the page (a few minutes)."""
+    root = tmp_path / "claims"
+    assert R.main(["--smoke", "--root", str(root), f"model.cache_dir={cache_dir}"]) == 0
+    text = (root / "docs" / "results.md").read_text()
+    assert "**Smoke run**" in text
+    assert "Not run yet." not in text
+    assert "Missing:" not in text

@@ -117,7 +117,14 @@ def load_hub(hub_id: str, name: str, device: str = "cpu") -> Policy:
 
 
 def load_base(cfg: ModelConfig, task: Task, device: str = "cpu") -> Policy:
-    """The base model named by ``cfg`` (no adapters)."""
+    """The base model named by ``cfg`` (no adapters), with ``task``'s special tokens banned from sampling and scoring
+    (sesa_cli.rollout.special): a policy and its KL reference must score tokens under the same mask."""
+    policy = _base_weights(cfg, task, device)
+    suppress_special_tokens(policy, task)
+    return policy
+
+
+def _base_weights(cfg: ModelConfig, task: Task, device: str) -> Policy:
     if cfg.path:
         path = Path(cfg.path).expanduser()
         if not path.exists():
@@ -148,7 +155,6 @@ def load_policy(cfg: ModelConfig, task: Task, device: str = "cpu", base: Policy 
         policy.model = add_lora(policy.model, cfg)
     if cfg.gradient_checkpointing:
         enable_gradient_checkpointing(policy.model)
-    suppress_special_tokens(policy, task)
     return policy
 
 
@@ -169,9 +175,9 @@ def load_checkpoint(
         policy.source = ckpt
     else:
         policy = load_pretrained_dir(ckpt, device)
+        suppress_special_tokens(policy, task)
     if cfg.gradient_checkpointing:
         enable_gradient_checkpointing(policy.model)
-    suppress_special_tokens(policy, task)
     return policy
 
 

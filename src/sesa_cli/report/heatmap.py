@@ -19,7 +19,8 @@ from typing import Any
 
 import numpy as np
 
-from sesa_cli.report.runs import Run, _read_metric_rows, short_label
+from sesa_cli.report.runs import Run, short_label
+from sesa_cli.runs import read_metrics
 
 POLICY_PROBS = "policy_probs.jsonl"
 FLOOR = 1e-3
@@ -51,7 +52,7 @@ def load_probs(run: Run) -> Probs | None:
         return None
     by_step: dict[int, dict[str, float]] = {}
     targets: list[str] = []
-    for record in _read_metric_rows(path):
+    for record in read_metrics(path):
         instances = record.get("instances")
         if not isinstance(instances, list) or not instances or not isinstance(instances[0], dict):
             continue

@@ -38,9 +38,10 @@ import yaml
 
 from sesa_cli.config import ConfigError
 from sesa_cli.report.document import analyse, write_report
-from sesa_cli.report.runs import METRICS_JSONL, _parse_overrides, _read_metric_rows
+from sesa_cli.report.runs import METRICS_JSONL, _parse_overrides
 from sesa_cli.report.stats import METHOD
 from sesa_cli.report.tables import difference_table, headline_table, markdown_table
+from sesa_cli.runs import read_metrics
 
 SEEDS = (0, 1, 2, 3, 4)
 VARIANTS = "sampler.off_policy=paper,drop_negatives,weight_negatives,on_policy_baseline"
@@ -189,7 +190,7 @@ def is_complete(run_dir: Path) -> bool:
         return False
     try:
         steps = int(yaml.safe_load(config.read_text())["train"]["steps"])
-        rows = _read_metric_rows(metrics)
+        rows = read_metrics(metrics)
     except (OSError, ValueError, KeyError, TypeError, yaml.YAMLError, ConfigError):
         return False  # a damaged run dir is an incomplete one: it is moved aside and rerun
     return any(r.get("step") == steps and "eval/success" in r and not r.get("revive/parent") for r in rows)

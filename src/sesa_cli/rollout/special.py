@@ -12,7 +12,7 @@ The banned ids are stored on the model as ``generation_config.suppress_tokens``,
 generate these" (``model.generate`` honours it too), so that every consumer of the model agrees without passing them
 around: the rollout engine masks their logits before sampling and the scoring pass
 (:func:`sesa_cli.rollout.scoring.completion_logps`) masks the same logits, so the log-probs a sampler records equal
-a scoring pass of the same context. :func:`sesa_cli.models.loading.load_policy` and ``load_checkpoint`` set them for
+a scoring pass of the same context. :func:`sesa_cli.models.loading.load_base` and ``load_checkpoint`` set them for
 the task the policy is loaded for.
 """
 

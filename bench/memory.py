@@ -40,7 +40,8 @@ def measure(mode: str, rows: int, new_tokens: int, cache_dir: str, gc: bool, dty
     import torch
     from hydra import compose, initialize_config_dir
 
-    from sesa_cli.config import conf_dir, register_configs, to_object
+    from sesa_cli.commands.schemas import register_configs
+    from sesa_cli.config import conf_dir, to_object
     from sesa_cli.models.loading import load_policy
     from sesa_cli.rollout.samplers import make_sampler
     from sesa_cli.runs import RunDir

@@ -17,7 +17,8 @@ from pathlib import Path
 import torch
 from hydra import compose, initialize_config_dir
 
-from sesa_cli.config import conf_dir, register_configs, to_object
+from sesa_cli.commands.schemas import register_configs
+from sesa_cli.config import conf_dir, to_object
 from sesa_cli.models.loading import load_policy
 from sesa_cli.rollout.engine import SamplingParams
 from sesa_cli.rollout.samplers import make_sampler

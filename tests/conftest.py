@@ -30,7 +30,8 @@ def compose_train(overrides: list[str]):
     """The typed TrainConfig for ``sesa train <overrides>``."""
     from hydra import compose, initialize_config_dir
 
-    from sesa_cli.config import conf_dir, register_configs, to_object
+    from sesa_cli.commands.schemas import register_configs
+    from sesa_cli.config import conf_dir, to_object
 
     register_configs()
     with initialize_config_dir(version_base="1.3", config_dir=str(conf_dir())):

@@ -17,7 +17,8 @@ def main(out_dir: Path, overrides: list[str]) -> None:
     from hydra import compose, initialize_config_dir
 
     from sesa_cli.commands.common import seed_everything
-    from sesa_cli.config import conf_dir, register_configs, to_object
+    from sesa_cli.commands.schemas import register_configs
+    from sesa_cli.config import conf_dir, to_object
     from sesa_cli.distributed import replicas
     from sesa_cli.models.loading import load_policy
     from sesa_cli.runs import ReplicaRunDir, RunDir

@@ -10,6 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sesa_cli import config
+from sesa_cli.commands.schemas import register_configs
 from sesa_cli.config import ConfigError
 from sesa_cli.tasks.agent import AgentTask, split_seed
 from sesa_cli.tasks.base import Score
@@ -201,7 +202,7 @@ def test_sketches_and_solve_prompt(task: AgentTask) -> None:
     assert len({task.encode(p) for p in plans}) == len(plans) >= 2
     sketches = [task.sketch(p) for p in plans]
     assert all(s.endswith(task.stop) for s in sketches)
-    assert all(task.plan_text(s) == task.encode(p) for s, p in zip(sketches, plans, strict=True))
+    assert all(task.sketch_content(s) == task.encode(p) for s, p in zip(sketches, plans, strict=True))
     head = task.sketch_head(inst)
     assert head.endswith("\n" if task.chat else "?")
     solve = task.solve_prompt(inst, sketches[0])
@@ -293,7 +294,7 @@ def test_warm_start_key_tracks_config_not_seed() -> None:
 def test_yaml_composes(name: str) -> None:
     from hydra import compose, initialize_config_dir
 
-    config.register_configs()
+    register_configs()
     with initialize_config_dir(config_dir=str(config.conf_dir()), version_base=None):
         cfg = compose(overrides=[f"+task={name}", "task.style=chat"])
     obj = config.to_object(cfg.task)

@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
+from sesa_cli import config
 from sesa_cli.config import ConfigError, TrainConfig, conf_dir
 from tests.conftest import compose_train
 
@@ -37,3 +43,16 @@ def test_targets_follow_the_seed():
 def test_cross_field_errors_name_the_field():
     with pytest.raises(ConfigError, match=r"model\.hidden_size=130 must be divisible by model\.num_heads=4"):
         compose_train(["model.hidden_size=130"])
+
+
+def test_config_imports_nothing_of_the_tasks():
+    """config.py sits below every task (each task's schema extends TaskConfig): importing it loads no module of
+    sesa_cli.tasks, and no import in it, at any depth, names one (a lazy import would close the circle again)."""
+    code = "import sys, sesa_cli.config; print(sorted(m for m in sys.modules if m.startswith('sesa_cli.tasks')))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+    tree = ast.parse(Path(config.__file__).read_text())
+    imported = [alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names]
+    imported += [node.module or "" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)]
+    assert "omegaconf" in imported  # the walk sees the module's imports
+    assert [name for name in imported if name.startswith("sesa_cli.tasks")] == []

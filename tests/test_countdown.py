@@ -22,9 +22,9 @@ from sesa_cli.tasks.countdown import (
     CountdownTask,
     CountdownTaskConfig,
     ragen_reward,
-    reachable,
-    think_answer,
 )
+from sesa_cli.tasks.countdown_solver import reachable
+from sesa_cli.tasks.ragen import think_answer
 
 
 def make(**kw) -> CountdownTask:

@@ -17,15 +17,9 @@ from hypothesis import strategies as st
 
 from sesa_cli.config import ConfigError
 from sesa_cli.tasks import math as math_task
-from sesa_cli.tasks.math import (
-    MathInstance,
-    MathTask,
-    MathTaskConfig,
-    is_equivalent,
-    last_boxed,
-    load_jsonl,
-    normalize_answer,
-)
+from sesa_cli.tasks import math_grading
+from sesa_cli.tasks.math import MathInstance, MathTask, MathTaskConfig, load_jsonl
+from sesa_cli.tasks.math_grading import is_equivalent, last_boxed, normalize_answer
 
 
 def make(**kw) -> MathTask:
@@ -144,7 +138,7 @@ def test_math_verify_failures_count_as_wrong(monkeypatch: pytest.MonkeyPatch) ->
      ("(0,1]", "(0,1]"), ("", "")],
 )  # fmt: skip
 def test_redundant_brackets_are_shed_and_meaningful_ones_kept(text: str, shed: str) -> None:
-    assert math_task.shed_brackets(text) == shed
+    assert math_grading.shed_brackets(text) == shed
 
 
 def test_deeply_parenthesised_correct_answers_are_correct_at_once() -> None:
@@ -159,7 +153,7 @@ def test_deeply_parenthesised_correct_answers_are_correct_at_once() -> None:
 def test_the_budget_is_the_graders_cpu_time_not_wall_time(monkeypatch: pytest.MonkeyPatch) -> None:
     import math_verify
 
-    monkeypatch.setattr(math_task, "GRADER_CPU_S", 0.2)
+    monkeypatch.setattr(math_grading, "GRADER_CPU_S", 0.2)
     real = math_verify.verify
 
     def descheduled(*args, **kwargs):  # what a loaded machine does to the grader: wall time passes, CPU time not
@@ -167,13 +161,13 @@ def test_the_budget_is_the_graders_cpu_time_not_wall_time(monkeypatch: pytest.Mo
         return real(*args, **kwargs)
 
     monkeypatch.setattr(math_verify, "verify", descheduled)
-    assert math_task.grade("x+1", "1+x") is True
+    assert math_grading.grade("x+1", "1+x") is True
 
 
 def test_an_answer_over_the_cpu_budget_is_counted_not_hidden(monkeypatch: pytest.MonkeyPatch) -> None:
     import math_verify
 
-    monkeypatch.setattr(math_task, "GRADER_CPU_S", 0.2)
+    monkeypatch.setattr(math_grading, "GRADER_CPU_S", 0.2)
 
     def busy(*args, **kwargs):
         end = time.thread_time() + 5
@@ -187,14 +181,14 @@ def test_an_answer_over_the_cpu_budget_is_counted_not_hidden(monkeypatch: pytest
     assert time.perf_counter() - start < 2
     assert score == math_task.Score(0.0, False, "1+x", grader_timeout=True)
     monkeypatch.undo()
-    assert math_task.grade("x+1", "1+x") is True  # the alarm is gone: the next answer is graded normally
+    assert math_grading.grade("x+1", "1+x") is True  # the alarm is gone: the next answer is graded normally
 
 
 def test_power_towers_stay_bounded_and_are_counted(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(math_task, "GRADER_CPU_S", 0.3)
+    monkeypatch.setattr(math_grading, "GRADER_CPU_S", 0.3)
     for answer in ("9^{9^{9}}", "9^{9^{9^{9}}}"):
         start = time.perf_counter()
-        assert math_task.grade("2", answer) is None
+        assert math_grading.grade("2", answer) is None
         assert time.perf_counter() - start < 3
 
 
@@ -202,7 +196,7 @@ def test_grading_off_the_main_thread_has_no_alarm_and_still_works() -> None:
     import threading
 
     out = []
-    worker = threading.Thread(target=lambda: out.append(math_task.grade("x+1", "(1+x)")))
+    worker = threading.Thread(target=lambda: out.append(math_grading.grade("x+1", "(1+x)")))
     worker.start()
     worker.join()
     assert out == [True]
@@ -212,7 +206,7 @@ def test_grading_off_the_main_thread_has_no_alarm_and_still_works() -> None:
 def test_hostile_answers_time_out_and_are_wrong() -> None:
     start = time.perf_counter()
     assert not is_equivalent("2", "9^{9^{9^{9}}}")
-    assert time.perf_counter() - start < 2 * math_task.GRADER_CPU_S + 2
+    assert time.perf_counter() - start < 2 * math_grading.GRADER_CPU_S + 2
 
 
 def test_overlong_answers_are_wrong_without_parsing() -> None:
@@ -389,7 +383,8 @@ def test_task_configs_compose() -> None:
     from hydra import compose, initialize_config_dir
 
     import sesa_cli.tasks.countdown  # noqa: F401  (registers the schema)
-    from sesa_cli.config import conf_dir, register_configs, to_object
+    from sesa_cli.commands.schemas import register_configs
+    from sesa_cli.config import conf_dir, to_object
     from sesa_cli.tasks.countdown import CountdownTaskConfig
 
     register_configs()

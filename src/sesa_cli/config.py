@@ -1,10 +1,12 @@
-"""Typed configuration schemas, registered in Hydra's ConfigStore.
+"""Typed configuration schemas, which the command layer registers in Hydra's ConfigStore.
 
 Every field is documented once, here, next to its definition. YAML files under ``conf/`` hold the values; these
 dataclasses are the schema that validates every override before any work starts. Library code receives these
 dataclasses (``OmegaConf.to_object``), never a ``DictConfig``.
 
-This module must stay light: ``sesa --help`` and ``diversity-report`` import it and never import torch.
+This module must stay light: ``sesa --help`` and ``diversity-report`` import it and never import torch. It imports
+nothing of sesa_cli.tasks: each task's schema extends ``TaskConfig`` in its own module, and
+sesa_cli.commands.schemas.register_configs stores them all.
 """
 
 from __future__ import annotations
@@ -43,6 +45,13 @@ def at_least(obj: Any, prefix: str, minimum: float, *names: str) -> list[str]:
 def positive(obj: Any, prefix: str, *names: str) -> list[str]:
     """A problem per field of ``names`` that is not > 0 (rates and norms)."""
     return [f"{prefix}.{n}={getattr(obj, n)} must be > 0" for n in names if not getattr(obj, n) > 0]
+
+
+def subset_of(obj: Any, prefix: str, allowed: str, *names: str) -> list[str]:
+    """A problem per field of ``names`` that is not a non-empty string of characters from ``allowed`` (the operators
+    an arithmetic task may use)."""
+    wrong = [n for n in names if not getattr(obj, n) or set(getattr(obj, n)) - set(allowed)]
+    return [f"{prefix}.{n}={getattr(obj, n)!r} must be a non-empty subset of {allowed!r}" for n in wrong]
 
 
 def raise_if(problems: list[str]) -> None:
@@ -500,22 +509,6 @@ class DiversityReportConfig:
     logged (the exact policy's spread and target mass where the task has them, validation success, episode length)."""
     run_dir: str | None = None
     """Where the report is written; set by the command from Hydra's output dir."""
-
-
-def register_configs() -> None:
-    """Store every schema in Hydra's ConfigStore (idempotent)."""
-    from hydra.core.config_store import ConfigStore
-
-    cs = ConfigStore.instance()
-    cs.store(name="train_schema", node=TrainConfig)
-    cs.store(name="diversity_report_schema", node=DiversityReportConfig)
-    cs.store(name="revive_schema", node=ReviveConfig)
-    cs.store(name="eval_schema", node=EvalConfig)
-    # Each task module registers its schema next to its class; conf/task/<name>.yaml names it in its defaults.
-    from sesa_cli.tasks import TASK_SCHEMAS
-
-    for name, schema in TASK_SCHEMAS.items():
-        cs.store(group="schema/task", name=name, node=schema)
 
 
 def to_object(cfg: Any) -> Any:

@@ -12,7 +12,8 @@ import hydra
 from omegaconf import DictConfig
 
 from sesa_cli.commands.common import hydra_context, user_errors
-from sesa_cli.config import ConfigError, DiversityReportConfig, conf_dir, register_configs, to_object
+from sesa_cli.commands.schemas import register_configs
+from sesa_cli.config import ConfigError, DiversityReportConfig, conf_dir, to_object
 
 register_configs()
 

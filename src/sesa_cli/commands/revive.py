@@ -22,7 +22,8 @@ from sesa_cli.commands.common import (
     seed_everything,
     user_errors,
 )
-from sesa_cli.config import ConfigError, ReviveConfig, conf_dir, register_configs
+from sesa_cli.commands.schemas import register_configs
+from sesa_cli.config import ConfigError, ReviveConfig, conf_dir
 
 log = logging.getLogger("sesa.revive")
 register_configs()

@@ -16,7 +16,8 @@ from sesa_cli.commands.common import (
     seed_everything,
     user_errors,
 )
-from sesa_cli.config import TrainConfig, conf_dir, register_configs, to_object
+from sesa_cli.commands.schemas import register_configs
+from sesa_cli.config import TrainConfig, conf_dir, to_object
 
 log = logging.getLogger("sesa.train")
 register_configs()

@@ -12,7 +12,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from sesa_cli.config import SEQUENTIAL_ONLY, ConfigError, conf_dir, register_configs, to_object
+from sesa_cli.commands.schemas import register_configs
+from sesa_cli.config import SEQUENTIAL_ONLY, ConfigError, conf_dir, to_object
 
 
 def _split_sweeps(overrides: list[str]) -> list[list[str]]:

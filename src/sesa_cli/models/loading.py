@@ -21,8 +21,9 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, P
 from sesa_cli.config import ConfigError, ModelConfig, first_line
 from sesa_cli.rollout.special import suppress_special_tokens
 from sesa_cli.tasks.base import Task
+from sesa_cli.tasks.ragen import THINK
 
-ASSISTANT_PREFILL = "<think>"
+ASSISTANT_PREFILL = THINK
 """Chat prompts of the tasks end with RAGEN's pre-filled ``<think>``: with a chat template it goes after the
 assistant header (the start of the model's answer), not inside the user message."""
 

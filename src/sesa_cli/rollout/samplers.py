@@ -62,7 +62,7 @@ class Rollout:
 
 def run_episodes(
     session: Session,
-    task: Any,
+    task: Task,
     instances: Sequence[Any],
     policy: Policy,
     stop_ids: list[int],
@@ -124,17 +124,16 @@ class Sampler:
         self.params = SamplingParams(0.0) if greedy else SamplingParams(cfg.temperature, cfg.top_p, cfg.top_k)
         self.stop_ids = stop_ids_for(policy, task)
         self.bos = [int(policy.tokenizer.bos_token_id)] if policy.tokenizer.bos_token_id is not None else []
-        self.multi_turn = bool(getattr(task, "multi_turn", False))
 
     def encode_prompt(self, text: str) -> list[int]:
-        return self.policy.encode_prompt(text, chat=self.task.cfg.style == "chat")
+        return self.policy.encode_prompt(text, chat=self.task.chat)
 
     def answer(
         self, session: Session, instances: Sequence[Any], generator: torch.Generator
     ) -> list[tuple[Completion, str, Score]]:
         """One answer per row of ``session`` (row i answers ``instances[i]``): a response scored by the task, or for
         multi-turn tasks a whole episode; each with its decoded text."""
-        if self.multi_turn:
+        if self.task.multi_turn:
             comps, scores = run_episodes(
                 session, self.task, instances, self.policy, self.stop_ids, self.params, generator
             )

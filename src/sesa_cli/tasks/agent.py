@@ -25,30 +25,29 @@ Two renderings (``task.style``):
 
   A sketch (SESA stage I) is a plan in the same action syntax after ``?``: sketches are drafted as
   ``<state>\\n?<plan>|<plan>|...`` (``between`` = "") and a sketch is followed from ``<state>\\n?<plan>|\\n:``.
-* ``chat`` (instruction-tuned models): RAGEN's system text, ``Turn i:`` / ``State:`` blocks and ``Reward:`` lines
-  as plain text. Every context ends with ``<think>`` (RAGEN pre-fills it), so a response reads
-  ``...</think><answer>Right || Up</answer>`` and ``stop`` = ``</answer>``. No model chat template is applied.
+* ``chat`` (instruction-tuned models): RAGEN's format (sesa_cli.tasks.ragen): its system text with the symbol
+  legend and action list, ``Turn i:`` / ``State:`` blocks and ``Reward:`` lines as plain text; a response reads
+  ``...</think><answer>Right || Up</answer>``.
+
+The grid worlds moved in by direction (FrozenLake, Sokoban) share sesa_cli.tasks.grid; Sudoku places values.
 """
 
 from __future__ import annotations
 
 import hashlib
 import random
-import re
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any, ClassVar
 
 from sesa_cli.config import ConfigError, TaskConfig
-from sesa_cli.tasks.base import Score, Task
+from sesa_cli.tasks import ragen
+from sesa_cli.tasks.base import Score, Turn, check_split, draw_distinct
+from sesa_cli.tasks.ragen import RagenTask
 
-COMPACT_STOP = "|"
-CHAT_STOP = "</answer>"
-THINK = "<think>"
-_THINK_THEN_ANSWER = re.compile(r"</think>\s*<answer>")
-_SPECIAL_TOKENS = ("<think>", "</think>", "<answer>", "</answer>", "<|im_start|>", "<|im_end|>")
-_FORMAT_PROMPT = "<think>...</think><answer>...</answer>"
+COMPACT_LAYOUT = "\n:?|"
+"""The characters of the compact layout: line breaks, ``:`` (a turn follows), ``?`` (a plan follows), the stop."""
 
 
 @dataclass
@@ -73,24 +72,6 @@ class AgentTaskConfig(TaskConfig):
             raise ConfigError(f"task.format_penalty={self.format_penalty} must be <= 0 (it is a penalty)")
 
 
-@dataclass(frozen=True)
-class Turn:
-    """What one ``Env.step`` did."""
-
-    feedback: str
-    """Text appended to the context after the response (reward line, next state); "" when done."""
-    reward: float
-    """This turn's reward, format penalty included."""
-    done: bool
-    """The episode is over (solved, failed, out of actions or out of turns)."""
-    success: bool
-    """The episode is solved (meaningful when done)."""
-    actions: tuple[str, ...]
-    """Canonical names of the actions executed this turn."""
-    valid: bool
-    """The response parsed, named at least one action and no unknown one (no format penalty)."""
-
-
 def derive_seed(*parts: Any) -> int:
     """A stable non-negative 32-bit seed from ``parts`` (blake2b of their repr; Python's hash() is salted)."""
     digest = hashlib.blake2b(repr(parts).encode(), digest_size=4).digest()
@@ -99,8 +80,7 @@ def derive_seed(*parts: Any) -> int:
 
 def split_seed(task: str, split: str, seed: int, index: int, attempt: int = 0) -> int:
     """Instance seed: train seeds are even and validation seeds odd, so the two splits never share one."""
-    if split not in ("train", "val"):
-        raise ValueError(f"unknown split {split!r}; use 'train' or 'val'")
+    check_split(split)
     return (derive_seed(task, split, seed, index, attempt) & 0x7FFFFFFF) * 2 + (split == "val")
 
 
@@ -170,18 +150,16 @@ class Env(ABC):
         return Score(reward=self.total_reward, success=self.success, key=",".join(self.history) or None)
 
 
-class AgentTask(Task):
+class AgentTask(RagenTask):
     """A multi-turn task: ``make_env`` plays episodes; ``transcript`` replays a list of responses."""
 
     multi_turn: ClassVar[bool] = True
     cfg: AgentTaskConfig
 
     action_names: ClassVar[tuple[str, ...]] = ()
-    """Canonical action names (chat style, case-insensitive); grid tasks also have one letter each (compact)."""
-    chat_instruction: ClassVar[str] = ""
-    """RAGEN's env instruction (its ``envs.yaml`` ``env_instruction``)."""
+    """The actions the chat header lists (RAGEN's action names; grid tasks: sesa_cli.tasks.grid); () for none."""
     chat_vocab: ClassVar[tuple[tuple[str, str], ...]] = ()
-    """RAGEN's ``grid_vocab``: (symbol, meaning) pairs."""
+    """RAGEN's ``grid_vocab``: (symbol, meaning) pairs; () for none."""
     chat_max_words: ClassVar[int] = 100
     """RAGEN's ``max_tokens`` quoted in the turn text ("Max response length: N words (tokens).")."""
     sketch_list_max: ClassVar[int] = 8
@@ -191,15 +169,7 @@ class AgentTask(Task):
 
     def __init__(self, cfg: TaskConfig, seed: int = 0) -> None:
         super().__init__(cfg, seed)
-        chat = cfg.style == "chat"
-        # stop/between depend on the style, so they are set per instance.
-        self.stop = CHAT_STOP if chat else COMPACT_STOP  # type: ignore[misc]
-        self.between = "\n" if chat else ""  # type: ignore[misc]
         self._cache: dict[tuple[str, int], Any] = {}
-
-    @property
-    def chat(self) -> bool:
-        return self.cfg.style == "chat"
 
     # ---------------------------------------------------------------- the task-specific part
     @abstractmethod
@@ -218,28 +188,26 @@ class AgentTask(Task):
     def random_actions(self, env: Env, rng: random.Random, k: int) -> list[str]:
         """``k`` well-formed (not necessarily good) canonical actions for the warm start."""
 
+    @abstractmethod
     def compact_tokens(self, body: str) -> list[str]:
-        """Split a compact answer into action tokens: one letter per action (whitespace ignored)."""
-        return [ch for ch in body if not ch.isspace()]
+        """Split a compact answer into raw action tokens (for ``canonical``). Never raises."""
 
+    @abstractmethod
     def encode(self, actions: Sequence[str]) -> str:
-        """The answer text naming ``actions``: letters (compact) or ``A || B`` (chat)."""
-        if self.chat:
-            return " || ".join(actions)
-        return "".join(a[0] for a in actions)
+        """The answer text naming canonical ``actions`` (chat: separated by `` || ``)."""
+
+    @abstractmethod
+    def longest_plan(self) -> list[str]:
+        """A plan as long as the warm start's longest (the compact sketch budget)."""
 
     def random_plan(self, inst: Any, rng: random.Random) -> list[str]:
         """A random plan (sketch) of 1..max_actions actions, played blind from the start."""
         env = self.make_env(inst)
         return self.random_actions(env, rng, rng.randint(1, self.cfg.max_actions))
 
-    def instruction(self) -> str:
-        """The env instruction of the chat style (RAGEN's ``env_instruction``)."""
-        return self.chat_instruction
-
     def chat_header(self) -> str:
         """RAGEN's system text: helper line, instruction, symbol legend, action list and separator rule."""
-        text = "You're a helpful assistant. " + self.instruction()
+        text = super().chat_header()
         if self.chat_vocab:
             legend = ", ".join(f"{k}: {v}" for k, v in self.chat_vocab)
             text += "\nThe meaning of each symbol in the state is:\n" + legend
@@ -258,25 +226,16 @@ class AgentTask(Task):
         return self._cache[key]
 
     def warm_start_key(self) -> dict[str, Any]:
-        from dataclasses import asdict
-
         fields = {k: v for k, v in asdict(self.cfg).items() if k not in ("eval_instances", "max_new_tokens")}
         # The corpus is played on seed 0's training instances whatever the run's seed, so every seed of a sweep
         # starts from the same cached base (as runs of a pretrained model do).
         return {"name": self.name, "cfg": fields, "v": 2}
 
     # ---------------------------------------------------------------- layouts
-    def _turn_block(self, turn: int, state: str, actions_left: int) -> str:
-        return (
-            f"\nTurn {turn}:\nState:\n{state}\nYou have {actions_left} actions left. Always output: {_FORMAT_PROMPT} "
-            f"with no extra text. Strictly follow this format. Max response length: {self.chat_max_words} words "
-            "(tokens).\n"
-        )
-
     def prompt(self, inst: Any) -> str:
         state = self.make_env(inst).render()
         if self.chat:
-            return self.chat_header() + self._turn_block(1, state, self.cfg.max_actions) + THINK
+            return self.chat_header() + ragen.turn_text(1, state, self.cfg.max_actions, self.chat_max_words)
         return f"{state}\n:"
 
     def feedback(self, env: Env, shown_reward: float) -> str:
@@ -284,7 +243,7 @@ class AgentTask(Task):
         state = env.render()
         if self.chat:
             reward_line = f"\nReward:\n{round(shown_reward, 6)}\n"
-            return reward_line + self._turn_block(env.turns + 1, state, env.actions_left) + THINK
+            return reward_line + ragen.turn_text(env.turns + 1, state, env.actions_left, self.chat_max_words)
         return f"\n{state}\n:"
 
     def parse_response(self, response: str) -> list[str] | None:
@@ -292,16 +251,7 @@ class AgentTask(Task):
         if not isinstance(response, str):
             return None
         if self.chat:
-            # RAGEN's re.search(r"<think>(.*?)</think>\s*<answer>(.*?)</answer>", "<think>" + response, DOTALL),
-            # done in linear time: the first "</think> <answer>" that a "</answer>" follows, up to that "</answer>".
-            last = response.rfind(CHAT_STOP)
-            match = _THINK_THEN_ANSWER.search(response, 0, max(last, 0))
-            if last < 0 or match is None:
-                return None
-            answer = response[match.end() : response.index(CHAT_STOP, match.end())]
-            for special in _SPECIAL_TOKENS:
-                answer = answer.replace(special, "")
-            return [t.strip() for t in answer.split("||") if t.strip()]
+            return ragen.answer_actions(response)
         if self.stop not in response:
             return None  # cut at max_new_tokens before the stop: like RAGEN's missing </answer>
         return self.compact_tokens(response.split(self.stop, 1)[0])
@@ -309,7 +259,7 @@ class AgentTask(Task):
     def response(self, actions: Sequence[str]) -> str:
         """A well-formed response naming ``actions`` (what the warm start teaches)."""
         if self.chat:
-            return f"I will try {', '.join(actions)}.</think><answer>{self.encode(actions)}</answer>"
+            return f"I will try {', '.join(actions)}.</think>" + ragen.answer_block(self.encode(actions))
         return self.encode(actions) + self.stop
 
     # ---------------------------------------------------------------- playing and scoring
@@ -340,31 +290,24 @@ class AgentTask(Task):
     def sketch_head(self, inst: Any) -> str:
         state = self.make_env(inst).render()
         if self.chat:
-            return (
-                self.chat_header() + f"\nState:\n{state}\nPropose a plan: the sequence of actions you would take, "
-                "different from every plan listed so far. Always output: <answer>...</answer> with no extra text.\n"
+            request = (
+                "Propose a plan: the sequence of actions you would take, different from every plan listed so far."
             )
+            return ragen.sketch_request(self.chat_header(), state, request)
         return f"{state}\n?"
-
-    def plan_text(self, sketch: str) -> str:
-        """The plan inside a sketch (chat: the answer's content; compact: the text before ``stop``)."""
-        if self.chat:
-            body = sketch.split("<answer>", 1)[-1]
-            return body.split(CHAT_STOP, 1)[0].strip()
-        return sketch.split(self.stop, 1)[0]
 
     def sketch(self, actions: Sequence[str]) -> str:
         """A well-formed sketch naming ``actions``."""
         if self.chat:
-            return f"<answer>{self.encode(actions)}</answer>"
+            return ragen.answer_block(self.encode(actions))
         return self.encode(actions) + self.stop
 
     def plan_actions(self, sketch: str) -> list[str] | None:
         """The canonical actions of a sketch's plan: None unless it names 1..max_actions actions, all known."""
         if not isinstance(sketch, str):
             return None
-        plan = self.plan_text(sketch[:10_000])
-        tokens = [t.strip() for t in plan.split("||") if t.strip()] if self.chat else self.compact_tokens(plan)
+        plan = self.sketch_content(sketch[:10_000])
+        tokens = ragen.split_actions(plan) if self.chat else self.compact_tokens(plan)
         actions = [self.canonical(t) for t in tokens]
         if not 1 <= len(actions) <= self.cfg.max_actions or any(a is None for a in actions):
             return None
@@ -382,19 +325,16 @@ class AgentTask(Task):
         n = min(len(plan or []), len(played))
         return plan is not None and n > 0 and played[:n] == plan[:n]
 
-    def longest_plan(self) -> list[str]:
-        """A plan as long as the warm start's longest (the compact sketch budget): max_actions actions."""
-        return [self.action_names[0]] * self.cfg.max_actions
-
     def sketch_max_tokens(self) -> int:
         return self.cfg.max_new_tokens if self.chat else len(self.sketch(self.longest_plan()))
 
     def solve_prompt(self, inst: Any, sketch: str) -> str:
         """The first-turn context with the plan in it; the episode then unrolls as usual."""
-        plan = self.plan_text(sketch)
+        plan = self.sketch_content(sketch)
         state = self.make_env(inst).render()
         if self.chat:
-            return self.chat_header() + self._turn_block(1, state, self.cfg.max_actions) + f"Plan: {plan}\n" + THINK
+            turn = ragen.turn_text(1, state, self.cfg.max_actions, self.chat_max_words, plan=f"Plan: {plan}\n")
+            return self.chat_header() + turn
         return f"{state}\n?{plan}{self.stop}\n:"
 
     # ---------------------------------------------------------------- warm start
@@ -419,17 +359,7 @@ class AgentTask(Task):
         return out
 
     def _distinct_plans(self, inst: Any, rng: random.Random, k: int) -> list[list[str]]:
-        plans: list[list[str]] = []
-        seen: set[str] = set()
-        for _ in range(20 * k):
-            plan = self.random_plan(inst, rng)
-            text = self.encode(plan)
-            if text not in seen:
-                seen.add(text)
-                plans.append(plan)
-                if len(plans) == k:
-                    break
-        return plans
+        return draw_distinct(lambda: self.random_plan(inst, rng), self.encode, k, tries=20)
 
     def warm_start_corpus(self, rng: random.Random, n: int) -> list[str]:
         """Three kinds of lines, all unskilled (random but well-formed play) on training instances:

@@ -10,17 +10,29 @@ Text layout (what the rollout engine relies on). A group for prompt x is built f
   The context of sample k is the context of sample k-1 plus its output, so the engine continues one KV cache.
 * sequential/sketch:   ``sketch_head(x) + s_1 + between + ... + s_{k-1} + between`` -> s_k (stage I), then
   ``solve_prompt(x, s_k)`` -> y_k, in parallel (stage II).
+
+A multi-turn task (``multi_turn``) answers with whole episodes instead: the rollout runner plays ``make_env(x)``
+turn by turn (sesa_cli.rollout.samplers.run_episodes), and an answer is the episode's trajectory.
 """
 
 from __future__ import annotations
 
 import random
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol, TypeVar
 
 from sesa_cli.config import ConfigError, TaskConfig
+
+SPLITS = ("train", "val")
+"""The instance splits: training instances and validation instances (never the same ones)."""
+
+
+def check_split(split: str) -> None:
+    """A ValueError unless ``split`` is one of ``SPLITS`` (a caller's mistake: users never name splits)."""
+    if split not in SPLITS:
+        raise ValueError(f"unknown split {split!r}; use 'train' or 'val'")
 
 
 @dataclass(frozen=True)
@@ -38,22 +50,66 @@ class Score:
     scored as wrong, and counted (``rollout/grader_timeouts``, ``eval/grader_timeouts``) rather than hidden."""
 
 
+@dataclass(frozen=True)
+class Turn:
+    """What one ``Episode.step`` did."""
+
+    feedback: str
+    """Text appended to the context after the response (reward line, next state); "" when done."""
+    reward: float
+    """This turn's reward, format penalty included."""
+    done: bool
+    """The episode is over (solved, failed, out of actions or out of turns)."""
+    success: bool
+    """The episode is solved (meaningful when done)."""
+    actions: tuple[str, ...]
+    """Canonical names of the actions executed this turn."""
+    valid: bool
+    """The response parsed, named at least one action and no unknown one (no format penalty)."""
+
+
+class Episode(Protocol):
+    """One episode of one instance of a multi-turn task, as the rollout runner plays it (sesa_cli.tasks.agent.Env)."""
+
+    done: bool
+    """The episode is over: the runner samples no more responses for it."""
+
+    def step(self, response: str) -> Turn:
+        """Play one response (untrusted text; never raises)."""
+        ...
+
+    def score(self) -> Score:
+        """The episode's verdict so far."""
+        ...
+
+
 class Task(ABC):
     """One task family. Instances are deterministic functions of (seed, split, index)."""
 
     name: ClassVar[str]
+    schema: ClassVar[type[TaskConfig]] = TaskConfig
+    """The config schema ``register_task`` names: an instance is built from a config of this type only."""
     stop: str = "|"
     """The string that ends one answer (the engine stops a row on it); may depend on the style."""
     between: str = ""
     """Text the engine appends after an answer before drawing the next one in sequential sampling."""
+    multi_turn: ClassVar[bool] = False
+    """Whether an answer is a whole episode played on ``make_env`` (agent tasks) rather than one scored response."""
     sketch_followed: ClassVar[bool] = False
     """Whether ``sampler.stage1=auto`` drafts sketches for this task: True only where stage II was measured to follow
     its sketch in at least 80% of solutions at the tiny base (issue 16; the table is in the README). A sketch that
     the solutions ignore makes two-stage sampling a parallel sampler with noise in the prompt."""
 
     def __init__(self, cfg: TaskConfig, seed: int = 0) -> None:
+        if not isinstance(cfg, self.schema):
+            raise ConfigError(f"task={self.name} needs a {self.schema.__name__}")
         self.cfg = cfg
         self.seed = seed
+
+    @property
+    def chat(self) -> bool:
+        """Chat style (instruction-tuned models) rather than compact (the character-level tiny model)."""
+        return self.cfg.style == "chat"
 
     # ---------------------------------------------------------------- tokenizer
     @abstractmethod
@@ -87,6 +143,10 @@ class Task(ABC):
         small enough to score whole (exact ``policy/*`` metrics, sesa_cli.evaluation.ExactPolicy); None otherwise."""
         return None
 
+    def make_env(self, inst: Any) -> Episode:
+        """A fresh episode of ``inst`` (multi-turn tasks; see ``multi_turn``)."""
+        raise NotImplementedError(f"task {self.name!r} answers in one response; it has no episodes")
+
     # ---------------------------------------------------------------- sketches (SESA stage I)
     def sketch_head(self, inst: Any) -> str:
         """Context for the first sketch; later sketches continue it (see the module docstring)."""
@@ -98,6 +158,11 @@ class Task(ABC):
 
     def has_sketch(self) -> bool:
         return type(self).sketch_head is not Task.sketch_head
+
+    def sketch_content(self, sketch: str) -> str:
+        """What a drafted sketch says, as ``solve_prompt`` quotes it and ``sketch_key`` reads it: by default the text
+        before ``stop``. Never raises (any input type)."""
+        return sketch.split(self.stop, 1)[0] if isinstance(sketch, str) else ""
 
     def sketch_max_tokens(self) -> int:
         """The sketch budget ``sampler.sketch_max_tokens=0`` stands for. Compact tasks return the characters of their
@@ -121,15 +186,23 @@ class Task(ABC):
         """``n`` complete training strings (prompt + answer(s)) in exactly the layout rollouts use."""
 
 
-def sketch_body(sketch: str, stop: str, chat: bool, limit: int, max_text: int = 100_000) -> str:
-    """The content of a drafted sketch, as a solve prompt quotes it: in chat style what follows ``<answer>``; the
-    text before ``stop``; its first line; at most ``limit`` characters. Never raises (any input type)."""
-    if not isinstance(sketch, str):
-        return ""
-    body = sketch[:max_text]
-    if chat:
-        body = body.split("<answer>", 1)[-1]
-    return body.split(stop, 1)[0].strip().split("\n", 1)[0][:limit]
+T = TypeVar("T")
+
+
+def draw_distinct(draw: Callable[[], T], key: Callable[[T], Hashable], k: int, tries: int) -> list[T]:
+    """Up to ``k`` results of ``draw()`` with pairwise different ``key``, from at most ``tries * k`` draws (the warm
+    start's lists of distinct answers, steps and plans)."""
+    seen: set[Hashable] = set()
+    out: list[T] = []
+    for _ in range(tries * k):
+        item = draw()
+        item_key = key(item)
+        if item_key not in seen:
+            seen.add(item_key)
+            out.append(item)
+            if len(out) == k:
+                break
+    return out
 
 
 TASKS: dict[str, type[Task]] = {}
@@ -149,6 +222,7 @@ def register_task(name: str, schema: type[TaskConfig]) -> Callable[[type[Task]],
         if name in TASKS:
             raise ValueError(f"task {name!r} registered twice")
         cls.name = name
+        cls.schema = schema
         TASKS[name] = cls
         TASK_SCHEMAS[name] = schema
         return cls

@@ -13,11 +13,14 @@ Reward, exactly RAGEN's ``compute_reward`` (score 1, format_score 0.1):
 * 0.1  if the numbers are right but the expression is invalid or its value is not the target;
 * 1    if it evaluates to within 1e-5 of the target.
 
+Chat style is RAGEN's format (sesa_cli.tasks.ragen): the answer is the first action of
+``<think>...</think><answer>...</answer>``.
+
 RAGEN evaluates with Python's ``eval``; here :mod:`sesa_cli.tasks.safe_arith` computes the same value exactly and
 never runs code (differences: no decimals or ``**``, which RAGEN's eval would accept; both are 0.1 here when the
 integers match). Solution key: :func:`safe_arith.canonical`, equal up to commutativity, associativity and sign
 moves, so ``3+4*5`` and ``5*4+3`` are one solution. Sketch: the first operation, two numbers combined
-(``44+19``).
+(``44+19``). The exhaustive search behind the generator and coverage@k is sesa_cli.tasks.countdown_solver.
 
 Compact layout (``stop`` = "|"): prompt ``P98:44,19,35=`` ; answer ``44+19+35|`` ; a sequential group continues the
 line ``P98:44,19,35=44+19+35|44*(35-19)|...`` ; sketches ``S98:44,19,35=44+19|35-19|...`` ; a sketch is expanded
@@ -29,44 +32,30 @@ from __future__ import annotations
 import operator
 import random
 import re
-from collections.abc import Iterator
 from dataclasses import dataclass
-from fractions import Fraction
 from functools import lru_cache
 from typing import Any
 
-from sesa_cli.config import ConfigError, TaskConfig, at_least, raise_if
-from sesa_cli.tasks import safe_arith
-from sesa_cli.tasks.base import Score, Task, register_task, sketch_body
+from sesa_cli.config import ConfigError, TaskConfig, at_least, raise_if, subset_of
+from sesa_cli.tasks import ragen, safe_arith
+from sesa_cli.tasks.base import Score, check_split, draw_distinct, register_task
+from sesa_cli.tasks.countdown_solver import TOLERANCE, Item, divide, find_solution, solution_keys
+from sesa_cli.tasks.ragen import MAX_TEXT, RagenTask
 
 SCORE = 1.0
 """RAGEN's ``score``: reward of a correct equation."""
 FORMAT_SCORE = 0.1
 """RAGEN's ``format_score``: the numbers are used exactly once but the value is wrong (or does not evaluate)."""
-TOLERANCE = Fraction(1, 100_000)
-"""RAGEN's ``abs(result - target) < 1e-5`` (here on exact values)."""
-
-COMPACT_STOP = "|"
-CHAT_STOP = "</answer>"
-THINK = "<think>"
-"""RAGEN pre-fills the generation with ``<think>``; chat prompts end with it (no model chat template is applied)."""
-SYSTEM_PROMPT = "You're a helpful assistant. "
-"""RAGEN's system text, which starts every chat prompt."""
-FORMAT_PROMPT = "<think>...</think><answer>...</answer>"
-"""RAGEN's format reminder in the turn text (the same wording as tasks/agent.py)."""
 INSTRUCTION = (
     "You are solving the Countdown puzzle. You should use the num list to create an equation that equals the "
     "target. Example answer format: <think> To find an equation using [3, 5, 2] to get 4. Let's check 2 + 5 = 7, "
     "7 - 3 = 4. So the answer is 2 + 5 - 3 = 4. </think><answer>2 + 5 - 3</answer>"
 )
 """RAGEN's ``env_instruction`` for Countdown (config/envs.yaml), verbatim."""
-_SPECIAL_TOKENS = ("<think>", "</think>", "<answer>", "</answer>", "<|im_start|>", "<|im_end|>")
-_ACTION_SEP = "||"
 WARM_POOL = 2000
 """The warm-start corpus draws its puzzles from this many train-split instances."""
 _OP_WEIGHTS = (3, 3, 1, 1)
 """Warm start: how often an unskilled answer uses + - * / (mostly + and -, which RAGEN's puzzles need)."""
-_MAX_TEXT = 100_000  # longer completions are cut before parsing (a bound on the work a hostile string can cause)
 
 
 @dataclass
@@ -119,8 +108,7 @@ class CountdownTaskConfig(TaskConfig):
             raise ConfigError("task.min_number and task.max_number must satisfy 1 <= min_number <= max_number <= 999")
         if not 1 <= self.min_target <= self.max_target:
             raise ConfigError("task.min_target and task.max_target must satisfy 1 <= min_target <= max_target")
-        if not self.solvable_ops or set(self.solvable_ops) - set("+-*/"):
-            raise ConfigError(f"task.solvable_ops={self.solvable_ops!r} must be a non-empty subset of '+-*/'")
+        raise_if(subset_of(self, "task", "+-*/", "solvable_ops"))
         raise_if(at_least(self, "task", 1, "list_max", "chat_max_words"))
 
 
@@ -133,134 +121,10 @@ class CountdownInstance:
     solution: str
 
 
-# ------------------------------------------------------------------------------------------------ exhaustive search
-Value = int | Fraction
-"""An exact value; integral values are kept as ``int`` (several times faster than Fraction in the search)."""
-Item = tuple[Value, safe_arith.Node]
-
-
-def _div(x: Value, y: Value) -> Value:
-    if type(x) is int and type(y) is int:
-        q, r = divmod(x, y)
-        return q if r == 0 else Fraction(x, y)
-    v = Fraction(x) / y
-    return v.numerator if v.denominator == 1 else v
-
-
-def _combine(a: Item, b: Item, ops: str) -> Iterator[Item]:
-    """Every value (with its tree) one operator makes from a and b, in both orders where it matters."""
-    (va, na), (vb, nb) = a, b
-    if "+" in ops:
-        yield va + vb, ("sum", na, (("+", nb),))
-    if "-" in ops:
-        yield va - vb, ("sum", na, (("-", nb),))
-        yield vb - va, ("sum", nb, (("-", na),))
-    if "*" in ops:
-        yield va * vb, ("prod", na, (("*", nb),))
-    if "/" in ops:
-        if vb:
-            yield _div(va, vb), ("prod", na, (("/", nb),))
-        if va:
-            yield _div(vb, va), ("prod", nb, (("/", na),))
-
-
-def expressions(nums: tuple[int, ...], ops: str = "+-*/") -> Iterator[Item]:
-    """Every expression tree that uses each number exactly once (all shapes, orders and operators), with its value."""
-
-    def rec(items: list[Item]) -> Iterator[Item]:
-        if len(items) == 1:
-            yield items[0]
-            return
-        for i in range(len(items)):
-            for j in range(i + 1, len(items)):
-                rest = items[:i] + items[i + 1 : j] + items[j + 1 :]
-                for item in _combine(items[i], items[j], ops):
-                    yield from rec([*rest, item])
-
-    yield from rec([(n, n) for n in nums])
-
-
-def reachable(nums: tuple[int, ...], ops: str = "+-*/") -> dict[Value, safe_arith.Node]:
-    """Every value an expression using each of ``nums`` exactly once can take, with one witness tree per value.
-
-    Dynamic programming over subsets: the values of a subset come from splitting it into two non-empty parts and
-    combining one value of each part with one operator. Exhaustive over trees, orders and operators.
-    """
-    n = len(nums)
-    reach: list[dict[Value, safe_arith.Node]] = [{} for _ in range(1 << n)]
-    for i, num in enumerate(nums):
-        reach[1 << i][num] = num
-    for mask in range(1, 1 << n):
-        if mask & (mask - 1) == 0:
-            continue
-        table = reach[mask]
-        low = mask & -mask  # the part holding the lowest element: each unordered split once
-        part = (mask - 1) & mask
-        while part:
-            if part & low:
-                rest = mask ^ part
-                for a in reach[part].items():
-                    for b in reach[rest].items():
-                        for value, node in _combine(a, b, ops):
-                            table.setdefault(value, node)
-            part = (part - 1) & mask
-    return reach[(1 << n) - 1]
-
-
-def find_solution(nums: tuple[int, ...], target: int, ops: str = "+-*/") -> str | None:
-    """An expression over ``nums`` (each exactly once) equal to ``target``, or None if there is none."""
-    node = reachable(nums, ops).get(target)
-    return None if node is None else safe_arith.render(node)
-
-
-@lru_cache(maxsize=4096)
-def solution_keys(nums: tuple[int, ...], target: int) -> frozenset[str]:
-    """Canonical keys of every correct equation (RAGEN's tolerance, any of + - * /)."""
-    return frozenset(
-        safe_arith.canonical_node(node) for value, node in expressions(nums) if -TOLERANCE < value - target < TOLERANCE
-    )
-
-
-# -------------------------------------------------------------------------------------------------- RAGEN parsing
-def think_answer(text: str) -> tuple[str, str] | None:
-    """(think, answer) of RAGEN's ``<think>(.*?)</think>\\s*<answer>(.*?)</answer>`` (DOTALL) searched in
-    ``<think>`` + ``text``: chat prompts end with the pre-filled ``<think>``, so the completion continues it.
-
-    A hand-written scan with the regex's first-match semantics in linear time (no backtracking); never raises.
-    """
-    if not isinstance(text, str):
-        return None
-    text = THINK + text[:_MAX_TEXT]
-    start = len(THINK)
-    pos = start
-    while (end := text.find("</think>", pos)) != -1:
-        k = end + len("</think>")
-        while k < len(text) and text[k].isspace():
-            k += 1
-        if text.startswith("<answer>", k):
-            close = text.find("</answer>", k + len("<answer>"))
-            if close == -1:
-                return None  # no later </think> can be followed by a closed answer either
-            return text[start:end], text[k + len("<answer>") : close]
-        pos = end + 1
-    return None
-
-
-def ragen_action(text: str) -> str | None:
-    """The first action of a chat completion, as RAGEN's context manager extracts it; None if the format is wrong."""
-    parsed = think_answer(text)
-    if parsed is None:
-        return None
-    answer = parsed[1]
-    for token in _SPECIAL_TOKENS:
-        answer = answer.replace(token, "").strip()
-    actions = [a.strip() for a in answer.split(_ACTION_SEP) if a.strip()]
-    return actions[0] if actions else None
-
-
+# -------------------------------------------------------------------------------------------------- reward
 def uses_numbers(expr: str, nums: tuple[int, ...]) -> bool:
     """RAGEN's ``check_format``: the integers in ``expr`` (regex ``\\d+``) are exactly the multiset ``nums``."""
-    found = re.findall(r"\d+", expr[:_MAX_TEXT])
+    found = re.findall(r"\d+", expr[:MAX_TEXT])
     if len(found) != len(nums) or any(len(tok) > 4000 for tok in found):  # int() refuses > 4300 digits
         return False
     try:
@@ -281,22 +145,10 @@ def ragen_reward(expr: str | None, nums: tuple[int, ...], target: int) -> float:
 
 # ------------------------------------------------------------------------------------------------------ the task
 @register_task("countdown", CountdownTaskConfig)
-class CountdownTask(Task):
-    stop = COMPACT_STOP
-    between = ""
+class CountdownTask(RagenTask):
     cfg: CountdownTaskConfig
-
-    def __init__(self, cfg: TaskConfig, seed: int = 0) -> None:
-        if not isinstance(cfg, CountdownTaskConfig):
-            raise ConfigError("task=countdown needs a CountdownTaskConfig")
-        super().__init__(cfg, seed)
-        # stop/between depend on the style (as in tasks/agent.py): a chat answer ends with </answer>.
-        self.stop = CHAT_STOP if self.chat else COMPACT_STOP  # type: ignore[misc]
-        self.between = "\n" if self.chat else ""  # type: ignore[misc]
-
-    @property
-    def chat(self) -> bool:
-        return self.cfg.style == "chat"
+    chat_instruction = INSTRUCTION
+    sketch_line = 200
 
     def alphabet(self) -> str:
         return "0123456789+-*/(),:=|PS"
@@ -309,8 +161,7 @@ class CountdownTask(Task):
 
     # ---------------------------------------------------------------- instances
     def instance(self, split: str, index: int) -> CountdownInstance:
-        if split not in ("train", "val"):
-            raise ValueError(f"split must be 'train' or 'val', not {split!r}")
+        check_split(split)
         return self._generate(f"countdown/{split}/{self.seed}/{index}")
 
     def _generate(self, stream: str) -> CountdownInstance:
@@ -324,21 +175,15 @@ class CountdownTask(Task):
     def _compact(self, inst: CountdownInstance, head: str) -> str:
         return f"{head}{inst.target}:{','.join(map(str, inst.nums))}="
 
-    def _chat_header(self, inst: CountdownInstance) -> str:
-        # RAGEN's text without a chat template: helper line + env instruction (Countdown has no symbol legend and
-        # no action list, so RAGEN adds neither), then the state.
-        return f"{SYSTEM_PROMPT}{INSTRUCTION}\nTurn 1:\nState:\nTarget: {inst.target}, nums: {list(inst.nums)}\n"
+    def _state(self, inst: CountdownInstance) -> str:
+        return f"Target: {inst.target}, nums: {list(inst.nums)}"
 
-    def _chat_tail(self) -> str:
-        return (
-            f"You have 1 actions left. Always output: {FORMAT_PROMPT} with no extra text. Strictly follow this "
-            f"format. Max response length: {self.cfg.chat_max_words} words (tokens).\n{THINK}"
-        )
+    def _chat(self, inst: CountdownInstance, hint: str = "") -> str:
+        # RAGEN's header has no symbol legend and no action list for Countdown, so the turn follows the instruction.
+        return self.chat_header() + ragen.turn_text(1, self._state(inst), 1, self.cfg.chat_max_words, hint=hint)
 
     def prompt(self, inst: CountdownInstance) -> str:
-        if self.chat:
-            return self._chat_header(inst) + self._chat_tail()
-        return self._compact(inst, "P")
+        return self._chat(inst) if self.chat else self._compact(inst, "P")
 
     def answer(self, completion: str) -> str | None:
         """The equation a completion proposes, or None if it has none. Never raises.
@@ -346,12 +191,10 @@ class CountdownTask(Task):
         chat: RAGEN's first action of ``<think>...</think><answer>...</answer>``; compact: the text before
         ``stop``, and None without a ``stop`` (cut at max_new_tokens, like RAGEN's missing ``</answer>``).
         """
-        if not isinstance(completion, str):
-            return None
         if self.chat:
-            return ragen_action(completion)
-        head, found, _ = completion[:_MAX_TEXT].partition(self.stop)
-        return head.strip() or None if found else None
+            actions = ragen.answer_actions(completion)
+            return actions[0] if actions else None
+        return ragen.compact_answer(completion, self.stop)
 
     def score(self, inst: CountdownInstance, completion: str) -> Score:
         """RAGEN's reward (1 / 0.1 / 0, or format_penalty without an answer); success = reward 1; key = canonical
@@ -369,20 +212,16 @@ class CountdownTask(Task):
     # ---------------------------------------------------------------- sketches: the first operation
     def sketch_head(self, inst: CountdownInstance) -> str:
         if self.chat:
-            return (
-                f"{SYSTEM_PROMPT}{INSTRUCTION}\nState:\nTarget: {inst.target}, nums: {list(inst.nums)}\n"
+            request = (
                 "Propose a first step: two numbers from the list combined by one operation, like 44 + 19, different "
-                "from every step listed so far. Always output: <answer>...</answer> with no extra text.\n"
+                "from every step listed so far."
             )
+            return ragen.sketch_request(self.chat_header(), self._state(inst), request)
         return self._compact(inst, "S")
-
-    def sketch_text(self, sketch: str) -> str:
-        """The step inside a drafted sketch (chat: the answer's content; compact: the text before ``stop``)."""
-        return sketch_body(sketch, self.stop, self.chat, 200, _MAX_TEXT)
 
     def sketch_step(self, inst: CountdownInstance, sketch: str) -> tuple[int, str, int] | None:
         """(a, op, b) if the sketch is one operation on two of the instance's numbers, else None. Never raises."""
-        node = safe_arith.parse(self.sketch_text(sketch))
+        node = safe_arith.parse(self.sketch_content(sketch))
         if not (isinstance(node, tuple) and node[0] in ("sum", "prod") and isinstance(node[1], int)):
             return None
         if len(node[2]) != 1 or not isinstance(node[2][0][1], int):
@@ -414,9 +253,9 @@ class CountdownTask(Task):
         return 2 * digits + 1 + len(self.stop)  # "a+b|"
 
     def solve_prompt(self, inst: CountdownInstance, sketch: str) -> str:
-        step = self.sketch_text(sketch)
+        step = self.sketch_content(sketch)
         if self.chat:
-            return self._chat_header(inst) + f"First step: {step}\n" + self._chat_tail()
+            return self._chat(inst, hint=f"First step: {step}\n")
         return self._compact(inst, "S") + step + self.stop + self._compact(inst, "P")
 
     # ---------------------------------------------------------------- warm start
@@ -483,7 +322,7 @@ def _random_step(rng: random.Random, a: int | Item, b: int | Item) -> Item:
         x, y = y, x
         if y[0] == 0:
             op = "+"
-    value = {"+": operator.add, "-": operator.sub, "*": operator.mul, "/": _div}[op](x[0], y[0])
+    value = {"+": operator.add, "-": operator.sub, "*": operator.mul, "/": divide}[op](x[0], y[0])
     return value, ("sum" if op in "+-" else "prod", x[1], ((op, y[1]),))
 
 
@@ -499,29 +338,15 @@ def _random_tree(rng: random.Random, items: list[int | Item]) -> safe_arith.Node
 
 def _distinct(rng: random.Random, nums: tuple[int, ...], k: int) -> list[str]:
     """Up to k random equations over ``nums`` with pairwise different solution keys."""
-    seen: set[str] = set()
-    out: list[str] = []
-    for _ in range(20 * k):
-        tree = _random_tree(rng, list(nums))
-        key = safe_arith.canonical_node(tree)
-        if key not in seen:
-            seen.add(key)
-            out.append(safe_arith.render(tree))
-            if len(out) == k:
-                break
-    return out
+    trees = draw_distinct(lambda: _random_tree(rng, list(nums)), safe_arith.canonical_node, k, tries=20)
+    return [safe_arith.render(tree) for tree in trees]
 
 
 def _distinct_steps(rng: random.Random, nums: tuple[int, ...], k: int) -> list[str]:
     """Up to k different first steps (two of the numbers and one operator)."""
-    seen: set[str] = set()
-    out: list[str] = []
-    for _ in range(20 * k):
+
+    def step() -> str:
         i, j = rng.sample(range(len(nums)), 2)
-        step = safe_arith.render(_random_step(rng, nums[i], nums[j])[1])
-        if step not in seen:
-            seen.add(step)
-            out.append(step)
-            if len(out) == k:
-                break
-    return out
+        return safe_arith.render(_random_step(rng, nums[i], nums[j])[1])
+
+    return draw_distinct(step, lambda text: text, k, tries=20)

@@ -33,11 +33,10 @@ from typing import Any
 from sesa_cli.config import ConfigError, TaskConfig
 from sesa_cli.tasks.agent import AgentTask, AgentTaskConfig, Env, split_seed
 from sesa_cli.tasks.base import register_task
+from sesa_cli.tasks.grid import GridTask
 
 ACTIONS = ("Left", "Down", "Right", "Up")
 """Action names in gymnasium's order (0 = Left, 1 = Down, 2 = Right, 3 = Up); RAGEN ids 1..4."""
-_LETTERS = {a[0]: a for a in ACTIONS}
-_BY_NAME = {a.lower(): a for a in ACTIONS}
 _FORMATS = ("grid", "coord", "grid_coord")
 _VOCAB = (("P", "player"), ("_", "empty"), ("O", "hole"), ("G", "goal"), ("X", "player in hole"),
           ("√", "player on goal"))  # fmt: skip
@@ -234,7 +233,7 @@ class FrozenLakeEnv(Env):
 
 
 @register_task("frozenlake", FrozenLakeTaskConfig)
-class FrozenLakeTask(AgentTask):
+class FrozenLakeTask(GridTask):
     """RAGEN FrozenLake, multi-turn (see the module docstring for layouts)."""
 
     cfg: FrozenLakeTaskConfig
@@ -248,15 +247,13 @@ class FrozenLakeTask(AgentTask):
     )
 
     def __init__(self, cfg: TaskConfig, seed: int = 0) -> None:
-        if not isinstance(cfg, FrozenLakeTaskConfig):
-            raise ConfigError("task=frozenlake needs a FrozenLakeTaskConfig")
         super().__init__(cfg, seed)
         self._prototypes: dict[tuple[str, ...], Any] = {}
 
     def alphabet(self) -> str:
         coords = "S0123456789" if self.cfg.observation_format != "grid" or self.cfg.warm_start_captions else ""
         captions = "=" if self.cfg.warm_start_captions else ""
-        return "P_OGX√" + "LDRU" + "\n:?|" + coords + captions
+        return super().alphabet() + coords + captions
 
     def warm_start_corpus(self, rng: random.Random, n: int) -> list[str]:
         """The agent corpus (play, plan lists, plan -> play), with ``task.warm_start_captions`` of its lines
@@ -289,11 +286,3 @@ class FrozenLakeTask(AgentTask):
             slippery, rate = self.cfg.is_slippery, self.cfg.success_rate
             self._prototypes[desc] = GymFrozenLake(desc=list(desc), is_slippery=slippery, success_rate=rate)
         return self._prototypes[desc]
-
-    def canonical(self, token: str) -> str | None:
-        if self.chat:
-            return _BY_NAME.get(token.strip().lower())
-        return _LETTERS.get(token.upper()) if len(token) == 1 else None
-
-    def random_actions(self, env: Env, rng: random.Random, k: int) -> list[str]:
-        return [rng.choice(ACTIONS) for _ in range(k)]

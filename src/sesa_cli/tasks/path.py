@@ -77,11 +77,6 @@ class PathTask(Task):
     sketch_followed = True  # at the base, 8x8x8 world: 95-97% of stage-II paths start with the sketched region
     cfg: PathTaskConfig
 
-    def __init__(self, cfg: TaskConfig, seed: int = 0) -> None:
-        if not isinstance(cfg, PathTaskConfig):
-            raise ConfigError("task=path needs a PathTaskConfig")
-        super().__init__(cfg, seed)
-
     # ---------------------------------------------------------------- the world
     @cached_property
     def tree(self) -> dict[str, dict[str, list[str]]]:
@@ -145,7 +140,7 @@ class PathTask(Task):
         return "S:"
 
     def solve_prompt(self, inst: Any, sketch: str) -> str:
-        region = "".join(ch for ch in sketch.split(self.stop, 1)[0] if ch in _ONSETS + _VOWELS)
+        region = "".join(ch for ch in self.sketch_content(sketch) if ch in _ONSETS + _VOWELS)
         return f"P{region}:"
 
     def sketch_max_tokens(self) -> int:
@@ -153,9 +148,7 @@ class PathTask(Task):
 
     def sketch_key(self, inst: Any, sketch: str) -> str | None:
         """The region a sketch names, if it is one of the world's."""
-        if not isinstance(sketch, str):
-            return None
-        region = sketch.split(self.stop, 1)[0].strip()
+        region = self.sketch_content(sketch).strip()
         return region if region in self.tree else None
 
     def follows_sketch(self, inst: Any, sketch: str, completion: str, score: Score) -> bool:

@@ -28,15 +28,14 @@ import random
 from dataclasses import dataclass, field
 from typing import Any
 
-from sesa_cli.config import ConfigError, TaskConfig
+from sesa_cli.config import ConfigError
 from sesa_cli.tasks.agent import AgentTask, AgentTaskConfig, Env, split_seed
 from sesa_cli.tasks.base import register_task
+from sesa_cli.tasks.grid import GridTask
 
 ACTIONS = ("Up", "Down", "Left", "Right")
 """RAGEN's action names (ids 1..4 = gym-sokoban's push-or-move actions)."""
 DELTAS = {"Up": (-1, 0), "Down": (1, 0), "Left": (0, -1), "Right": (0, 1)}
-_LETTERS = {a[0]: a for a in ACTIONS}
-_BY_NAME = {a.lower(): a for a in ACTIONS}
 _VOCAB = (("#", "wall"), ("_", "empty"), ("O", "target"), ("√", "box on target"), ("X", "box"), ("P", "player"),
           ("S", "player on target"))  # fmt: skip
 # gym-sokoban's topology masks: the 1s become floor around the walker's position.
@@ -261,7 +260,7 @@ class SokobanEnv(Env):
 
 
 @register_task("sokoban", SokobanTaskConfig)
-class SokobanTask(AgentTask):
+class SokobanTask(GridTask):
     """RAGEN SimpleSokoban, multi-turn (see the module docstring for rules and layouts)."""
 
     cfg: SokobanTaskConfig
@@ -275,14 +274,6 @@ class SokobanTask(AgentTask):
         "You cannot push a box through a wall, and you cannot pull a box. \n"
         "The answer should be a sequence of actions, like <answer>Right || Right || Up</answer>\n"
     )
-
-    def __init__(self, cfg: TaskConfig, seed: int = 0) -> None:
-        if not isinstance(cfg, SokobanTaskConfig):
-            raise ConfigError("task=sokoban needs a SokobanTaskConfig")
-        super().__init__(cfg, seed)
-
-    def alphabet(self) -> str:
-        return "#_O√XPS" + "UDLR" + "\n:?|"
 
     def generate(self, split: str, index: int) -> SokobanInstance:
         c = self.cfg
@@ -299,11 +290,3 @@ class SokobanTask(AgentTask):
 
     def make_env(self, inst: Any) -> SokobanEnv:
         return SokobanEnv(self, inst)
-
-    def canonical(self, token: str) -> str | None:
-        if self.chat:
-            return _BY_NAME.get(token.strip().lower())
-        return _LETTERS.get(token.upper()) if len(token) == 1 else None
-
-    def random_actions(self, env: Env, rng: random.Random, k: int) -> list[str]:
-        return [rng.choice(ACTIONS) for _ in range(k)]

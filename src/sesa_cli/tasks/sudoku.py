@@ -31,8 +31,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sesa_cli.config import ConfigError, TaskConfig
-from sesa_cli.tasks.agent import AgentTask, AgentTaskConfig, Env, split_seed
+from sesa_cli.config import ConfigError
+from sesa_cli.tasks import ragen
+from sesa_cli.tasks.agent import COMPACT_LAYOUT, AgentTask, AgentTaskConfig, Env, split_seed
 from sesa_cli.tasks.base import register_task
 
 Grid = tuple[tuple[int, ...], ...]
@@ -287,11 +288,6 @@ class SudokuTask(AgentTask):
     cfg: SudokuTaskConfig
     chat_max_words = 150  # RAGEN-2 SimpleSudoku's max_tokens
 
-    def __init__(self, cfg: TaskConfig, seed: int = 0) -> None:
-        if not isinstance(cfg, SudokuTaskConfig):
-            raise ConfigError("task=sudoku needs a SudokuTaskConfig")
-        super().__init__(cfg, seed)
-
     def instruction(self) -> str:
         # RAGEN-2's SimpleSudoku instruction, sized to the grid (it hard-codes 9x9 and the value 5).
         n, b = self.cfg.size, _box(self.cfg.size)
@@ -305,7 +301,7 @@ class SudokuTask(AgentTask):
         )
 
     def alphabet(self) -> str:
-        return "".join(str(v) for v in range(1, self.cfg.size + 1)) + ". " + "\n:?|"
+        return "".join(str(v) for v in range(1, self.cfg.size + 1)) + ". " + COMPACT_LAYOUT
 
     def generate(self, split: str, index: int) -> SudokuInstance:
         n, blanks = self.cfg.size, self.cfg.num_blanks
@@ -334,7 +330,7 @@ class SudokuTask(AgentTask):
         placements = [parse_placement(action, self.cfg.size, chat=False) or (0, 0, 0) for action in actions]
         if not self.chat:
             return " ".join(f"{r}{c}{v}" for r, c, v in placements)
-        return " || ".join(f"place {v} at row {r} col {c}" for r, c, v in placements)
+        return f" {ragen.ACTION_SEP} ".join(f"place {v} at row {r} col {c}" for r, c, v in placements)
 
     def random_actions(self, env: Env, rng: random.Random, k: int) -> list[str]:
         """Placements in distinct open cells; values uniform, or (1 in 4) one that breaks no rule at that moment.

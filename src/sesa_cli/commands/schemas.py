@@ -1,0 +1,24 @@
+"""The typed schemas every command composes against, stored in Hydra's ConfigStore.
+
+The command layer does this, not sesa_cli.config: each task's schema extends ``TaskConfig`` next to its class
+(sesa_cli.tasks), so the config module stays below the tasks and imports nothing of them.
+"""
+
+from __future__ import annotations
+
+from sesa_cli.config import DiversityReportConfig, EvalConfig, ReviveConfig, TrainConfig
+from sesa_cli.tasks import TASK_SCHEMAS
+
+
+def register_configs() -> None:
+    """Store every schema in Hydra's ConfigStore (idempotent): the commands' and each task's
+    (``schema/task/<name>``; conf/task/<name>.yaml names it in its defaults)."""
+    from hydra.core.config_store import ConfigStore
+
+    cs = ConfigStore.instance()
+    cs.store(name="train_schema", node=TrainConfig)
+    cs.store(name="diversity_report_schema", node=DiversityReportConfig)
+    cs.store(name="revive_schema", node=ReviveConfig)
+    cs.store(name="eval_schema", node=EvalConfig)
+    for name, schema in TASK_SCHEMAS.items():
+        cs.store(group="schema/task", name=name, node=schema)

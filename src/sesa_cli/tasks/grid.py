@@ -1,0 +1,50 @@
+"""Grid worlds moved in by named directions (FrozenLake, Sokoban): what their actions look like and how the
+unskilled player of the warm start moves.
+
+An action has a name (chat style, any case: ``Left``) and a letter, the name's first (compact style: ``L``); a
+compact answer is a run of letters (whitespace ignored), a chat answer names separated by `` || ``. The compact
+vocabulary is the state's symbols (the chat legend's), the action letters and the agent layout's punctuation.
+Sudoku is a grid too, but its actions are placements (``r1c2=3``), so it derives from AgentTask directly.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+
+from sesa_cli.tasks import ragen
+from sesa_cli.tasks.agent import COMPACT_LAYOUT, AgentTask, Env
+
+
+class GridTask(AgentTask):
+    """An agent task whose ``action_names`` are moves with distinct first letters; ``chat_vocab`` names every
+    symbol a state shows."""
+
+    def alphabet(self) -> str:
+        symbols = "".join(symbol for symbol, _ in self.chat_vocab)
+        return symbols + "".join(a[0] for a in self.action_names) + COMPACT_LAYOUT
+
+    def compact_tokens(self, body: str) -> list[str]:
+        """One letter per action (whitespace ignored)."""
+        return [ch for ch in body if not ch.isspace()]
+
+    def canonical(self, token: str) -> str | None:
+        if self.chat:
+            name = token.strip().lower()
+            return next((a for a in self.action_names if a.lower() == name), None)
+        letter = token.upper() if len(token) == 1 else None
+        return next((a for a in self.action_names if a[0] == letter), None)
+
+    def encode(self, actions: Sequence[str]) -> str:
+        """Letters (compact) or ``A || B`` (chat)."""
+        if self.chat:
+            return f" {ragen.ACTION_SEP} ".join(actions)
+        return "".join(a[0] for a in actions)
+
+    def random_actions(self, env: Env, rng: random.Random, k: int) -> list[str]:
+        """Uniform moves (walls and holes included)."""
+        return [rng.choice(self.action_names) for _ in range(k)]
+
+    def longest_plan(self) -> list[str]:
+        """max_actions actions."""
+        return [self.action_names[0]] * self.cfg.max_actions

@@ -26,7 +26,7 @@ import torch
 from sesa_cli.config import ConfigError
 
 if TYPE_CHECKING:
-    from sesa_cli.models.loading import Policy
+    from sesa_cli.models.policy import Policy
     from sesa_cli.tasks.base import Task
 
 

@@ -148,6 +148,6 @@ def test_update_raises_the_logprob_of_successful_episodes(frozenlake_setup, tmp_
         return float((logps * batch.response_mask).sum(1).mean())
 
     before_good, before_bad = mean_logp(good), mean_logp(bad)
-    trainer._update(trainer._loss_inputs(groups))
+    trainer.update(trainer.loss_inputs(groups))
     assert mean_logp(good) > before_good
     assert mean_logp(bad) < before_bad

@@ -317,6 +317,11 @@ class AlgoConfig:
 
 
 # --------------------------------------------------------------------------------------------------------- train
+LR_SCHEDULE_NAMES = ("constant", "linear", "cosine")
+"""``train.lr_schedule`` values: the keys of ``sesa_cli.algos.LR_SCHEDULES`` (a test keeps the two equal; this module
+must not import torch)."""
+
+
 @dataclass
 class TrainLoopConfig:
     """The training loop (``train.*``)."""
@@ -358,7 +363,7 @@ class TrainLoopConfig:
     def __post_init__(self) -> None:
         if self.steps < 1 or self.batch_size < 1:
             raise ConfigError("train.steps and train.batch_size must be >= 1")
-        _choice(self.lr_schedule, "train.lr_schedule", ("constant", "linear", "cosine"))
+        _choice(self.lr_schedule, "train.lr_schedule", LR_SCHEDULE_NAMES)
         for name in ("checkpoint_every", "eval_every", "sample_every", "log_every", "policy_every"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"train.{name} must be >= 0")

@@ -8,7 +8,6 @@ from __future__ import annotations
 import copy
 import json
 import logging
-import math
 import time
 from collections.abc import Callable
 from dataclasses import asdict, replace
@@ -29,6 +28,17 @@ from sesa_cli.rollout.samplers import ParallelSampler, Rollout, SequentialSample
 from sesa_cli.rollout.scoring import ScoringBatch, build_batch, completion_logps
 from sesa_cli.runs import RunDir
 from sesa_cli.tasks.base import Task
+from sesa_cli.update import (
+    LossInputs,
+    behaviour_tensor,
+    importance_weights,
+    loss_inputs,
+    off_policy_advantages,
+    old_logps,
+    optimizer_step,
+    updates_per_batch,
+    weighs_rows,
+)
 
 log = logging.getLogger(__name__)
 
@@ -126,141 +136,96 @@ class Trainer:
                 return kept[:b], rounds
             rounds += 1
 
-    # ------------------------------------------------------------------ loss
-    def _loss_inputs(self, groups: list[list[Rollout]]) -> dict[str, Any]:
-        """Flatten groups into scored sequences with advantages (and sketch rows when train_sketches)."""
-        scfg = self.cfg.sampler
-        rewards = torch.tensor([[r.score.reward for r in g] for g in groups], dtype=torch.float32)
-        rows = [r for g in groups for r in g]
-        ctx_mode = scfg.loss_context
-        contexts = [r.context_ids if ctx_mode == "conditioned" else r.prompt_ids for r in rows]
-        # The one definition of an off-policy row: drawn in a context other than the one it is scored in.
-        off_policy = [r.context_ids != c for r, c in zip(rows, contexts, strict=True)]
-        stats: dict[str, float] = {}
-        adv = algos.compute_advantages(rewards, self.cfg.algo)  # (n_groups, group)
-        if scfg.off_policy == "on_policy_baseline":
-            on_policy = ~torch.tensor(off_policy, dtype=torch.bool).view(rewards.shape)
-            paper, adv = adv, algos.compute_advantages(rewards, self.cfg.algo, on_policy=on_policy)
-            stats["loss/adv_changed_frac"] = float((adv != paper).float().mean())
-            stats["loss/baseline_fallback_frac"] = float(algos.no_on_policy_groups(on_policy).float().mean())
-        advantages = adv.flatten().tolist()
-        completions = [r.completion.ids for r in rows]
-        masks: list[list[bool] | None] = [r.completion.mask for r in rows]
-        behaviour = [r.completion.logps for r in rows]
-        if scfg.train_sketches and rows and rows[0].sketch_completion is not None:
-            # A sketch's advantage is the mean advantage of its solutions; sketches are scored in the context that
-            # drew them (there is no "plain prompt" form of a sketch), so they are never off-policy.
-            by_sketch: dict[int, list[float]] = {}
-            first: dict[int, Rollout] = {}
-            for r, a in zip(rows, advantages, strict=True):
-                by_sketch.setdefault(id(r.sketch_completion), []).append(a)
-                first.setdefault(id(r.sketch_completion), r)
-            for key, r in first.items():
-                assert r.sketch_completion is not None
-                assert r.sketch_context_ids is not None
-                contexts.append(r.sketch_context_ids)
-                completions.append(r.sketch_completion.ids)
-                masks.append(None)
-                behaviour.append(r.sketch_completion.logps)
-                advantages.append(float(np.mean(by_sketch[key])))
-                off_policy.append(False)
-        return {"contexts": contexts, "completions": completions, "masks": masks, "behaviour": behaviour,
-                "advantages": torch.tensor(advantages), "n_solutions": len(rows),
-                "off_policy": torch.tensor(off_policy, dtype=torch.bool), "stats": stats}  # fmt: skip
+    # ------------------------------------------------------------------ update
+    def loss_inputs(self, groups: list[list[Rollout]]) -> LossInputs:
+        """The rows the update trains on (sesa_cli.update.loss_inputs)."""
+        return loss_inputs(groups, self.cfg.algo, self.cfg.sampler)
 
-    def _update(self, inputs: dict[str, Any]) -> dict[str, float]:
-        cfg, scfg = self.cfg, self.cfg.sampler
-        pad = int(self.policy.tokenizer.pad_token_id)
-        batch = build_batch(inputs["contexts"], inputs["completions"], pad, inputs["masks"])
-        mask = batch.response_mask
-        n = mask.shape[0]
-        temp = scfg.temperature
-        behaviour = torch.zeros_like(mask)
-        for i, lp in enumerate(inputs["behaviour"]):
-            behaviour[i, : len(lp)] = torch.tensor(lp)
-        multi = cfg.algo.ppo_epochs > 1 or cfg.algo.minibatches > 1
-        off = inputs["off_policy"]  # (n,) bool: drawn in a context other than the one scored here
-        n_sol = inputs["n_solutions"]
-        weigh = scfg.loss_context == "is" or (scfg.off_policy == "weight_negatives" and bool(off.any()))
-        # Every row scored in the context that drew it (parallel sampling, or loss_context=conditioned): the
-        # sampler's own log-probs are the old policy's (same weights, same tempered softmax), so the extra forward
-        # pass is skipped in float32. bf16 and the importance weights recompute them, as verl does.
-        old = None
-        if multi and not off.any() and not weigh and cfg.model.dtype == "float32":
-            old = behaviour
-        elif multi or weigh:
-            with torch.no_grad():
-                old, _ = completion_logps(self.model, batch, temp, dtype=cfg.model.dtype)
-        seq_weights = weights = None
-        stats: dict[str, float] = {"loss/off_policy_frac": float(off[:n_sol].float().mean()), **inputs["stats"]}
-        if weigh:
-            # Truncated importance weight of the whole solution: min(c, pi(y|x) / pi(y|ctx)), with pi(y|ctx) the
-            # behaviour log-prob recorded while sampling. A row scored in the context that drew it (every sketch
-            # row) gets exactly 1, not 1 up to float noise between the cached sampling pass and this forward.
-            log_w = torch.where(off, ((old - behaviour) * mask).sum(1), 0.0)
-            weights = torch.exp(log_w).clamp(max=scfg.is_clip)
-        if scfg.loss_context == "is":
-            seq_weights = weights
-            stats["is/weight_mean"] = float(weights[:n_sol].mean())
-            stats["is/weight_max"] = float(weights[:n_sol].max())
-        advantages = inputs["advantages"]
-        if scfg.off_policy in ("drop_negatives", "weight_negatives"):
-            if scfg.off_policy == "drop_negatives":
-                factors = torch.zeros(n)
-            else:  # no weights were computed only when no row is off-policy, and then none is scaled
-                factors = torch.ones(n) if weights is None else weights
-            scaled = algos.scale_off_policy_negatives(advantages, off, factors)
-            stats["loss/adv_changed_frac"] = float((scaled != advantages)[:n_sol].float().mean())
-            hit = off & (advantages < 0)
-            if scfg.off_policy == "weight_negatives" and bool(hit.any()):
-                stats["loss/neg_weight_mean"] = float(factors[hit].mean())
-            advantages = scaled
-        ref = self._ref_logps(batch) if cfg.algo.kl_coef > 0 else None
-        # PPO-clip's term of a zero-advantage row is exactly 0 whatever its ratio, so with no KL or entropy term
-        # such rows (every row of a zero-std group) need no forward pass; they still count in the aggregation.
-        skip_zero = cfg.algo.loss == "ppo_clip" and cfg.algo.kl_coef == 0 and cfg.algo.entropy_coef == 0
+    def update(self, inputs: LossInputs) -> dict[str, float]:
+        """One update on ``inputs``: ``algo.ppo_epochs`` passes of ``algo.minibatches`` optimizer steps; returns the
+        ``loss/*`` statistics (each mini-batch's metrics averaged)."""
+        algo = self.cfg.algo
+        batch = build_batch(inputs.contexts, inputs.completions, int(self.policy.tokenizer.pad_token_id), inputs.masks)
+        old, seq_weights, advantages, stats = self._off_policy_terms(inputs, batch)
+        ref = self._ref_logps(batch) if algo.kl_coef > 0 else None
+        several = updates_per_batch(algo) > 1
+        # With no KL or entropy term, the rows a zero-at-zero-advantage loss gives nothing (every row of a zero-std
+        # group) need no forward pass; they still count in the aggregation.
+        skip_zero = algos.zero_at_zero_advantage(algo.loss) and algo.kl_coef == 0 and algo.entropy_coef == 0
+        n = batch.response_mask.shape[0]
         sums: dict[str, list[float]] = {}
         self.model.train()
-        for _epoch in range(cfg.algo.ppo_epochs):
-            order = torch.randperm(n, generator=self.generator) if multi else torch.arange(n)
-            for chunk in order.chunk(cfg.algo.minibatches):
+        for _epoch in range(algo.ppo_epochs):
+            order = torch.randperm(n, generator=self.generator) if several else torch.arange(n)
+            for chunk in order.chunk(algo.minibatches):
                 sub = _select(batch, chunk)
                 live = advantages[chunk] != 0 if skip_zero else None
                 logps, ents = self._minibatch_logps(sub, live, None if old is None else old[chunk])
-                old_sub = old[chunk] if multi and old is not None else logps.detach()
+                old_sub = old[chunk] if several and old is not None else logps.detach()
                 loss, m = algos.compute_loss(
-                    logps, old_sub, advantages[chunk], sub.response_mask, cfg.algo,
+                    logps, old_sub, advantages[chunk], sub.response_mask, algo,
                     ref_logps=None if ref is None else ref[chunk],
-                    entropies=ents if cfg.algo.entropy_coef > 0 else None,
+                    entropies=ents if algo.entropy_coef > 0 else None,
                     seq_weights=None if seq_weights is None else seq_weights[chunk],
                     norm_constant=self.norm_constant,
                 )  # fmt: skip
-                if not self.dist.all_finite(loss):
-                    self.nonfinite += 1
-                    log.warning("non-finite loss at step %d: update skipped", self.step)
-                    if self.nonfinite >= cfg.train.max_nonfinite:
-                        raise NonFiniteLossError(
-                            f"{self.nonfinite} consecutive non-finite losses; lower algo.lr or check the task reward"
-                        )
-                    self.optimizer.zero_grad(set_to_none=True)
+                if not self._finite(loss):
                     continue
-                self.nonfinite = 0
-                self.optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                for p in self.trainable:  # a mini-batch of skipped rows only: zero, as a full pass would give
-                    if p.grad is None:
-                        p.grad = torch.zeros_like(p)
-                self.dist.average_gradients(self.trainable)
-                grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.algo.max_grad_norm)
-                self._set_lr()
-                self.optimizer.step()
+                lr = algo.lr * self.lr_scale()
+                grad_norm = optimizer_step(loss, self.optimizer, self.trainable, self.dist, algo.max_grad_norm, lr)
                 m["loss"] = float(loss.detach())
-                m["grad_norm"] = float(grad_norm)
+                m["grad_norm"] = grad_norm
                 for k, v in m.items():
                     sums.setdefault(k, []).append(v)
         self.model.eval()
         stats.update({f"loss/{k}": float(np.mean(v)) for k, v in sums.items()})
         return stats
+
+    def _off_policy_terms(
+        self, inputs: LossInputs, batch: ScoringBatch
+    ) -> tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor, dict[str, float]]:
+        """What the update does about rows drawn off the context they are scored in: (the old policy's (rows, T)
+        log-probs or None, the (rows,) importance weights of ``loss_context=is`` or None, the (rows,) advantages after
+        ``sampler.off_policy``, their ``loss/*`` statistics)."""
+        scfg, dtype = self.cfg.sampler, self.cfg.model.dtype
+        mask, off, n_sol = batch.response_mask, inputs.off_policy, inputs.n_solutions
+        behaviour = behaviour_tensor(inputs.behaviour_logps, mask)
+        weighted = weighs_rows(scfg, off)
+        old = old_logps(
+            batch,
+            behaviour,
+            off,
+            several_updates=updates_per_batch(self.cfg.algo) > 1,
+            weighted=weighted,
+            dtype=dtype,
+            score=lambda b: completion_logps(self.model, b, scfg.temperature, dtype=dtype)[0],
+        )
+        stats: dict[str, float] = {"loss/off_policy_frac": float(off[:n_sol].float().mean()), **inputs.stats}
+        weights = None
+        if weighted:
+            assert old is not None
+            weights = importance_weights(old, behaviour, mask, off, scfg.is_clip)
+        seq_weights = weights if scfg.loss_context == "is" else None
+        if seq_weights is not None:
+            stats["is/weight_mean"] = float(seq_weights[:n_sol].mean())
+            stats["is/weight_max"] = float(seq_weights[:n_sol].max())
+        advantages, adv_stats = off_policy_advantages(inputs.advantages, off, weights, scfg.off_policy, n_sol)
+        return old, seq_weights, advantages, {**stats, **adv_stats}
+
+    def _finite(self, loss: torch.Tensor) -> bool:
+        """Whether ``loss`` is finite on every replica; a non-finite one skips its update, and
+        ``train.max_nonfinite`` of them in a row stop the run."""
+        if self.dist.all_finite(loss):
+            self.nonfinite = 0
+            return True
+        self.nonfinite += 1
+        log.warning("non-finite loss at step %d: update skipped", self.step)
+        if self.nonfinite >= self.cfg.train.max_nonfinite:
+            raise NonFiniteLossError(
+                f"{self.nonfinite} consecutive non-finite losses; lower algo.lr or check the task reward"
+            )
+        self.optimizer.zero_grad(set_to_none=True)
+        return False
 
     def _minibatch_logps(
         self, sub: ScoringBatch, live: torch.Tensor | None, old_sub: torch.Tensor | None
@@ -291,19 +256,7 @@ class Trainer:
     def lr_scale(self) -> float:
         """The learning-rate multiplier of the coming step: linear warm-up, then train.lr_schedule."""
         t = self.cfg.train
-        if self.step < t.warmup_steps:
-            return (self.step + 1) / t.warmup_steps
-        done = min(1.0, (self.step - t.warmup_steps) / max(1, t.steps - t.warmup_steps))
-        if t.lr_schedule == "linear":
-            return 1.0 - done
-        if t.lr_schedule == "cosine":
-            return 0.5 * (1.0 + math.cos(math.pi * done))
-        return 1.0
-
-    def _set_lr(self) -> None:
-        scale = self.lr_scale()
-        for group in self.optimizer.param_groups:
-            group["lr"] = self.cfg.algo.lr * scale
+        return algos.lr_scale(self.step, t.steps, t.warmup_steps, t.lr_schedule)
 
     # ------------------------------------------------------------------ one step
     def train_step(self) -> dict[str, Any]:
@@ -346,7 +299,7 @@ class Trainer:
             row["train/kept_groups"] = len(trained)
         row["train/lr"] = self.cfg.algo.lr * self.lr_scale()
         t1 = time.perf_counter()
-        row.update(self._update(self._loss_inputs(trained)))
+        row.update(self.update(self.loss_inputs(trained)))
         t_update = time.perf_counter() - t1
         self.step += 1
         every = self.cfg.train.policy_every

@@ -306,8 +306,8 @@ def test_draw_in_chunks_of_max_rows(path_setup) -> None:
     sampler = ParallelSampler(cfg.sampler, task, policy)
     instances = [task.instance("val", i) for i in range(3)]
     calls: list[int] = []
-    plain = sampler.sample_plain
-    sampler.sample_plain = lambda inst, n, gen: calls.append(len(inst)) or plain(inst, n, gen)  # type: ignore[method-assign]
+    plain = sampler.draw
+    sampler.draw = lambda inst, n, gen: calls.append(len(inst)) or plain(inst, n, gen)  # type: ignore[method-assign]
     groups = draw(sampler, instances, 2, torch.Generator().manual_seed(0), max_rows=4)
     assert calls == [2, 1]  # at most 4 rows = 2 instances x 2 samples per call
     assert [len(g) for g in groups] == [2, 2, 2]

@@ -45,7 +45,7 @@ def test_solution_probabilities_match_the_samplers_own_logps(path_setup):
     assert probs.shape == (64,)
     assert 0.5 < probs.sum() <= 1.0  # the test base names mostly valid paths
     index = {key: i for i, key in enumerate(exact.keys[0])}
-    (group,) = sampler.sample_plain([None], 128, torch.Generator().manual_seed(0))
+    (group,) = sampler.draw([None], 128, torch.Generator().manual_seed(0))
     checked = 0
     for r in group:
         if r.score.key is not None and r.completion.stopped and r.text == r.score.key + task.stop:

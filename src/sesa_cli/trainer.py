@@ -19,12 +19,13 @@ import torch
 
 from sesa_cli import algos
 from sesa_cli import metrics as M
+from sesa_cli.collapse import CollapseMonitor
 from sesa_cli.config import TrainConfig
 from sesa_cli.distributed import SingleProcess
-from sesa_cli.evaluation import ExactPolicy, draw, greedy_summary, sample_records, summarize
+from sesa_cli.evaluation import ExactPolicy, draw, greedy_summary, rollout_stats, sample_records, summarize
 from sesa_cli.models.loading import Policy
 from sesa_cli.models.lora import is_lora, reference
-from sesa_cli.rollout.samplers import ParallelSampler, Rollout, SequentialSampler, make_sampler
+from sesa_cli.rollout.samplers import ParallelSampler, Rollout, make_sampler
 from sesa_cli.rollout.scoring import ScoringBatch, build_batch, completion_logps
 from sesa_cli.runs import RunDir
 from sesa_cli.tasks.base import Task
@@ -97,7 +98,7 @@ class Trainer:
         self.val_instances = [task.instance("val", i) for i in range(task.cfg.eval_instances)]
         self.exact = ExactPolicy(self.eval_sampler, self.val_instances, rows=cfg.model.max_batch_rows or 256)
         self._exact_probs: tuple[int, list[np.ndarray]] | None = None  # (step, probs): one scoring per step
-        self.monitor = M.CollapseMonitor(
+        self.monitor = CollapseMonitor(
             window=cfg.collapse.window,
             max_effective_solutions=cfg.collapse.max_effective_solutions,
             max_solution_entropy=cfg.collapse.max_solution_entropy,
@@ -266,30 +267,21 @@ class Trainer:
         rows = [r for g in groups for r in g]
         keys = [r.score.key for r in rows]
         correct = [r.score.success for r in rows]
-        group_size = len(groups[0])
-        entropies = [e for r in rows for e in r.completion.policy_entropies]
         # rollout/*: statistics of what the sampler drew (with a sequential sampler, of the chain, not of the
         # plain-prompt policy); train/*: the training procedure; policy/*: the plain-prompt policy, exactly.
         row: dict[str, Any] = {"step": self.step + 1}
         rewards = [[r.score.reward for r in g] for g in groups]
-        stats = M.reward_stats(rewards)
+        stats = {**M.reward_stats(rewards), **rollout_stats(rows), **M.group_diversity(keys, correct, len(groups[0]))}
         row.update({f"rollout/{k}": v for k, v in stats.items()})
-        row["rollout/success"] = float(np.mean(correct))
-        row["rollout/valid"] = float(np.mean([k is not None for k in keys]))
-        row.update({f"rollout/{k}": v for k, v in M.group_diversity(keys, correct, group_size).items()})
-        row["rollout/entropy"] = float(np.mean(entropies)) if entropies else 0.0
-        row["rollout/response_len"] = float(np.mean([r.completion.n_sampled for r in rows]))
-        row["rollout/grader_timeouts"] = sum(r.score.grader_timeout for r in rows)  # scored 0 unverified (tasks/math)
-        if rows[0].completion.mask is not None:  # multi-turn episodes
-            row["rollout/turns"] = float(np.mean([M.episode_turns(r.completion.mask) for r in rows]))
         targets = self.task.target_keys(groups[0][0].inst)
         if targets:
             hit = {k for k in keys if k in targets}
             self.found_targets |= hit
             row["rollout/coverage"] = len(hit) / len(targets)
             row["rollout/targets_found"] = len(self.found_targets)
-        if isinstance(self.sampler, SequentialSampler):  # chain health (issue 16): sketches or solutions per position
-            row.update({f"chain/{k}": v for k, v in self.sampler.chain_health(groups).scalars().items()})
+        health = self.sampler.chain_health(groups)  # issue 16: sketches or solutions per chain position
+        if health is not None:
+            row.update({f"chain/{k}": v for k, v in health.scalars().items()})
         if self.cfg.algo.dynamic_sampling:
             row["train/resample_rounds"] = resample_rounds
         trained = groups

@@ -38,7 +38,7 @@ def run(cfg: EvalConfig, run_dir: Path, overrides: list[str] | None = None) -> d
 
     from sesa_cli.evaluation import ExactPolicy, draw, greedy_summary, sample_records, summarize
     from sesa_cli.models.loading import load_checkpoint, load_policy
-    from sesa_cli.rollout.samplers import ParallelSampler, SequentialSampler, make_sampler
+    from sesa_cli.rollout.samplers import ParallelSampler, make_sampler
     from sesa_cli.tasks.base import make_task
 
     seed_everything(cfg.seed)
@@ -59,7 +59,7 @@ def run(cfg: EvalConfig, run_dir: Path, overrides: list[str] | None = None) -> d
         metrics.update(exact.summary(probs, cfg.eval.n))
         run.log_policy_probs(exact.record(metrics["step"], probs))
     metrics.update({"eval/n": cfg.eval.n, "eval/instances": cfg.eval.instances, "ckpt": str(ckpt) if ckpt else None})
-    health = sampler.chain_health(groups) if isinstance(sampler, SequentialSampler) else None
+    health = sampler.chain_health(groups)
     if health is not None:
         metrics.update(chain_metrics(health))
     records = sample_records(groups, policy.decode)
@@ -73,7 +73,7 @@ def run(cfg: EvalConfig, run_dir: Path, overrides: list[str] | None = None) -> d
             table.add_row(key, f"{value:.4g}" if isinstance(value, float) else str(value))
     Console().print(table)
     if health is not None:
-        Console().print(chain_table(health, sampler.stage1))
+        Console().print(chain_table(health))
     log.info("wrote %s and %s", run.path / "metrics.json", run.path / "samples.jsonl")
     return metrics
 
@@ -88,11 +88,11 @@ def chain_metrics(health: Any) -> dict[str, Any]:
     return out
 
 
-def chain_table(health: Any, stage1: str) -> Any:
+def chain_table(health: Any) -> Any:
     """A rich table of chain health: one column per chain position, then the whole chain."""
     from rich.table import Table
 
-    items = "sketches" if stage1 == "sketch" else "solutions"
+    items = "sketches" if health.sketches else "solutions"
     table = Table(title=f"chain health: {health.chains} chains of {len(health.valid)} {items} (rollout statistics)")
     table.add_column("per position")
     for k in range(len(health.valid)):
@@ -102,12 +102,12 @@ def chain_table(health: Any, stage1: str) -> Any:
     table.caption = (
         "valid: share of items that are valid; new: valid and unlike every earlier item of the chain (its "
         "sum is the distinct valid items per chain); cut: hit the length limit without the stop"
-        + ("; followed: share of stage-II solutions that follow their sketch" if stage1 == "sketch" else "")
+        + ("; followed: share of stage-II solutions that follow their sketch" if health.sketches else "")
     )
     rows = [("valid", health.valid, f"{scalars['valid']:.2f}"),
             ("new", health.new, f"{health.distinct:.2f} distinct"),
             ("cut", health.cut, f"{scalars['cut']:.2f}")]  # fmt: skip
-    if stage1 == "sketch":
+    if health.sketches:
         followed = scalars.get("followed")
         rows.append(("followed", health.followed, "-" if followed is None else f"{followed:.2f}"))
     for name, values, whole in rows:

@@ -186,7 +186,7 @@ def test_ppo_clip_by_hand(aggregation: str, expected: float) -> None:
     cfg = AlgoConfig(clip_low=0.2, clip_high=0.28, aggregation=aggregation)
     loss, metrics = compute_loss(logps, old_logps, ADV, MASK, cfg, norm_constant=4)
     close(loss, expected)
-    close(metrics["pg_loss"], expected)
+    close(metrics["pg"], expected)
     close(metrics["clip_frac"], 2 / 6)
     close(metrics["ratio_mean"], (1.5 + 0.5 + 1.0 + 0.5 + 1.5 + 1.1) / 6)
     loss.backward()
@@ -267,7 +267,7 @@ def test_total_loss_adds_kl_and_subtracts_entropy() -> None:
         logps, logps.detach(), torch.tensor([1.0]), torch.ones(1, 2), cfg, ref_logps=ref_logps, entropies=entropies
     )
     # pg: ratio 1, A = 1 -> -1 per token, mean -1; k3 mean (0.3678794 + 0.7182818) / 2 = 0.5430806; entropy mean 1
-    close(metrics["pg_loss"], -1.0)
+    close(metrics["pg"], -1.0)
     close(metrics["kl"], 0.5430806)
     close(metrics["entropy"], 1.0)
     close(loss, -1.0 + 0.1 * 0.5430806 - 0.01 * 1.0)  # -0.9556919
@@ -479,7 +479,7 @@ def test_lr_schedules_by_hand() -> None:
     assert [lr_scale(s, 10, 2, "constant") for s in (0, 1, 2, 9)] == [0.5, 1.0, 1.0, 1.0]
     assert [lr_scale(s, 10, 2, "linear") for s in (2, 6, 10)] == [1.0, 0.5, 0.0]
     assert lr_scale(6, 10, 2, "cosine") == pytest.approx(0.5)  # ½ (1 + cos(π/2))
-    with pytest.raises(ConfigError, match=r"unknown train\.lr_schedule 'step'; valid: constant, cosine, linear"):
+    with pytest.raises(ConfigError, match=r"unknown optim\.lr_schedule 'step'; valid: constant, cosine, linear"):
         lr_scale(5, 10, 0, "step")
 
 

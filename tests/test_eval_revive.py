@@ -10,7 +10,7 @@ import torch
 
 from tests.conftest import run_cli
 
-SMALL = ["train.batch_size=2", "sampler.group_size=4", "train.eval_samples=8", "train.eval_every=0"]
+SMALL = ["train.batch_size=2", "sampler.group_size=4", "eval.samples=8", "train.eval_every=0"]
 
 
 @pytest.fixture(scope="module")
@@ -28,7 +28,7 @@ def parent_run(tmp_path_factory, tiny_overrides) -> Path:
 
 def test_eval_writes_samples_and_metrics(parent_run, tmp_path, monkeypatch):
     out = tmp_path / "eval"
-    argv = ["eval", f"ckpt={parent_run}", "eval.n=8", "eval.instances=2", f"hydra.run.dir={out}"]
+    argv = ["eval", f"ckpt={parent_run}", "eval.samples=8", "eval.instances=2", f"hydra.run.dir={out}"]
     assert run_cli(argv, monkeypatch) == 0
     metrics = json.loads((out / "metrics.json").read_text())
     for key in ("eval/success", "eval/entropy", "eval/pass@1", "eval/pass@2", "eval/pass@4", "eval/pass@8",
@@ -36,7 +36,7 @@ def test_eval_writes_samples_and_metrics(parent_run, tmp_path, monkeypatch):
         assert key in metrics, key
     assert metrics["eval/greedy_success"] in (0.0, 0.5, 1.0)  # one greedy answer for each of the 2 instances
     assert metrics["step"] == 4  # a run dir means its last checkpoint
-    # the path task enumerates its 64 (test-world) leaves: exact policy metrics, coverage at k = eval.n
+    # the path task enumerates its 64 (test-world) leaves: exact policy metrics, coverage at k = eval.samples
     for key in ("policy/valid_mass", "policy/target_mass", "policy/effective_solutions",
                 "policy/solutions_above_1pct", "policy/solution_entropy", "policy/coverage@8"):  # fmt: skip
         assert key in metrics, key
@@ -56,7 +56,7 @@ def test_eval_writes_samples_and_metrics(parent_run, tmp_path, monkeypatch):
 
 def test_eval_with_a_sequential_sampler_reports_chain_health(parent_run, tmp_path, monkeypatch, capsys):
     out = tmp_path / "eval_seq"
-    argv = ["eval", f"ckpt={parent_run}", "sampler=sequential", "sampler.stage1=sketch", "eval.n=8",
+    argv = ["eval", f"ckpt={parent_run}", "sampler=sequential", "sampler.stage1=sketch", "eval.samples=8",
             "eval.instances=2", f"hydra.run.dir={out}"]  # fmt: skip
     assert run_cli(argv, monkeypatch) == 0
     metrics = json.loads((out / "metrics.json").read_text())

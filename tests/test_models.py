@@ -212,8 +212,8 @@ def test_lora_training_has_no_reference_copy_and_checkpoints_the_adapter(tiny_ov
         "train.steps=2",
         "train.batch_size=2",
         "sampler.group_size=2",
-        "train.eval_samples=2",
-        "algo.lr=1e-2",
+        "eval.samples=2",
+        "optim.lr=1e-2",
         "algo.entropy_coef=0.5",
     ]  # fmt: skip  (entropy: a gradient even when rewards tie)
     cfg = compose_train(overrides)

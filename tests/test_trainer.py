@@ -20,7 +20,7 @@ def _trainer(path_setup, tmp_path, task_kw=None, **sampler_kw):
 
     policy = copy.deepcopy(policy)
     # A small step (one Adam step moves every weight by about lr, so a large lr can overshoot any direction).
-    cfg = replace(cfg, sampler=replace(cfg.sampler, **sampler_kw), algo=replace(cfg.algo, lr=1e-4))
+    cfg = replace(cfg, sampler=replace(cfg.sampler, **sampler_kw), optim=replace(cfg.optim, lr=1e-4))
     if task_kw:
         cfg = replace(cfg, task=replace(cfg.task, **task_kw))
         task = PathTask(cfg.task, cfg.seed)
@@ -46,7 +46,7 @@ def test_update_raises_the_logprob_of_rewarded_samples(path_setup, tmp_path, sam
     assert bad
     before_good, before_bad = _mean_logp(trainer, good), _mean_logp(trainer, bad)
     stats = trainer.update(trainer.loss_inputs(groups))
-    assert torch.isfinite(torch.tensor(stats["loss/loss"]))
+    assert torch.isfinite(torch.tensor(stats["loss/total"]))
     assert _mean_logp(trainer, good) > before_good
     assert _mean_logp(trainer, bad) < before_bad
 
@@ -62,8 +62,8 @@ def test_identical_contexts_give_weight_one_and_equal_gradients(path_setup, tmp_
         trainer.optimizer.step = lambda: None  # keep the weights: compare the gradients of one step
         stats = trainer.update(inputs)
         if mode == "is":
-            assert stats["is/weight_mean"] == 1.0
-            assert stats["is/weight_max"] == 1.0
+            assert stats["loss/is_weight_mean"] == 1.0
+            assert stats["loss/is_weight_max"] == 1.0
         grads[mode] = torch.cat([p.grad.flatten() for p in trainer.model.parameters() if p.grad is not None])
     assert torch.allclose(grads["prompt"], grads["conditioned"], atol=1e-6)
     assert torch.allclose(grads["prompt"], grads["is"], atol=1e-6)
@@ -73,7 +73,7 @@ def test_sequential_is_weights_are_truncated(path_setup, tmp_path):
     trainer = _trainer(path_setup, tmp_path, name="sequential", loss_context="is", is_clip=1.5)
     groups, _ = trainer._draw_batch()
     stats = trainer.update(trainer.loss_inputs(groups))
-    assert 0 < stats["is/weight_mean"] <= stats["is/weight_max"] <= 1.5
+    assert 0 < stats["loss/is_weight_mean"] <= stats["loss/is_weight_max"] <= 1.5
 
 
 def test_a_mini_batch_is_cut_to_its_longest_row_and_scores_the_same(path_setup):
@@ -137,8 +137,8 @@ def test_lr_schedules_warm_up_then_decay_over_the_run(path_setup, tmp_path):
     trainer = _trainer(path_setup, tmp_path)
 
     def scales(schedule: str) -> list[float]:
-        trainer.cfg = replace(trainer.cfg, train=replace(trainer.cfg.train, steps=10, warmup_steps=2,
-                                                         lr_schedule=schedule))  # fmt: skip
+        trainer.cfg = replace(trainer.cfg, train=replace(trainer.cfg.train, steps=10),
+                              optim=replace(trainer.cfg.optim, warmup_steps=2, lr_schedule=schedule))  # fmt: skip
         out = []
         for step in range(12):
             trainer.step = step
@@ -148,8 +148,8 @@ def test_lr_schedules_warm_up_then_decay_over_the_run(path_setup, tmp_path):
     assert scales("constant") == [0.5, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1]
     assert scales("linear") == [0.5, 1, 1, 0.875, 0.75, 0.625, 0.5, 0.375, 0.25, 0.125, 0, 0]
     assert scales("cosine") == [0.5, 1, 1, 0.9619, 0.8536, 0.6913, 0.5, 0.3087, 0.1464, 0.0381, 0, 0]
-    with pytest.raises(ConfigError, match=r"train\.lr_schedule='step' is not valid"):
-        replace(trainer.cfg.train, lr_schedule="step")
+    with pytest.raises(ConfigError, match=r"optim\.lr_schedule='step' is not valid"):
+        replace(trainer.cfg.optim, lr_schedule="step")
 
 
 @pytest.mark.parametrize("minibatches", [1, 2])
@@ -167,7 +167,7 @@ def test_skipping_zero_advantage_rows_gives_the_full_passs_loss_and_gradient(pat
         trainer.optimizer.step = lambda: None  # keep the weights: compare the last mini-batch's gradient
         stats = trainer.update(inputs)
         grad = torch.cat([p.grad.flatten() for p in trainer.model.parameters()])
-        results[mode] = (stats["loss/loss"], grad)
+        results[mode] = (stats["loss/total"], grad)
     assert results["skip"][0] == pytest.approx(results["full"][0], abs=1e-6)
     assert results["full"][1].abs().sum() > 0
     assert torch.allclose(results["skip"][1], results["full"][1], atol=1e-6)
@@ -179,7 +179,7 @@ def test_a_mini_batch_of_zero_advantages_only_steps_on_zero_gradients(path_setup
     inputs = trainer.loss_inputs(groups)
     inputs.advantages[:] = 0.0
     stats = trainer.update(inputs)
-    assert stats["loss/loss"] == 0.0
+    assert stats["loss/total"] == 0.0
     assert all(p.grad is not None and not p.grad.any() for p in trainer.model.parameters())
 
 

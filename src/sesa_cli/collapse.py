@@ -11,9 +11,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from sesa_cli.metric_keys import key
 from sesa_cli.metrics import as_int
 
 __all__ = ["CollapseMonitor"]
+
+# The keys the monitor reads (each collapse.* threshold is named after one of them).
+EFFECTIVE_SOLUTIONS = key("policy/effective_solutions")
+SOLUTION_ENTROPY = key("policy/solution_entropy")
+DISTINCT_CORRECT = key("rollout/distinct_correct")
+ENTROPY = key("rollout/entropy")
 
 
 @dataclass
@@ -74,16 +81,13 @@ class CollapseMonitor:
             return float(v) if isinstance(v, (int, float)) else math.nan
 
         if self.policy:
-            if "policy/effective_solutions" not in row:
+            if EFFECTIVE_SOLUTIONS not in row:
                 return None
             return (
-                value("policy/effective_solutions") <= self.max_effective_solutions
-                and value("policy/solution_entropy") <= self.max_solution_entropy
+                value(EFFECTIVE_SOLUTIONS) <= self.max_effective_solutions
+                and value(SOLUTION_ENTROPY) <= self.max_solution_entropy
             )
-        return (
-            value("rollout/distinct_correct") <= self.max_distinct_correct
-            and value("rollout/entropy") < self.min_entropy
-        )
+        return value(DISTINCT_CORRECT) <= self.max_distinct_correct and value(ENTROPY) < self.min_entropy
 
     def update(self, step: int, row: Mapping[str, Any]) -> bool:
         """Record one step's metrics row. Returns True (collapsed) if the measurements have been collapse-like

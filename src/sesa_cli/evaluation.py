@@ -15,9 +15,26 @@ import numpy as np
 import torch
 
 from sesa_cli import metrics as M
+from sesa_cli.config import EvalProtocolConfig
 from sesa_cli.rollout.samplers import ParallelSampler, Rollout, Sampler
 from sesa_cli.rollout.scoring import build_batch, completion_logps
 from sesa_cli.tasks.base import Task
+
+
+def validation_instances(task: Task, protocol: EvalProtocolConfig) -> list[Any]:
+    """The protocol's validation instances: ``eval.instances`` of the task's validation split (null = the task's own
+    count, ``Task.eval_instances``)."""
+    n = task.eval_instances if protocol.instances is None else protocol.instances
+    return [task.instance("val", i) for i in range(n)]
+
+
+def describe_protocol(instances: int, samples: int, temperature: float, sampler: str = "parallel") -> str:
+    """The evaluation protocol in words, printed with its numbers (``sampler``: the sampler that drew them)."""
+    how = "i.i.d. from the plain prompt" if sampler == "parallel" else f"chains of the {sampler} sampler"
+    return (
+        f"protocol: {instances} instances x {samples} samples ({how}, temperature {temperature:g}) + 1 greedy "
+        "answer each (eval.instances, eval.samples)"
+    )
 
 
 def draw(

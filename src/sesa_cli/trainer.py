@@ -22,7 +22,15 @@ from sesa_cli import metrics as M
 from sesa_cli.collapse import CollapseMonitor
 from sesa_cli.config import TrainConfig
 from sesa_cli.distributed import SingleProcess
-from sesa_cli.evaluation import ExactPolicy, draw, greedy_summary, rollout_stats, sample_records, summarize
+from sesa_cli.evaluation import (
+    ExactPolicy,
+    draw,
+    greedy_summary,
+    rollout_stats,
+    sample_records,
+    summarize,
+    validation_instances,
+)
 from sesa_cli.models.loading import Policy
 from sesa_cli.models.lora import is_lora, reference
 from sesa_cli.rollout.samplers import ParallelSampler, Rollout, make_sampler
@@ -80,8 +88,8 @@ class Trainer:
         self.trainable = [p for p in self.model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(
             self.trainable,
-            lr=cfg.algo.lr,
-            weight_decay=cfg.train.weight_decay,
+            lr=cfg.optim.lr,
+            weight_decay=cfg.optim.weight_decay,
         )
         self.ref_model = None
         if cfg.algo.kl_coef > 0 and not is_lora(self.model):
@@ -95,7 +103,7 @@ class Trainer:
         # Exact policy/* metrics on the validation instances (the ones evaluation samples), where the task can
         # enumerate their solutions: in training rows every train.policy_every steps (the collapse monitor reads
         # them) and at every evaluation.
-        self.val_instances = [task.instance("val", i) for i in range(task.cfg.eval_instances)]
+        self.val_instances = validation_instances(task, cfg.eval)
         self.exact = ExactPolicy(self.eval_sampler, self.val_instances, rows=cfg.model.max_batch_rows or 256)
         self._exact_probs: tuple[int, list[np.ndarray]] | None = None  # (step, probs): one scoring per step
         self.monitor = CollapseMonitor(
@@ -144,8 +152,8 @@ class Trainer:
 
     def update(self, inputs: LossInputs) -> dict[str, float]:
         """One update on ``inputs``: ``algo.ppo_epochs`` passes of ``algo.minibatches`` optimizer steps; returns the
-        ``loss/*`` statistics (each mini-batch's metrics averaged)."""
-        algo = self.cfg.algo
+        ``loss/*`` statistics (each mini-batch's metrics averaged) and ``optim/grad_norm``."""
+        algo, optim = self.cfg.algo, self.cfg.optim
         batch = build_batch(inputs.contexts, inputs.completions, int(self.policy.tokenizer.pad_token_id), inputs.masks)
         old, seq_weights, advantages, stats = self._off_policy_terms(inputs, batch)
         ref = self._ref_logps(batch) if algo.kl_coef > 0 else None
@@ -155,6 +163,7 @@ class Trainer:
         skip_zero = algos.zero_at_zero_advantage(algo.loss) and algo.kl_coef == 0 and algo.entropy_coef == 0
         n = batch.response_mask.shape[0]
         sums: dict[str, list[float]] = {}
+        norms: list[float] = []
         self.model.train()
         for _epoch in range(algo.ppo_epochs):
             order = torch.randperm(n, generator=self.generator) if several else torch.arange(n)
@@ -172,14 +181,17 @@ class Trainer:
                 )  # fmt: skip
                 if not self._finite(loss):
                     continue
-                lr = algo.lr * self.lr_scale()
-                grad_norm = optimizer_step(loss, self.optimizer, self.trainable, self.dist, algo.max_grad_norm, lr)
-                m["loss"] = float(loss.detach())
-                m["grad_norm"] = grad_norm
+                lr = optim.lr * self.lr_scale()
+                norms.append(optimizer_step(loss, self.optimizer, self.trainable, self.dist, optim.max_grad_norm, lr))
+                m["total"] = float(loss.detach())
                 for k, v in m.items():
                     sums.setdefault(k, []).append(v)
         self.model.eval()
-        stats.update({f"loss/{k}": float(np.mean(v)) for k, v in sums.items()})
+        # A statistic of the whole batch (the importance weights of its solution rows) is not replaced by the mean
+        # of compute_loss's per-mini-batch values of it.
+        stats.update({f"loss/{k}": float(np.mean(v)) for k, v in sums.items() if f"loss/{k}" not in stats})
+        if norms:
+            stats["optim/grad_norm"] = float(np.mean(norms))
         return stats
 
     def _off_policy_terms(
@@ -208,8 +220,8 @@ class Trainer:
             weights = importance_weights(old, behaviour, mask, off, scfg.is_clip)
         seq_weights = weights if scfg.loss_context == "is" else None
         if seq_weights is not None:
-            stats["is/weight_mean"] = float(seq_weights[:n_sol].mean())
-            stats["is/weight_max"] = float(seq_weights[:n_sol].max())
+            stats["loss/is_weight_mean"] = float(seq_weights[:n_sol].mean())
+            stats["loss/is_weight_max"] = float(seq_weights[:n_sol].max())
         advantages, adv_stats = off_policy_advantages(inputs.advantages, off, weights, scfg.off_policy, n_sol)
         return old, seq_weights, advantages, {**stats, **adv_stats}
 
@@ -223,7 +235,7 @@ class Trainer:
         log.warning("non-finite loss at step %d: update skipped", self.step)
         if self.nonfinite >= self.cfg.train.max_nonfinite:
             raise NonFiniteLossError(
-                f"{self.nonfinite} consecutive non-finite losses; lower algo.lr or check the task reward"
+                f"{self.nonfinite} consecutive non-finite losses; lower optim.lr or check the task reward"
             )
         self.optimizer.zero_grad(set_to_none=True)
         return False
@@ -255,9 +267,9 @@ class Trainer:
                 return completion_logps(ref_model, batch, temp, dtype=dtype)[0]
 
     def lr_scale(self) -> float:
-        """The learning-rate multiplier of the coming step: linear warm-up, then train.lr_schedule."""
-        t = self.cfg.train
-        return algos.lr_scale(self.step, t.steps, t.warmup_steps, t.lr_schedule)
+        """The learning-rate multiplier of the coming step: linear warm-up, then optim.lr_schedule."""
+        o = self.cfg.optim
+        return algos.lr_scale(self.step, self.cfg.train.steps, o.warmup_steps, o.lr_schedule)
 
     # ------------------------------------------------------------------ one step
     def train_step(self) -> dict[str, Any]:
@@ -289,7 +301,7 @@ class Trainer:
             keep = algos.top_std_groups(torch.tensor(rewards), self.cfg.algo.rollout_filter_ratio).tolist()
             trained = [g for g, k in zip(groups, keep, strict=True) if k]
             row["train/kept_groups"] = len(trained)
-        row["train/lr"] = self.cfg.algo.lr * self.lr_scale()
+        row["optim/lr"] = self.cfg.optim.lr * self.lr_scale()
         t1 = time.perf_counter()
         row.update(self.update(self.loss_inputs(trained)))
         t_update = time.perf_counter() - t1
@@ -298,7 +310,7 @@ class Trainer:
         if self.exact.available and every and self.step % every == 0:
             # the policy after this step's update: the weights its checkpoint would hold
             t2 = time.perf_counter()
-            row.update(self.exact.summary(self._policy_probs(), self.cfg.train.eval_samples))
+            row.update(self.exact.summary(self._policy_probs(), self.cfg.eval.samples))
             row["time/policy_s"] = time.perf_counter() - t2
         row = self.dist.mean_metrics(row)
         flagged = self.monitor.update(self.step, row)
@@ -317,7 +329,7 @@ class Trainer:
         return self._exact_probs[1]
 
     def evaluate(self) -> dict[str, Any]:
-        """Validation: ``eval/*`` from ``train.eval_samples`` i.i.d. plain-prompt samples per instance and a greedy
+        """Validation: ``eval/*`` from ``eval.samples`` i.i.d. plain-prompt samples per instance and a greedy
         answer; where the task can enumerate its solutions, the exact ``policy/*`` metrics, and a line of
         ``policy_probs.jsonl`` with the probability of every target and of every solution with p >= 0.001."""
         if not self.dist.is_main:  # the replicas are identical: rank 0 evaluates for all
@@ -325,7 +337,7 @@ class Trainer:
         instances = self.val_instances
         gen = torch.Generator().manual_seed(10_000 + self.cfg.seed)  # same eval draws at every step of a run
         max_rows = self.cfg.model.max_batch_rows
-        groups = draw(self.eval_sampler, instances, self.cfg.train.eval_samples, gen, max_rows)
+        groups = draw(self.eval_sampler, instances, self.cfg.eval.samples, gen, max_rows)
         row = {
             "step": self.step,
             **summarize(self.task, groups),
@@ -333,7 +345,7 @@ class Trainer:
         }
         if self.exact.available:
             probs = self._policy_probs()
-            row.update(self.exact.summary(probs, self.cfg.train.eval_samples))
+            row.update(self.exact.summary(probs, self.cfg.eval.samples))
             self.run.log_policy_probs(self.exact.record(self.step, probs))
         return row
 

@@ -42,7 +42,7 @@ AGGREGATIONS: dict[str, Callable[..., Any]] = {}
 KL_ESTIMATORS: dict[str, Callable[..., Any]] = {}
 """``algo.kl_estimator``: ``fn(logps, ref_logps) -> per-token estimate``, same shape as the inputs."""
 LR_SCHEDULES: dict[str, Callable[..., Any]] = {}
-"""``train.lr_schedule``: ``fn(done) -> multiplier`` of the learning rate after the warm-up, ``done`` in [0, 1] the
+"""``optim.lr_schedule``: ``fn(done) -> multiplier`` of the learning rate after the warm-up, ``done`` in [0, 1] the
 fraction of the post-warm-up steps taken (see schedules.py)."""
 
 

@@ -1,4 +1,4 @@
-"""Learning-rate schedules (``train.lr_schedule``): the multiplier of ``algo.lr`` after a linear warm-up.
+"""Learning-rate schedules (``optim.lr_schedule``): the multiplier of ``optim.lr`` after a linear warm-up.
 
 Each schedule maps ``done``, the fraction in [0, 1] of the post-warm-up steps already taken, to a multiplier;
 :func:`lr_scale` adds the warm-up. The names follow the peers' defaults: verl's is ``constant``, TRL's ``linear``.
@@ -37,4 +37,4 @@ def lr_scale(step: int, steps: int, warmup_steps: int, schedule: str) -> float:
     if step < warmup_steps:
         return (step + 1) / warmup_steps
     done = min(1.0, (step - warmup_steps) / max(1, steps - warmup_steps))
-    return float(get(LR_SCHEDULES, schedule, "train.lr_schedule")(done))
+    return float(get(LR_SCHEDULES, schedule, "optim.lr_schedule")(done))

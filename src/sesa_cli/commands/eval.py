@@ -36,7 +36,15 @@ def run(cfg: EvalConfig, run_dir: Path, overrides: list[str] | None = None) -> d
     from rich.console import Console
     from rich.table import Table
 
-    from sesa_cli.evaluation import ExactPolicy, draw, greedy_summary, sample_records, summarize
+    from sesa_cli.evaluation import (
+        ExactPolicy,
+        describe_protocol,
+        draw,
+        greedy_summary,
+        sample_records,
+        summarize,
+        validation_instances,
+    )
     from sesa_cli.models.loading import load_checkpoint, load_policy
     from sesa_cli.rollout.samplers import ParallelSampler, make_sampler
     from sesa_cli.tasks.base import make_task
@@ -47,8 +55,9 @@ def run(cfg: EvalConfig, run_dir: Path, overrides: list[str] | None = None) -> d
     policy = load_checkpoint(ckpt, cfg.model, task, cfg.device) if ckpt else load_policy(cfg.model, task, cfg.device)
     run.write_run_info("eval", overrides or [], parent=str(ckpt) if ckpt else None)
     sampler = make_sampler(cfg.sampler, task, policy, cfg.model.dtype)
-    instances = [task.instance("val", i) for i in range(cfg.eval.instances)]
-    groups = draw(sampler, instances, cfg.eval.n, torch.Generator().manual_seed(cfg.seed), cfg.model.max_batch_rows)
+    instances = validation_instances(task, cfg.eval)
+    n = cfg.eval.samples
+    groups = draw(sampler, instances, n, torch.Generator().manual_seed(cfg.seed), cfg.model.max_batch_rows)
     metrics: dict[str, Any] = {"step": step, **summarize(task, groups)}
     greedy = ParallelSampler(cfg.sampler, task, policy, cfg.model.dtype, greedy=True)
     metrics.update(greedy_summary(greedy, instances, cfg.model.max_batch_rows))
@@ -56,9 +65,9 @@ def run(cfg: EvalConfig, run_dir: Path, overrides: list[str] | None = None) -> d
     exact = ExactPolicy(plain, instances, rows=cfg.model.max_batch_rows or 256)
     if exact.available:
         probs = exact.probs()
-        metrics.update(exact.summary(probs, cfg.eval.n))
+        metrics.update(exact.summary(probs, n))
         run.log_policy_probs(exact.record(metrics["step"], probs))
-    metrics.update({"eval/n": cfg.eval.n, "eval/instances": cfg.eval.instances, "ckpt": str(ckpt) if ckpt else None})
+    metrics.update({"eval/samples": n, "eval/instances": len(instances), "ckpt": str(ckpt) if ckpt else None})
     health = sampler.chain_health(groups)
     if health is not None:
         metrics.update(chain_metrics(health))
@@ -66,6 +75,7 @@ def run(cfg: EvalConfig, run_dir: Path, overrides: list[str] | None = None) -> d
     atomic_write_text(run.path / "samples.jsonl", "".join(json.dumps(r) + "\n" for r in records))
     atomic_write_text(run.path / "metrics.json", json.dumps(metrics, indent=2))
     table = Table(title=f"sesa eval: {ckpt or cfg.model.name} on task={task.name} sampler={cfg.sampler.name}")
+    table.caption = describe_protocol(len(instances), n, cfg.sampler.temperature, cfg.sampler.name)
     table.add_column("metric")
     table.add_column("value", justify="right")
     for key, value in metrics.items():

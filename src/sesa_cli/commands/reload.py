@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from sesa_cli.config import ConfigError, conf_dir, first_line, to_object
+from sesa_cli.deprecations import upgrade_config
 
 GROUPS = ("model", "task", "sampler", "algo")
 
@@ -51,6 +52,7 @@ def reload_config(config_name: str, parent_config: Path, overrides: list[str]) -
         raise ConfigError(f"{parent_config} is not a valid run config ({first_line(exc)})") from None
     if not isinstance(parent, dict):
         raise ConfigError(f"{parent_config} holds a {type(parent).__name__}, not a mapping of config keys")
+    parent = upgrade_config(parent)  # a run written before a config key was renamed
     for group in GROUPS:
         if group in parent and not (isinstance(parent[group], dict) and isinstance(parent[group].get("name"), str)):
             raise ConfigError(f"{parent_config}: {group!r} must be a mapping with a 'name'")
@@ -73,8 +75,10 @@ def reload_config(config_name: str, parent_config: Path, overrides: list[str]) -
         from sesa_cli.commands.validate import explain
 
         raise ConfigError(f"{parent_config}: {explain(exc, config_name, choices)}") from None
+    # sesa eval keeps its own evaluation protocol (eval.*), not the run's
+    own = ("run_dir", "ckpt", "step", "more_steps", *(("eval",) if config_name == "eval" else ()))
     for key, value in parent.items():
-        if key not in schema_keys or key in ("run_dir", "ckpt", "step", "more_steps"):
+        if key not in schema_keys or key in own:
             continue
         if key in user_groups:
             option = cfg[key]["name"]

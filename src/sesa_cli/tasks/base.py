@@ -46,6 +46,8 @@ class Task(ABC):
     """The string that ends one answer (the engine stops a row on it); may depend on the style."""
     between: str = ""
     """Text the engine appends after an answer before drawing the next one in sequential sampling."""
+    eval_instances: ClassVar[int] = 16
+    """Validation instances of the evaluation protocol when ``eval.instances`` is null."""
     sketch_followed: ClassVar[bool] = False
     """Whether ``sampler.stage1=auto`` drafts sketches for this task: True only where stage II was measured to follow
     its sketch in at least 80% of solutions at the tiny base (issue 16; the table is in the README). A sketch that

@@ -54,6 +54,27 @@ def test_eval_writes_samples_and_metrics(parent_run, tmp_path, monkeypatch):
     assert "target_seed: 3" in config
 
 
+def test_eval_of_a_checkpoint_uses_the_runs_own_evaluation_protocol(parent_run, tmp_path, monkeypatch, capsys):
+    # issue 22: one evaluation protocol. sesa eval of the run dir takes its protocol (eval.samples=8 x the path task's
+    # one instance) and its sampling settings: what does not depend on the draws (the exact policy metrics, the
+    # greedy answer) is the run's last evaluation exactly; the sampled metrics are the same protocol on other draws
+    # (sesa eval draws with its own seed, as the README's sesa eval figures were made).
+    out = tmp_path / "eval_again"
+    assert run_cli(["eval", f"ckpt={parent_run}", f"hydra.run.dir={out}"], monkeypatch) == 0
+    metrics = json.loads((out / "metrics.json").read_text())
+    rows = [json.loads(line) for line in (parent_run / "metrics.jsonl").read_text().splitlines()]
+    last = [r for r in rows if "eval/success" in r][-1]
+    assert last["step"] == metrics["step"] == 4
+    assert (metrics["eval/samples"], metrics["eval/instances"]) == (8, 1)
+    exact = {k: v for k, v in last.items() if k.startswith(("policy/", "eval/greedy_"))}
+    assert "policy/coverage@8" in exact  # coverage at k = the protocol's sample count
+    assert len(exact) == 8
+    assert {k: metrics[k] for k in exact} == exact
+    assert set(metrics) >= {k for k in last if k.startswith("eval/")}  # the same keys: pass@1 .. pass@8, ...
+    printed = " ".join(capsys.readouterr().out.split())  # the table's caption, however the console wrapped it
+    assert "protocol: 1 instances x 8 samples (i.i.d. from the plain prompt, temperature 1)" in printed
+
+
 def test_eval_with_a_sequential_sampler_reports_chain_health(parent_run, tmp_path, monkeypatch, capsys):
     out = tmp_path / "eval_seq"
     argv = ["eval", f"ckpt={parent_run}", "sampler=sequential", "sampler.stage1=sketch", "eval.samples=8",

@@ -92,3 +92,4 @@ def test_revive_and_eval_reload_a_parent_config_with_old_keys(tmp_path):
     assert revived.sampler.name == "sequential"
     evaluated = reload_config("eval", parent, [])
     assert evaluated.task.name == "path"
+    assert (evaluated.eval.samples, evaluated.eval.instances) == (16, 4)  # the run's own evaluation protocol

@@ -1,7 +1,9 @@
 """Rebuild a command's config from a parent run's resolved config plus the user's command-line overrides.
 
 Used by ``eval`` and ``revive``: the model, task and sampler must match the checkpoint, and the user's overrides
-apply on top of the parent's values, exactly as they would on top of the defaults in a fresh run:
+apply on top of the parent's values, exactly as they would on top of the defaults in a fresh run (``eval`` takes the
+run's evaluation protocol ``eval.*`` too, and draws i.i.d. from the plain prompt as the run's evaluations did unless
+the command line chooses ``sampler=``):
 
 * a group choice (``sampler=sequential``) applies that option's YAML values on top of the parent's group, so
   settings the parent changed and the option does not set (``sampler.group_size=4``) carry over: a revived run
@@ -68,6 +70,10 @@ def reload_config(config_name: str, parent_config: Path, overrides: list[str]) -
             return compose(config_name, overrides=args)
 
     schema_keys = set(_compose([]).keys())
+    if config_name == "eval" and "sampler" in parent and "sampler" not in user_groups:
+        # The run's own evaluations drew i.i.d. from the plain prompt whatever it trained with: so does sesa eval of
+        # its checkpoints unless the command line chooses a sampler (the sampler's settings carry over).
+        parent["sampler"] = {**parent["sampler"], "name": "parallel"}
     choices = [f"{g}={parent[g]['name']}" for g in GROUPS if g in parent and g in schema_keys and g not in user_groups]
     try:
         cfg = _compose(choices)
@@ -75,10 +81,8 @@ def reload_config(config_name: str, parent_config: Path, overrides: list[str]) -
         from sesa_cli.commands.validate import explain
 
         raise ConfigError(f"{parent_config}: {explain(exc, config_name, choices)}") from None
-    # sesa eval keeps its own evaluation protocol (eval.*), not the run's
-    own = ("run_dir", "ckpt", "step", "more_steps", *(("eval",) if config_name == "eval" else ()))
     for key, value in parent.items():
-        if key not in schema_keys or key in own:
+        if key not in schema_keys or key in ("run_dir", "ckpt", "step", "more_steps"):
             continue
         if key in user_groups:
             option = cfg[key]["name"]

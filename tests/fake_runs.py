@@ -53,7 +53,8 @@ def write_run(
     config = {
         "task": {"name": task},
         "sampler": {"name": sampler, "group_size": 8, "off_policy": "paper", "stage1": "auto"},
-        "algo": {"name": str(overrides.get("algo", "grpo")), "lr": 1e-4},
+        "algo": {"name": str(overrides.get("algo", "grpo"))},
+        "optim": {"lr": 1e-4},
         "model": {"name": "tiny"},
         "seed": seed,
         "train": {"steps": STEPS},

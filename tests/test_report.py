@@ -207,6 +207,20 @@ def test_grouping_ignores_seed_and_nothing_else(tmp_path: Path, key: str, a: str
     assert assign_groups(runs) == [f"{key}={a}", f"{key}={b}"]
 
 
+def test_a_run_written_before_a_config_rename_groups_with_its_current_name(tmp_path: Path) -> None:
+    # issue 18 moved algo.lr to optim.lr: an old run's override and config read under the new name
+    old = write_run(tmp_path / "old", {"sampler": "parallel", "algo.lr": "3e-4", "seed": 0},
+                    extra_config={"algo": {"name": "grpo", "lr": 3e-4}, "optim": {}})  # fmt: skip
+    new = write_run(tmp_path / "new", {"sampler": "parallel", "optim.lr": "3e-4", "seed": 1})
+    base = write_run(tmp_path / "base", {"sampler": "parallel", "seed": 0})
+    runs, _ = load_runs([old, new, base])
+    assert runs[0].overrides["optim.lr"] == "3e-4"
+    assert runs[0].config["optim"]["lr"] == 3e-4
+    assert "lr" not in runs[0].config["algo"]
+    assert runs[0].group == runs[1].group != runs[2].group
+    assert "optim.lr=3e-4" in runs[0].group
+
+
 def test_revivals_from_each_seeds_checkpoint_are_one_group(tmp_path: Path) -> None:
     parents = [write_run(tmp_path / f"collapse{s}", {"sampler": "parallel", "seed": s}) for s in (0, 1)]
     other = write_run(tmp_path / "collapse-lr", {"sampler": "parallel", "optim.lr": "3e-4", "seed": 0})

@@ -4,7 +4,7 @@ Each measurement runs in its own subprocess (peak RSS = ``ru_maxrss`` of that pr
 other's high-water mark), on the same batch: ``--rows`` countdown chat prompts (SmolLM2's chat template, about
 240 tokens) each followed by ``--new-tokens`` completion tokens.
 
-* ``sesa``: one real LoRA update, ``Trainer._update`` (sesa_cli/rollout/scoring.py: the vocab projection only at
+* ``sesa``: one real LoRA update, ``Trainer.update`` (sesa_cli/rollout/scoring.py: the vocab projection only at
   completion positions, in chunks of 64, each checkpointed);
 * ``unchunked``: the textbook computation on the same LoRA model: ``model(input_ids).logits`` over the whole
   sequence, ``log_softmax``, gather, the same ``-A * logp`` token-mean loss, backward, optimizer step.
@@ -47,6 +47,7 @@ def measure(mode: str, rows: int, new_tokens: int, cache_dir: str, gc: bool, dty
     from sesa_cli.runs import RunDir
     from sesa_cli.tasks.base import make_task
     from sesa_cli.trainer import Trainer
+    from sesa_cli.update import LossInputs
 
     torch.manual_seed(0)
     register_configs()
@@ -67,9 +68,17 @@ def measure(mode: str, rows: int, new_tokens: int, cache_dir: str, gc: bool, dty
     if mode == "sesa":
         with tempfile.TemporaryDirectory() as tmp:
             trainer = Trainer(cfg, task, policy, RunDir(Path(tmp)))
-            inputs = {"contexts": contexts, "completions": completions, "behaviour": [[0.0] * new_tokens] * rows,
-                      "advantages": advantages, "n_solutions": rows, "sample_contexts": contexts}  # fmt: skip
-            trainer._update(inputs)
+            inputs = LossInputs(
+                contexts=contexts,
+                completions=completions,
+                masks=[None] * rows,
+                behaviour_logps=[[0.0] * new_tokens] * rows,
+                advantages=advantages,
+                off_policy=torch.zeros(rows, dtype=torch.bool),
+                n_solutions=rows,
+                stats={},
+            )
+            trainer.update(inputs)
     else:
         from sesa_cli.rollout.scoring import build_batch
 

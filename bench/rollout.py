@@ -14,7 +14,6 @@ import argparse
 import statistics
 import tempfile
 import time
-from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -70,13 +69,13 @@ def bench_steps(base_overrides: list[str], steps: int, repeats: int) -> dict[str
     out = {}
     for name, extra in variants.items():
         cfg = config([*base_overrides, *extra])
-        cfg = replace(cfg, algo=replace(cfg.algo, lr=0.0))  # keep the policy fixed: same distribution each step
         task = make_task(cfg.task, cfg.seed)
         times, tokens = [], []
         for _ in range(repeats):
             policy = load_policy(cfg.model, task)
             with tempfile.TemporaryDirectory() as tmp:
                 trainer = Trainer(cfg, task, policy, RunDir(Path(tmp)))
+                trainer.optimizer.step = lambda: None  # keep the policy fixed: same distribution each step
                 trainer.train_step()  # warm-up
                 for _ in range(steps):
                     t0 = time.perf_counter()

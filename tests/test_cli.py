@@ -48,7 +48,7 @@ def _read_jsonl(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
-SMALL = ["train.batch_size=2", "sampler.group_size=4", "train.eval_samples=8", "train.sample_every=2"]
+SMALL = ["train.batch_size=2", "sampler.group_size=4", "eval.samples=8", "train.sample_every=2"]
 
 
 def test_train_end_to_end_writes_the_run_dir(monkeypatch, tmp_path, tiny_overrides):
@@ -105,7 +105,7 @@ def test_frozenlake_train_both_samplers_then_eval(monkeypatch, tmp_path, cache_d
         dump = _read_jsonl(sweep / job / "samples" / "step_000002.jsonl")
         assert all("\n:" in r["context"] for r in dump)  # compact FrozenLake turn layout
     out = tmp_path / "eval"
-    argv = ["eval", f"ckpt={sweep / '1'}", "eval.n=4", "eval.instances=2", f"hydra.run.dir={out}"]
+    argv = ["eval", f"ckpt={sweep / '1'}", "eval.samples=4", "eval.instances=2", f"hydra.run.dir={out}"]
     assert run_cli(argv, monkeypatch) == 0
     samples = _read_jsonl(out / "samples.jsonl")
     assert len(samples) == 8

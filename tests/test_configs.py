@@ -56,3 +56,31 @@ def test_config_imports_nothing_of_the_tasks():
     imported += [node.module or "" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)]
     assert "omegaconf" in imported  # the walk sees the module's imports
     assert [name for name in imported if name.startswith("sesa_cli.tasks")] == []
+
+
+def test_train_and_eval_share_one_evaluation_protocol(tmp_path):
+    # issue 22: sesa eval and a run's own evaluations read the same numbers by default
+    from dataclasses import asdict
+
+    import yaml
+    from hydra import compose, initialize_config_dir
+
+    from sesa_cli.commands.reload import reload_config
+    from sesa_cli.commands.schemas import register_configs
+    from sesa_cli.config import EvalConfig, EvalProtocolConfig, to_object
+
+    register_configs()
+    with initialize_config_dir(version_base="1.3", config_dir=str(conf_dir())):
+        evaluated = to_object(compose("eval", overrides=["task=path"]))
+    trained = compose_train(["task=path"])
+    assert isinstance(evaluated, EvalConfig)
+    assert evaluated.eval == trained.eval == EvalProtocolConfig()
+    # sesa eval of a checkpoint: the run's protocol and sampling settings, drawn i.i.d. unless sampler= is chosen
+    run = compose_train(["task=path", "sampler=sequential", "sampler.temperature=0.7", "eval.samples=16"])
+    parent = tmp_path / "config.yaml"
+    parent.write_text(yaml.safe_dump(asdict(run)))
+    plain = reload_config("eval", parent, [])
+    assert plain.eval.samples == 16
+    assert (plain.sampler.name, plain.sampler.temperature) == ("parallel", 0.7)
+    chains = reload_config("eval", parent, ["sampler=sequential"])
+    assert (chains.sampler.name, chains.sampler.temperature, chains.eval.samples) == ("sequential", 0.7, 16)

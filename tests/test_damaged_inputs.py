@@ -25,7 +25,7 @@ import pytest
 from tests.conftest import run_cli
 
 CKPT = "checkpoints/step_000002"
-SMALL = ["sampler=parallel", "train.batch_size=2", "sampler.group_size=4", "train.eval_samples=4", "train.steps=2",
+SMALL = ["sampler=parallel", "train.batch_size=2", "sampler.group_size=4", "eval.samples=4", "train.steps=2",
          "train.checkpoint_every=0", "train.sample_every=0"]  # fmt: skip
 
 
@@ -137,13 +137,14 @@ CASES = [
      "the base model {run} started from cannot be rebuilt: model.path=/nonexistent/base does not exist"),
     ("ckpt-missing", ["revive", "ckpt={run}/nope"], nothing, "checkpoint {run}/nope does not exist"),
     ("step-auto-without-flag", ["revive", "ckpt={run}", "step=auto"], nothing, "step=auto: the collapse monitor"),
-    ("eval-n-zero", ["eval", "ckpt={run}", "eval.n=0"], nothing, "eval.n=0 must be >= 1"),
-    ("eval-sizes-negative", ["eval", "ckpt={run}", "eval.n=-3", "eval.instances=0"], nothing,
-     "eval.n=-3 must be >= 1; eval.instances=0 must be >= 1"),
-    ("train-counts", ["train", "task=path", "train.max_nonfinite=0", "train.eval_samples=0"], nothing,
-     "train.eval_samples=0 must be >= 1; train.max_nonfinite=0 must be >= 1"),
-    ("warmup-not-below-steps", ["train", "task=path", "train.steps=5", "train.warmup_steps=5"], nothing,
-     "train.warmup_steps=5 must be < train.steps=5"),
+    ("eval-samples-zero", ["eval", "ckpt={run}", "eval.samples=0"], nothing, "eval.samples=0 must be >= 1"),
+    ("eval-sizes-negative", ["eval", "ckpt={run}", "eval.samples=-3", "eval.instances=0"], nothing,
+     "eval.samples=-3 must be >= 1; eval.instances=0 must be >= 1"),
+    # train.* and eval.* are separate sections since issue 18 (eval.* is shared with sesa eval): one message each
+    ("train-counts", ["train", "task=path", "train.max_nonfinite=0"], nothing, "train.max_nonfinite=0 must be >= 1"),
+    ("train-eval-samples-zero", ["train", "task=path", "eval.samples=0"], nothing, "eval.samples=0 must be >= 1"),
+    ("warmup-not-below-steps", ["train", "task=path", "train.steps=5", "optim.warmup_steps=5"], nothing,
+     "optim.warmup_steps=5 must be < train.steps=5"),
     ("sequential-field-under-parallel", ["train", "task=path", "sampler=parallel", "sampler.stage1=solution",
                                          "sampler.is_clip=3"], nothing,
      "sampler.is_clip, sampler.stage1 only apply to sampler=sequential, and this run uses sampler=parallel"),

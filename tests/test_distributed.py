@@ -35,8 +35,8 @@ def dp_run(tmp_path_factory: pytest.TempPathFactory, tiny_overrides: list[str], 
     # Every leaf of the 64-leaf test world is a target (the reward is validity), so step 1 has rewarded and unrewarded
     # samples whatever the draw: a gradient to compare
     overrides = [*tiny_overrides, "task=path", "task.num_targets=64", "train.steps=2", "train.batch_size=4",
-                 "sampler.group_size=4", "algo.aggregation=seq_mean_token_mean", "train.eval_samples=4",
-                 "train.checkpoint_every=0", "algo.lr=1e-3"]  # fmt: skip
+                 "sampler.group_size=4", "algo.aggregation=seq_mean_token_mean", "eval.samples=4",
+                 "train.checkpoint_every=0", "optim.lr=1e-3"]  # fmt: skip
     # --multi_gpu is accelerate's torchrun launcher; without GPUs the replicas run on CPU with gloo (a plain --cpu
     # launch would start one process)
     cmd = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",

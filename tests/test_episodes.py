@@ -131,7 +131,7 @@ def test_update_raises_the_logprob_of_successful_episodes(frozenlake_setup, tmp_
     from sesa_cli.trainer import Trainer
 
     cfg, task, policy = frozenlake_setup
-    cfg = replace(cfg, sampler=replace(cfg.sampler, name="parallel"), algo=replace(cfg.algo, lr=1e-4))
+    cfg = replace(cfg, sampler=replace(cfg.sampler, name="parallel"), optim=replace(cfg.optim, lr=1e-4))
     trainer = Trainer(cfg, task, copy.deepcopy(policy), RunDir(tmp_path / "run"))
     groups, _ = trainer._draw_batch()
     mixed = [g for g in groups if any(r.score.success for r in g) and not all(r.score.success for r in g)]
@@ -148,6 +148,6 @@ def test_update_raises_the_logprob_of_successful_episodes(frozenlake_setup, tmp_
         return float((logps * batch.response_mask).sum(1).mean())
 
     before_good, before_bad = mean_logp(good), mean_logp(bad)
-    trainer._update(trainer._loss_inputs(groups))
+    trainer.update(trainer.loss_inputs(groups))
     assert mean_logp(good) > before_good
     assert mean_logp(bad) < before_bad

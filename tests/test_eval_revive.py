@@ -10,7 +10,7 @@ import torch
 
 from tests.conftest import run_cli
 
-SMALL = ["train.batch_size=2", "sampler.group_size=4", "train.eval_samples=8", "train.eval_every=0"]
+SMALL = ["train.batch_size=2", "sampler.group_size=4", "eval.samples=8", "train.eval_every=0"]
 
 
 @pytest.fixture(scope="module")
@@ -28,7 +28,7 @@ def parent_run(tmp_path_factory, tiny_overrides) -> Path:
 
 def test_eval_writes_samples_and_metrics(parent_run, tmp_path, monkeypatch):
     out = tmp_path / "eval"
-    argv = ["eval", f"ckpt={parent_run}", "eval.n=8", "eval.instances=2", f"hydra.run.dir={out}"]
+    argv = ["eval", f"ckpt={parent_run}", "eval.samples=8", "eval.instances=2", f"hydra.run.dir={out}"]
     assert run_cli(argv, monkeypatch) == 0
     metrics = json.loads((out / "metrics.json").read_text())
     for key in ("eval/success", "eval/entropy", "eval/pass@1", "eval/pass@2", "eval/pass@4", "eval/pass@8",
@@ -36,7 +36,7 @@ def test_eval_writes_samples_and_metrics(parent_run, tmp_path, monkeypatch):
         assert key in metrics, key
     assert metrics["eval/greedy_success"] in (0.0, 0.5, 1.0)  # one greedy answer for each of the 2 instances
     assert metrics["step"] == 4  # a run dir means its last checkpoint
-    # the path task enumerates its 64 (test-world) leaves: exact policy metrics, coverage at k = eval.n
+    # the path task enumerates its 64 (test-world) leaves: exact policy metrics, coverage at k = eval.samples
     for key in ("policy/valid_mass", "policy/target_mass", "policy/effective_solutions",
                 "policy/solutions_above_1pct", "policy/solution_entropy", "policy/coverage@8"):  # fmt: skip
         assert key in metrics, key
@@ -54,9 +54,30 @@ def test_eval_writes_samples_and_metrics(parent_run, tmp_path, monkeypatch):
     assert "target_seed: 3" in config
 
 
+def test_eval_of_a_checkpoint_uses_the_runs_own_evaluation_protocol(parent_run, tmp_path, monkeypatch, capsys):
+    # issue 22: one evaluation protocol. sesa eval of the run dir takes its protocol (eval.samples=8 x the path task's
+    # one instance) and its sampling settings: what does not depend on the draws (the exact policy metrics, the
+    # greedy answer) is the run's last evaluation exactly; the sampled metrics are the same protocol on other draws
+    # (sesa eval draws with its own seed, as the README's sesa eval figures were made).
+    out = tmp_path / "eval_again"
+    assert run_cli(["eval", f"ckpt={parent_run}", f"hydra.run.dir={out}"], monkeypatch) == 0
+    metrics = json.loads((out / "metrics.json").read_text())
+    rows = [json.loads(line) for line in (parent_run / "metrics.jsonl").read_text().splitlines()]
+    last = [r for r in rows if "eval/success" in r][-1]
+    assert last["step"] == metrics["step"] == 4
+    assert (metrics["eval/samples"], metrics["eval/instances"]) == (8, 1)
+    exact = {k: v for k, v in last.items() if k.startswith(("policy/", "eval/greedy_"))}
+    assert "policy/coverage@8" in exact  # coverage at k = the protocol's sample count
+    assert len(exact) == 8
+    assert {k: metrics[k] for k in exact} == exact
+    assert set(metrics) >= {k for k in last if k.startswith("eval/")}  # the same keys: pass@1 .. pass@8, ...
+    printed = " ".join(capsys.readouterr().out.split())  # the table's caption, however the console wrapped it
+    assert "protocol: 1 instances x 8 samples (i.i.d. from the plain prompt, temperature 1)" in printed
+
+
 def test_eval_with_a_sequential_sampler_reports_chain_health(parent_run, tmp_path, monkeypatch, capsys):
     out = tmp_path / "eval_seq"
-    argv = ["eval", f"ckpt={parent_run}", "sampler=sequential", "sampler.stage1=sketch", "eval.n=8",
+    argv = ["eval", f"ckpt={parent_run}", "sampler=sequential", "sampler.stage1=sketch", "eval.samples=8",
             "eval.instances=2", f"hydra.run.dir={out}"]  # fmt: skip
     assert run_cli(argv, monkeypatch) == 0
     metrics = json.loads((out / "metrics.json").read_text())

@@ -18,7 +18,7 @@ def test_joblib_sweep_runs_two_jobs_with_one_cpu_budget_each(tmp_path: Path, tin
     sweep = tmp_path / "sweep"
     cmd = [sys.executable, "-m", "sesa_cli", "train", "-m", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2",
            "seed=0,1", *tiny_overrides, "task=path", "train.steps=2", "train.batch_size=2", "sampler.group_size=2",
-           "train.eval_samples=4", f"hydra.sweep.dir={sweep}"]  # fmt: skip
+           "eval.samples=4", f"hydra.sweep.dir={sweep}"]  # fmt: skip
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=False, env={**os.environ})
     assert proc.returncode == 0, proc.stderr[-3000:]
     cpus = os.cpu_count() or 1

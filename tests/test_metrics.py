@@ -12,8 +12,8 @@ from itertools import combinations, pairwise
 import numpy as np
 import pytest
 
+from sesa_cli.collapse import CollapseMonitor
 from sesa_cli.metrics import (
-    CollapseMonitor,
     chain_health,
     coverage_at_k,
     distinct_at_k,
@@ -21,12 +21,14 @@ from sesa_cli.metrics import (
     episode_turns,
     expected_distinct_at_k,
     group_diversity,
+    mean_over_pools,
     mean_token_entropy,
     pass_at_k,
     pass_at_k_curve,
     policy_metrics,
     power_of_two_ks,
     reward_stats,
+    rollout_stats,
     sequence_pass_at_k,
 )
 
@@ -218,6 +220,33 @@ def test_reward_stats_hand_worked():
             reward_stats(bad)
 
 
+def test_rollout_stats_hand_worked():
+    # three samples: the second invalid, the third correct and cut off by the grader
+    stats = rollout_stats(
+        rewards=[1.0, 0.0, 0.5],
+        success=[True, False, False],
+        valid=[True, False, True],
+        token_entropies=[0.5, 1.0, 2.0, 0.5],  # 2 + 1 + 1 sampled tokens: each token counts once
+        lengths=[2, 1, 1],
+        turns=[1, 3, 2],
+        grader_timeouts=[False, False, True],
+    )
+    expected = {"reward_mean": 0.5, "success": 1 / 3, "valid": 2 / 3, "entropy": 1.0, "response_len": 4 / 3}
+    assert stats == {**expected, "turns": 2.0, "grader_timeouts": 1}
+    single = rollout_stats([0.0], [False], [False], [], [0])
+    assert single == {
+        **dict.fromkeys(("reward_mean", "success", "valid", "entropy", "response_len"), 0.0),
+        "grader_timeouts": 0,
+    }
+    with pytest.raises(ValueError, match="at least one sample"):
+        rollout_stats([], [], [], [], [])
+
+
+def test_pools_are_averaged_and_counts_summed():
+    pools = [{"success": 1.0, "grader_timeouts": 2, "pass@2": 1.0}, {"success": 0.5, "grader_timeouts": 1}]
+    assert mean_over_pools(pools) == {"success": 0.75, "grader_timeouts": 3.0, "pass@2": 1.0}
+
+
 def test_episode_turns_count_the_runs_of_sampled_tokens():
     # response, feedback, response, feedback, response (the last turn ended the episode: no feedback after it)
     assert episode_turns([True, True, False, True, False, False, True]) == 3
@@ -330,6 +359,7 @@ def test_chain_health_of_hand_built_chains():
     followed = [[[True], [False], [None], [False]], [[True], [False], [True], [None]]]
     h = chain_health(keys, cut, followed)
     assert h.chains == 2
+    assert h.sketches  # judged against their solutions: the items are sketches
     assert h.valid == [1.0, 0.5, 1.0, 0.5]
     assert h.new == [1.0, 0.5, 0.5, 0.5]  # chain 1 repeats "a" at position 3
     assert h.distinct == sum(h.new) == 2.5  # {a, b} and {a, c, d}
@@ -341,6 +371,7 @@ def test_chain_health_of_hand_built_chains():
 
 def test_chain_health_without_judgements_has_no_followed_share():
     h = chain_health([["x", "x"]], [[False, False]])
+    assert not h.sketches
     assert h.new == [1.0, 0.0]
     assert h.followed == [None, None]
     assert "followed" not in h.scalars()

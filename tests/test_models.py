@@ -212,8 +212,8 @@ def test_lora_training_has_no_reference_copy_and_checkpoints_the_adapter(tiny_ov
         "train.steps=2",
         "train.batch_size=2",
         "sampler.group_size=2",
-        "train.eval_samples=2",
-        "algo.lr=1e-2",
+        "eval.samples=2",
+        "optim.lr=1e-2",
         "algo.entropy_coef=0.5",
     ]  # fmt: skip  (entropy: a gradient even when rewards tie)
     cfg = compose_train(overrides)
@@ -306,8 +306,8 @@ def test_draw_in_chunks_of_max_rows(path_setup) -> None:
     sampler = ParallelSampler(cfg.sampler, task, policy)
     instances = [task.instance("val", i) for i in range(3)]
     calls: list[int] = []
-    plain = sampler.sample_plain
-    sampler.sample_plain = lambda inst, n, gen: calls.append(len(inst)) or plain(inst, n, gen)  # type: ignore[method-assign]
+    plain = sampler.draw
+    sampler.draw = lambda inst, n, gen: calls.append(len(inst)) or plain(inst, n, gen)  # type: ignore[method-assign]
     groups = draw(sampler, instances, 2, torch.Generator().manual_seed(0), max_rows=4)
     assert calls == [2, 1]  # at most 4 rows = 2 instances x 2 samples per call
     assert [len(g) for g in groups] == [2, 2, 2]

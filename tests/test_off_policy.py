@@ -69,7 +69,7 @@ def _advantages_seen(trainer: Trainer, groups, monkeypatch) -> tuple[torch.Tenso
     real = algos.compute_loss
     monkeypatch.setattr(algos, "compute_loss", lambda *a, **k: seen.append(a[2].clone()) or real(*a, **k))
     trainer.optimizer.step = lambda: None
-    stats = trainer._update(trainer._loss_inputs(groups))
+    stats = trainer.update(trainer.loss_inputs(groups))
     return torch.cat(seen), stats
 
 
@@ -80,8 +80,8 @@ def _paper(trainer: Trainer) -> torch.Tensor:
 
 def test_paper_passes_the_estimators_advantages_unchanged(path_setup, tmp_path, monkeypatch):
     trainer = _trainer(path_setup, tmp_path, off_policy="paper")
-    inputs = trainer._loss_inputs(_groups(trainer))
-    assert inputs["off_policy"].tolist() == OFF
+    inputs = trainer.loss_inputs(_groups(trainer))
+    assert inputs.off_policy.tolist() == OFF
     seen, stats = _advantages_seen(trainer, _groups(trainer), monkeypatch)
     assert torch.equal(seen, _paper(trainer))  # bit-identical: the paper's loss is what it always was
     assert stats["loss/off_policy_frac"] == 7 / 8
@@ -137,7 +137,7 @@ def test_with_conditioned_scoring_no_row_is_off_policy_and_every_variant_is_the_
     for name in ("paper", variant):
         trainer = _trainer(path_setup, tmp_path / name, off_policy=name, loss_context="conditioned")
         groups = _groups(trainer)
-        assert not trainer._loss_inputs(groups)["off_policy"].any()
+        assert not trainer.loss_inputs(groups).off_policy.any()
         groups_seen[name] = _advantages_seen(trainer, groups, monkeypatch)
     assert torch.equal(groups_seen["paper"][0], groups_seen[variant][0])
     assert groups_seen[variant][1]["loss/off_policy_frac"] == 0.0
@@ -151,10 +151,10 @@ def test_sketch_rows_are_never_off_policy(path_setup, tmp_path):
         sketch = Completion([5, 6], [-0.1, -0.2], [0.0, 0.0], True)
         for r in group:
             r.sketch_completion, r.sketch_context_ids = sketch, [1, 2]
-    inputs = trainer._loss_inputs(groups)
-    assert inputs["n_solutions"] == 8
-    assert inputs["off_policy"].tolist() == [*OFF, False, False]  # the two sketch rows, scored where drawn
-    assert inputs["contexts"][8:] == [[1, 2], [1, 2]]
+    inputs = trainer.loss_inputs(groups)
+    assert inputs.n_solutions == 8
+    assert inputs.off_policy.tolist() == [*OFF, False, False]  # the two sketch rows, scored where drawn
+    assert inputs.contexts[8:] == [[1, 2], [1, 2]]
 
 
 def test_weight_negatives_with_importance_weighted_loss_is_refused():

@@ -74,8 +74,8 @@ def test_report_leads_with_the_answer(built: ReportFiles) -> None:
     assert "time/" not in headline
     html = built["html"].read_text()
     assert html.index("<h2>Headline</h2>") < html.index("data:image/png") < html.index("<details>")
-    # train/lr = 1e-4 reads as a number, not as 0.000
-    assert "| train/lr | 0.000100 [0.000100, 0.000100] | 0.000100 [0.000100, 0.000100] |" in markdown
+    # optim/lr = 1e-4 reads as a number, not as 0.000
+    assert "| optim/lr | 0.000100 [0.000100, 0.000100] | 0.000100 [0.000100, 0.000100] |" in markdown
 
 
 def test_summary_numbers_are_per_run_and_groups_have_bootstrap_intervals(built: ReportFiles) -> None:
@@ -189,7 +189,7 @@ def test_single_run_is_labelled_by_its_dir(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     ("key", "a", "b"),
-    [("algo.lr", "1e-4", "3e-4"), ("sampler.off_policy", "paper", "drop_negatives"), ("train.batch_size", "8", "16"),
+    [("optim.lr", "1e-4", "3e-4"), ("sampler.off_policy", "paper", "drop_negatives"), ("train.batch_size", "8", "16"),
      ("model.cache_dir", "/a", "/b"), ("task.regions", "4", "8"), ("experiment", "x", "y")],
 )  # fmt: skip
 def test_grouping_ignores_seed_and_nothing_else(tmp_path: Path, key: str, a: str, b: str) -> None:
@@ -207,16 +207,30 @@ def test_grouping_ignores_seed_and_nothing_else(tmp_path: Path, key: str, a: str
     assert assign_groups(runs) == [f"{key}={a}", f"{key}={b}"]
 
 
+def test_a_run_written_before_a_config_rename_groups_with_its_current_name(tmp_path: Path) -> None:
+    # issue 18 moved algo.lr to optim.lr: an old run's override and config read under the new name
+    old = write_run(tmp_path / "old", {"sampler": "parallel", "algo.lr": "3e-4", "seed": 0},
+                    extra_config={"algo": {"name": "grpo", "lr": 3e-4}, "optim": {}})  # fmt: skip
+    new = write_run(tmp_path / "new", {"sampler": "parallel", "optim.lr": "3e-4", "seed": 1})
+    base = write_run(tmp_path / "base", {"sampler": "parallel", "seed": 0})
+    runs, _ = load_runs([old, new, base])
+    assert runs[0].overrides["optim.lr"] == "3e-4"
+    assert runs[0].config["optim"]["lr"] == 3e-4
+    assert "lr" not in runs[0].config["algo"]
+    assert runs[0].group == runs[1].group != runs[2].group
+    assert "optim.lr=3e-4" in runs[0].group
+
+
 def test_revivals_from_each_seeds_checkpoint_are_one_group(tmp_path: Path) -> None:
     parents = [write_run(tmp_path / f"collapse{s}", {"sampler": "parallel", "seed": s}) for s in (0, 1)]
-    other = write_run(tmp_path / "collapse-lr", {"sampler": "parallel", "algo.lr": "3e-4", "seed": 0})
+    other = write_run(tmp_path / "collapse-lr", {"sampler": "parallel", "optim.lr": "3e-4", "seed": 0})
     revived = [write_revival(tmp_path / f"rev{s}", p, at=6 + s, overrides={"sampler": "sequential"})
                for s, p in enumerate(parents)]  # fmt: skip
     revived.append(write_revival(tmp_path / "rev-lr", other, at=6, overrides={"sampler": "sequential"}))
     runs, _ = load_runs(revived)
     groups = [r.group for r in runs]
     assert groups[0] == groups[1] != groups[2]  # ckpt = the parent's overrides minus seed
-    assert "algo.lr=3e-4" in groups[2]
+    assert "optim.lr=3e-4" in groups[2]
 
 
 def test_labels_show_what_differs_and_leave_out_what_does_not_apply(tmp_path: Path) -> None:
@@ -322,18 +336,21 @@ def test_train_and_eval_rows_merge_by_step(sweep: Path) -> None:
 
 
 def test_runs_written_before_the_rollout_rename_load_under_the_new_names(tmp_path: Path) -> None:
-    # Rollout statistics were train/* before issue 16; train/lr and friends describe training and kept the name.
+    # Rollout statistics were train/* before issue 16; train/kept_groups and friends describe training and kept the
+    # name; issue 18 moved train/lr to optim/lr with the optimizer settings.
     assert LEGACY_METRICS["train/entropy"] == "rollout/entropy"
-    assert len(LEGACY_METRICS) == 11
-    assert "train/lr" not in LEGACY_METRICS
+    assert len([old for old, new in LEGACY_METRICS.items() if new.startswith("rollout/")]) == 11
+    assert "train/kept_groups" not in LEGACY_METRICS
+    assert LEGACY_METRICS["train/lr"] == "optim/lr"
     old = write_run(tmp_path / "old", {"seed": 0})
     path = old / "metrics.jsonl"
     rows = [json.loads(line) for line in path.read_text().splitlines()]
-    legacy = [{k.replace("rollout/", "train/"): v for k, v in r.items()} for r in rows]
-    legacy[1]["train/lr"] = 1e-4
+    legacy = [{k.replace("rollout/", "train/").replace("optim/", "train/"): v for k, v in r.items()} for r in rows]
+    legacy[1]["train/kept_groups"] = 4
     path.write_text("".join(json.dumps(r) + "\n" for r in legacy))
     metrics = load_run(old).metrics
-    assert not any(c.startswith("train/") and c != "train/lr" for c in metrics.columns)
+    assert not any(c.startswith("train/") and c != "train/kept_groups" for c in metrics.columns)
+    assert metrics.loc[1, "optim/lr"] == 1e-4
     assert metrics.loc[5, "rollout/success"] == pytest.approx(success_at(5, 0, "parallel"))
     # A revived run of an old parent holds both names: the parent's rows fill in the new column.
     mixed = legacy[:6] + rows[6:]

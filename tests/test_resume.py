@@ -15,7 +15,7 @@ from safetensors.torch import load_file
 
 from tests.conftest import run_cli
 
-SMALL = ["train.batch_size=2", "sampler.group_size=4", "train.eval_samples=8", "train.sample_every=0"]
+SMALL = ["train.batch_size=2", "sampler.group_size=4", "eval.samples=8", "train.sample_every=0"]
 
 
 def _rows(run: Path) -> list[dict]:

@@ -61,3 +61,21 @@ def test_scores_come_from_the_task(path_setup):
     for group in sampler.sample([None], torch.Generator().manual_seed(3)):
         for r in group:
             assert r.score == task.score(None, r.text)
+
+
+def test_every_sampler_draws_n_per_instance_and_says_whether_it_drew_chains(path_setup):
+    # evaluation calls draw and chain_health on whatever sampler it has (no isinstance switch)
+    parallel, task, _policy = _sampler(path_setup, name="parallel", group_size=4)
+    groups = parallel.draw([None, None], 6, torch.Generator().manual_seed(0))
+    assert [len(g) for g in groups] == [6, 6]
+    x = parallel.encode_prompt(task.prompt(None))
+    assert all(r.context_ids == x for g in groups for r in g)  # i.i.d. from the plain prompt
+    assert parallel.chain_health(groups) is None
+    sequential, _, _ = _sampler(path_setup, name="sequential", stage1="solution", group_size=4)
+    groups = sequential.draw([None, None], 6, torch.Generator().manual_seed(0))
+    assert [len(g) for g in groups] == [6, 6]  # a chain of 4, then the first 2 of another
+    assert groups[0][4].context_ids == x  # the second chain starts afresh
+    health = sequential.chain_health(groups)
+    assert health is not None
+    assert health.chains == 2  # one whole chain per instance; the cut one is left out
+    assert not health.sketches

@@ -20,7 +20,7 @@ def _trainer(path_setup, tmp_path, task_kw=None, **sampler_kw):
 
     policy = copy.deepcopy(policy)
     # A small step (one Adam step moves every weight by about lr, so a large lr can overshoot any direction).
-    cfg = replace(cfg, sampler=replace(cfg.sampler, **sampler_kw), algo=replace(cfg.algo, lr=1e-4))
+    cfg = replace(cfg, sampler=replace(cfg.sampler, **sampler_kw), optim=replace(cfg.optim, lr=1e-4))
     if task_kw:
         cfg = replace(cfg, task=replace(cfg.task, **task_kw))
         task = PathTask(cfg.task, cfg.seed)
@@ -45,8 +45,8 @@ def test_update_raises_the_logprob_of_rewarded_samples(path_setup, tmp_path, sam
     assert good
     assert bad
     before_good, before_bad = _mean_logp(trainer, good), _mean_logp(trainer, bad)
-    stats = trainer._update(trainer._loss_inputs(groups))
-    assert torch.isfinite(torch.tensor(stats["loss/loss"]))
+    stats = trainer.update(trainer.loss_inputs(groups))
+    assert torch.isfinite(torch.tensor(stats["loss/total"]))
     assert _mean_logp(trainer, good) > before_good
     assert _mean_logp(trainer, bad) < before_bad
 
@@ -58,12 +58,12 @@ def test_identical_contexts_give_weight_one_and_equal_gradients(path_setup, tmp_
                            loss_context=mode)  # fmt: skip
         trainer.generator.manual_seed(0)
         groups, _ = trainer._draw_batch()
-        inputs = trainer._loss_inputs(groups)
+        inputs = trainer.loss_inputs(groups)
         trainer.optimizer.step = lambda: None  # keep the weights: compare the gradients of one step
-        stats = trainer._update(inputs)
+        stats = trainer.update(inputs)
         if mode == "is":
-            assert stats["is/weight_mean"] == 1.0
-            assert stats["is/weight_max"] == 1.0
+            assert stats["loss/is_weight_mean"] == 1.0
+            assert stats["loss/is_weight_max"] == 1.0
         grads[mode] = torch.cat([p.grad.flatten() for p in trainer.model.parameters() if p.grad is not None])
     assert torch.allclose(grads["prompt"], grads["conditioned"], atol=1e-6)
     assert torch.allclose(grads["prompt"], grads["is"], atol=1e-6)
@@ -72,8 +72,8 @@ def test_identical_contexts_give_weight_one_and_equal_gradients(path_setup, tmp_
 def test_sequential_is_weights_are_truncated(path_setup, tmp_path):
     trainer = _trainer(path_setup, tmp_path, name="sequential", loss_context="is", is_clip=1.5)
     groups, _ = trainer._draw_batch()
-    stats = trainer._update(trainer._loss_inputs(groups))
-    assert 0 < stats["is/weight_mean"] <= stats["is/weight_max"] <= 1.5
+    stats = trainer.update(trainer.loss_inputs(groups))
+    assert 0 < stats["loss/is_weight_mean"] <= stats["loss/is_weight_max"] <= 1.5
 
 
 def test_a_mini_batch_is_cut_to_its_longest_row_and_scores_the_same(path_setup):
@@ -102,9 +102,9 @@ def test_mini_batches_reuse_the_sampled_logps_only_where_they_are_the_old_policy
         trainer = _trainer(path_setup, tmp_path / sampler, name=sampler)
         trainer.cfg = replace(trainer.cfg, algo=replace(trainer.cfg.algo, minibatches=2))
         groups, _ = trainer._draw_batch()
-        inputs = trainer._loss_inputs(groups)
-        inputs["advantages"] = torch.ones_like(inputs["advantages"])  # no row skipped: every mini-batch is scored
-        trainer._update(inputs)
+        inputs = trainer.loss_inputs(groups)
+        inputs.advantages = torch.ones_like(inputs.advantages)  # no row skipped: every mini-batch is scored
+        trainer.update(inputs)
         # two graded mini-batch passes, plus one no-grad pass for the old log-probs unless they were reused
         assert calls.count(False) == (0 if reused else 1), sampler
         assert calls.count(True) == 2
@@ -116,8 +116,8 @@ def test_the_rollout_filter_trains_on_the_most_disputed_groups_and_reports_the_w
     trainer.generator.manual_seed(0)
     groups, _ = trainer._draw_batch()
     trained = []
-    real = trainer._loss_inputs
-    trainer._loss_inputs = lambda gs: trained.append(gs) or real(gs)
+    real = trainer.loss_inputs
+    trainer.loss_inputs = lambda gs: trained.append(gs) or real(gs)
     trainer._draw_batch = lambda: (groups, 0)
     row = trainer.train_step()
     std = [float(torch.tensor([r.score.reward for r in g]).std(unbiased=False)) for g in groups]
@@ -137,8 +137,8 @@ def test_lr_schedules_warm_up_then_decay_over_the_run(path_setup, tmp_path):
     trainer = _trainer(path_setup, tmp_path)
 
     def scales(schedule: str) -> list[float]:
-        trainer.cfg = replace(trainer.cfg, train=replace(trainer.cfg.train, steps=10, warmup_steps=2,
-                                                         lr_schedule=schedule))  # fmt: skip
+        trainer.cfg = replace(trainer.cfg, train=replace(trainer.cfg.train, steps=10),
+                              optim=replace(trainer.cfg.optim, warmup_steps=2, lr_schedule=schedule))  # fmt: skip
         out = []
         for step in range(12):
             trainer.step = step
@@ -148,8 +148,8 @@ def test_lr_schedules_warm_up_then_decay_over_the_run(path_setup, tmp_path):
     assert scales("constant") == [0.5, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1]
     assert scales("linear") == [0.5, 1, 1, 0.875, 0.75, 0.625, 0.5, 0.375, 0.25, 0.125, 0, 0]
     assert scales("cosine") == [0.5, 1, 1, 0.9619, 0.8536, 0.6913, 0.5, 0.3087, 0.1464, 0.0381, 0, 0]
-    with pytest.raises(ConfigError, match=r"train\.lr_schedule='step' is not valid"):
-        replace(trainer.cfg.train, lr_schedule="step")
+    with pytest.raises(ConfigError, match=r"optim\.lr_schedule='step' is not valid"):
+        replace(trainer.cfg.optim, lr_schedule="step")
 
 
 @pytest.mark.parametrize("minibatches", [1, 2])
@@ -160,14 +160,14 @@ def test_skipping_zero_advantage_rows_gives_the_full_passs_loss_and_gradient(pat
         trainer.cfg = replace(trainer.cfg, algo=replace(trainer.cfg.algo, minibatches=minibatches))
         trainer.generator.manual_seed(0)
         groups, _ = trainer._draw_batch()
-        inputs = trainer._loss_inputs(groups)
-        inputs["advantages"][:12] = 0.0  # a zero-std group and a half, wherever the mini-batches cut them
+        inputs = trainer.loss_inputs(groups)
+        inputs.advantages[:12] = 0.0  # a zero-std group and a half, wherever the mini-batches cut them
         if mode == "full":
             trainer._minibatch_logps = lambda sub, live, old_sub, t=trainer: completion_logps(t.model, sub)
         trainer.optimizer.step = lambda: None  # keep the weights: compare the last mini-batch's gradient
-        stats = trainer._update(inputs)
+        stats = trainer.update(inputs)
         grad = torch.cat([p.grad.flatten() for p in trainer.model.parameters()])
-        results[mode] = (stats["loss/loss"], grad)
+        results[mode] = (stats["loss/total"], grad)
     assert results["skip"][0] == pytest.approx(results["full"][0], abs=1e-6)
     assert results["full"][1].abs().sum() > 0
     assert torch.allclose(results["skip"][1], results["full"][1], atol=1e-6)
@@ -176,10 +176,10 @@ def test_skipping_zero_advantage_rows_gives_the_full_passs_loss_and_gradient(pat
 def test_a_mini_batch_of_zero_advantages_only_steps_on_zero_gradients(path_setup, tmp_path):
     trainer = _trainer(path_setup, tmp_path, name="parallel")
     groups, _ = trainer._draw_batch()
-    inputs = trainer._loss_inputs(groups)
-    inputs["advantages"][:] = 0.0
-    stats = trainer._update(inputs)
-    assert stats["loss/loss"] == 0.0
+    inputs = trainer.loss_inputs(groups)
+    inputs.advantages[:] = 0.0
+    stats = trainer.update(inputs)
+    assert stats["loss/total"] == 0.0
     assert all(p.grad is not None and not p.grad.any() for p in trainer.model.parameters())
 
 

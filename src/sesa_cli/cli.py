@@ -117,7 +117,12 @@ def dispatch(args: list[str]) -> None:
     module_name, _, issue = COMMANDS[name]
     if issue is not None:
         fail(f"not built yet (issue #{issue})", name)
-    rest = args[1:]
+    from sesa_cli.deprecations import rename_overrides
+
+    rest, notices = rename_overrides(args[1:])
+    if os.environ.get("RANK", "0") == "0":  # once, not once per data-parallel replica
+        for notice in notices:
+            print(f"sesa {name}: {notice}", file=sys.stderr)
     if os.environ.get("RANK", "0") != "0":
         # A data-parallel replica other than rank 0 (accelerate launch / torchrun): rank 0 owns the run dir, so this
         # one writes no .hydra/ files or log file there (sesa_cli.distributed).

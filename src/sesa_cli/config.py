@@ -163,12 +163,10 @@ class TaskConfig:
     command configs set it to ``${model.prompt_style}``, so choosing a model chooses its style."""
     max_new_tokens: int = 32
     """Longest answer (or agent turn) in tokens; a row that reaches it is cut and scored as it stands."""
-    eval_instances: int = 1
-    """Validation instances evaluated during training (seeds disjoint from training instances)."""
 
     def __post_init__(self) -> None:
         _choice(self.style, "task.style", ("compact", "chat"))
-        raise_if(at_least(self, "task", 1, "max_new_tokens", "eval_instances"))
+        raise_if(at_least(self, "task", 1, "max_new_tokens"))
 
 
 # ------------------------------------------------------------------------------------------------------- sampler
@@ -266,8 +264,6 @@ class AlgoConfig:
     """Per-token policy loss (registry ``sesa_cli.algos.POLICY_LOSSES``)."""
     aggregation: str = "token_mean"
     """How per-token losses become one scalar (registry ``sesa_cli.algos.AGGREGATIONS``)."""
-    lr: float = 1e-4
-    """AdamW learning rate of the policy (the warm-started tiny model degrades its grammar at 1e-3)."""
     clip_low: float = 0.2
     """PPO clip epsilon below 1 (ratio floor 1 - clip_low)."""
     clip_high: float = 0.2
@@ -303,8 +299,6 @@ class AlgoConfig:
     """Optimisation passes over each batch; > 1 makes the ratio against the sampling-time log-probs matter."""
     minibatches: int = 1
     """Mini-batches per epoch (split over sequences)."""
-    max_grad_norm: float = 1.0
-    """Gradient clipping norm."""
 
     def __post_init__(self) -> None:
         _choice(self.kl_estimator, "algo.kl_estimator", ("k1", "k2", "k3"))
@@ -314,15 +308,44 @@ class AlgoConfig:
             raise ConfigError("algo.clip_low and algo.clip_high must be >= 0")
         if not 0 < self.rollout_filter_ratio <= 1:
             raise ConfigError("algo.rollout_filter_ratio must be in (0, 1]")
-        problems = [
-            *positive(self, "algo", "lr", "max_grad_norm"),
-            *at_least(self, "algo", 0, "kl_coef", "adv_eps", "norm_constant", "max_resample_rounds", "kl_cov_coef"),
-        ]
+        problems = at_least(
+            self, "algo", 0, "kl_coef", "adv_eps", "norm_constant", "max_resample_rounds", "kl_cov_coef"
+        )
         problems += [f"algo.{n}={getattr(self, n)} must be in [0, 1]" for n in ("clip_cov_ratio", "kl_cov_ratio")
                      if not 0 <= getattr(self, n) <= 1]  # fmt: skip
         if self.clip_cov_lb > self.clip_cov_ub:
             problems.append(f"algo.clip_cov_lb={self.clip_cov_lb} must be <= algo.clip_cov_ub={self.clip_cov_ub}")
         raise_if(problems)
+
+
+# --------------------------------------------------------------------------------------------------------- optim
+LR_SCHEDULE_NAMES = ("constant", "linear", "cosine")
+"""``optim.lr_schedule`` values: the keys of ``sesa_cli.algos.LR_SCHEDULES`` (a test keeps the two equal; this module
+must not import torch)."""
+
+
+@dataclass
+class OptimConfig:
+    """The optimizer (``optim.*``): AdamW on the trainable weights, its learning rate warmed up and scheduled over
+    the run, gradients clipped by norm."""
+
+    lr: float = 1e-4
+    """Peak AdamW learning rate of the policy (the warm-started tiny model degrades its grammar at 1e-3)."""
+    weight_decay: float = 0.0
+    """AdamW weight decay."""
+    warmup_steps: int = 0
+    """Linear learning-rate warm-up over this many steps (< ``train.steps``)."""
+    lr_schedule: str = "constant"
+    """After the warm-up: ``constant`` (verl's default), ``linear`` decay to 0 at ``train.steps`` (TRL's default) or
+    ``cosine`` decay to 0 (registry ``sesa_cli.algos.LR_SCHEDULES``). A revived run decays over its new total of
+    steps."""
+    max_grad_norm: float = 1.0
+    """Gradients are clipped to this global norm before each step (``optim/grad_norm`` logs it before clipping)."""
+
+    def __post_init__(self) -> None:
+        _choice(self.lr_schedule, "optim.lr_schedule", LR_SCHEDULE_NAMES)
+        problems = positive(self, "optim", "lr", "max_grad_norm")
+        raise_if(problems + at_least(self, "optim", 0, "warmup_steps", "weight_decay"))
 
 
 # --------------------------------------------------------------------------------------------------------- train
@@ -341,8 +364,6 @@ class TrainLoopConfig:
     eval_before: bool = True
     """Also validate before the first update (verl's ``val_before_train``): the base model's figures, logged at the
     run's starting step, so one run gives base and trained success."""
-    eval_samples: int = 64
-    """Samples per validation instance, drawn i.i.d. from the plain prompt (coverage@k, pass@k use them)."""
     sample_every: int = 25
     """Dump the step's rollouts to samples/step_N.jsonl every this many steps; 0 = never."""
     policy_every: int = 5
@@ -354,30 +375,38 @@ class TrainLoopConfig:
     that have them."""
     log_every: int = 10
     """Log a line of metrics every this many steps (the live progress display updates every step)."""
-    warmup_steps: int = 0
-    """Linear learning-rate warm-up."""
-    lr_schedule: str = "constant"
-    """After the warm-up: ``constant`` (verl's default), ``linear`` decay to 0 at ``train.steps`` (TRL's default) or
-    ``cosine`` decay to 0. A revived run decays over its new total of steps."""
-    weight_decay: float = 0.0
-    """AdamW weight decay."""
     max_nonfinite: int = 3
     """Stop the run after this many consecutive non-finite losses (each one skips its update)."""
 
     def __post_init__(self) -> None:
         if self.steps < 1 or self.batch_size < 1:
             raise ConfigError("train.steps and train.batch_size must be >= 1")
-        _choice(self.lr_schedule, "train.lr_schedule", ("constant", "linear", "cosine"))
         for name in ("checkpoint_every", "eval_every", "sample_every", "log_every", "policy_every"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"train.{name} must be >= 0")
-        problems = [*at_least(self, "train", 1, "eval_samples", "max_nonfinite"),
-                    *at_least(self, "train", 0, "warmup_steps", "weight_decay")]  # fmt: skip
-        if self.warmup_steps >= self.steps:
-            problems.append(
-                f"train.warmup_steps={self.warmup_steps} must be < train.steps={self.steps} (the warm-up would never "
-                "reach the full learning rate)"
-            )
+        raise_if(at_least(self, "train", 1, "max_nonfinite"))
+
+
+# ---------------------------------------------------------------------------------------------------------- eval
+@dataclass
+class EvalProtocolConfig:
+    """The evaluation protocol (``eval.*``), one for both commands: ``sesa train`` evaluates with it (the step-0 base,
+    every ``train.eval_every`` steps and the end) and ``sesa eval`` too. Each of ``instances`` validation instances
+    (seeds disjoint from the training ones) gets ``samples`` samples, drawn i.i.d. from the plain prompt at
+    ``sampler.temperature`` (``sesa eval sampler=sequential``: chains of the sequential sampler), and one greedy
+    answer."""
+
+    samples: int = 64
+    """Samples per validation instance: the n of pass@k, coverage@k, distinct@k (reported at k = 1, 2, 4, ..., n)
+    and the k of ``policy/coverage@k``."""
+    instances: int | None = None
+    """Validation instances; null = the task's own count (``Task.eval_instances``: 1 for the path task, whose every
+    instance is the same prompt, 16 for the others)."""
+
+    def __post_init__(self) -> None:
+        problems = at_least(self, "eval", 1, "samples")
+        if self.instances is not None and self.instances < 1:
+            problems.append(f"eval.instances={self.instances} must be >= 1 (or null: the task's own count)")
         raise_if(problems)
 
 
@@ -429,7 +458,9 @@ class TrainConfig:
     task: TaskConfig = MISSING
     sampler: SamplerConfig = field(default_factory=SamplerConfig)
     algo: AlgoConfig = field(default_factory=AlgoConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
     train: TrainLoopConfig = field(default_factory=TrainLoopConfig)
+    eval: EvalProtocolConfig = field(default_factory=EvalProtocolConfig)
     collapse: CollapseConfig = field(default_factory=CollapseConfig)
     seed: int = 0
     """The one seed: python, numpy and torch generators, training instances and (path task) targets."""
@@ -437,6 +468,13 @@ class TrainConfig:
     """Torch device."""
     run_dir: str | None = None
     """Where the run writes; set by the command from Hydra's output dir."""
+
+    def __post_init__(self) -> None:
+        if self.optim.warmup_steps >= self.train.steps:
+            raise ConfigError(
+                f"optim.warmup_steps={self.optim.warmup_steps} must be < train.steps={self.train.steps} (the warm-up "
+                "would never reach the full learning rate)"
+            )
 
 
 @dataclass
@@ -457,23 +495,11 @@ class ReviveConfig(TrainConfig):
     """Steps to train after the checkpoint (the new run ends at checkpoint step + more_steps)."""
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         if self.step not in ("last", "auto") and not str(self.step).isdigit():
             raise ConfigError(f"step={self.step!r} must be last, auto or a step number")
         if self.more_steps < 1:
             raise ConfigError("more_steps must be >= 1")
-
-
-@dataclass
-class EvalSettings:
-    """``eval.*``."""
-
-    n: int = 16
-    """Samples per instance (pass@k is reported for k = 1, 2, 4, ..., n)."""
-    instances: int = 8
-    """Validation instances (the task's validation split; the path task has a single prompt)."""
-
-    def __post_init__(self) -> None:
-        raise_if(at_least(self, "eval", 1, "n", "instances"))
 
 
 @dataclass
@@ -483,7 +509,7 @@ class EvalConfig:
     model: ModelConfig = field(default_factory=ModelConfig)
     task: TaskConfig = MISSING
     sampler: SamplerConfig = field(default_factory=SamplerConfig)
-    eval: EvalSettings = field(default_factory=EvalSettings)
+    eval: EvalProtocolConfig = field(default_factory=EvalProtocolConfig)
     ckpt: str | None = None
     """A checkpoint dir or run dir (its config is reloaded); unset = the base model named by ``model``."""
     seed: int = 0

@@ -15,15 +15,33 @@ import numpy as np
 import torch
 
 from sesa_cli import metrics as M
+from sesa_cli.config import EvalProtocolConfig
 from sesa_cli.rollout.samplers import ParallelSampler, Rollout, Sampler
 from sesa_cli.rollout.scoring import build_batch, completion_logps
 from sesa_cli.tasks.base import Task
 
 
+def validation_instances(task: Task, protocol: EvalProtocolConfig) -> list[Any]:
+    """The protocol's validation instances: ``eval.instances`` of the task's validation split (null = the task's own
+    count, ``Task.eval_instances``)."""
+    n = task.eval_instances if protocol.instances is None else protocol.instances
+    return [task.instance("val", i) for i in range(n)]
+
+
+def describe_protocol(instances: int, samples: int, temperature: float, sampler: str = "parallel") -> str:
+    """The evaluation protocol in words, printed with its numbers (``sampler``: the sampler that drew them)."""
+    how = "i.i.d. from the plain prompt" if sampler == "parallel" else f"chains of the {sampler} sampler"
+    return (
+        f"protocol: {instances} instances x {samples} samples ({how}, temperature {temperature:g}) + 1 greedy "
+        "answer each (eval.instances, eval.samples)"
+    )
+
+
 def draw(
     sampler: Sampler, instances: Sequence[Any], n: int, generator: torch.Generator, max_rows: int = 0
 ) -> list[list[Rollout]]:
-    """n samples per instance: i.i.d. from the plain prompt for a parallel sampler, else groups of the sampler.
+    """n samples per instance (``Sampler.draw``: i.i.d. from the plain prompt for a parallel sampler, else groups of
+    the sampler).
 
     ``max_rows`` > 0 draws the instances in chunks of at most ``max_rows // n`` (at least one), so a large model's
     KV cache and prefill never hold every instance x n rows at once (``model.max_batch_rows``).
@@ -32,47 +50,43 @@ def draw(
         per = max(1, max_rows // n)
         chunks = [draw(sampler, instances[s : s + per], n, generator) for s in range(0, len(instances), per)]
         return [group for chunk in chunks for group in chunk]
-    if isinstance(sampler, ParallelSampler):
-        return sampler.sample_plain(instances, n, generator)
-    groups: list[list[Rollout]] = [[] for _ in instances]
-    while len(groups[0]) < n:
-        for g, group in enumerate(sampler.sample(instances, generator)):
-            groups[g].extend(group)
-    return [g[:n] for g in groups]
+    return sampler.draw(instances, n, generator)
+
+
+def rollout_stats(rows: Sequence[Rollout]) -> dict[str, float]:
+    """:func:`sesa_cli.metrics.rollout_stats` of drawn rollouts (one pool: a training batch, or one instance's
+    samples): success, validity, token entropy, lengths, episode turns, grader timeouts."""
+    return M.rollout_stats(
+        rewards=[r.score.reward for r in rows],
+        success=[r.score.success for r in rows],
+        valid=[r.score.key is not None for r in rows],
+        token_entropies=[e for r in rows for e in r.completion.policy_entropies],
+        lengths=[r.completion.n_sampled for r in rows],
+        turns=None if rows[0].completion.mask is None else [M.episode_turns(r.completion.mask) for r in rows],
+        grader_timeouts=[r.score.grader_timeout for r in rows],
+    )
 
 
 def summarize(task: Task, groups: Sequence[Sequence[Rollout]], prefix: str = "eval/") -> dict[str, float]:
-    """Average over instances of the per-instance metrics of its n samples (n = len of each group)."""
+    """Average over instances of the per-instance metrics of its n samples (n = len of each group): the
+    :func:`rollout_stats` and the @k metrics at k = 1, 2, 4, ..., n; grader timeouts are counted over all samples."""
     n = len(groups[0])
     ks = M.power_of_two_ks(n)
-    per: dict[str, list[float]] = {}
-
-    def add(key: str, value: float) -> None:
-        per.setdefault(prefix + key, []).append(float(value))
-
+    per = []
     for group in groups:
         keys = [r.score.key for r in group]
         correct = [r.score.success for r in group]
         c = sum(correct)
-        add("success", c / n)
-        add("reward", float(np.mean([r.score.reward for r in group])))
-        add("valid", sum(k is not None for k in keys) / n)
-        ents = [e for r in group for e in r.completion.policy_entropies]
-        add("entropy", float(np.mean(ents)) if ents else 0.0)
-        add("response_len", float(np.mean([r.completion.n_sampled for r in group])))
-        if group[0].completion.mask is not None:  # multi-turn episodes
-            add("turns", float(np.mean([M.episode_turns(r.completion.mask) for r in group])))
+        stats = rollout_stats(group)
         targets = task.target_keys(group[0].inst)
         for k in ks:
-            add(f"pass@{k}", M.pass_at_k(n, c, k))
-            add(f"distinct@{k}", M.distinct_at_k(keys, k))
-            add(f"distinct_correct@{k}", M.distinct_correct_at_k(keys, correct, k))
+            stats[f"pass@{k}"] = M.pass_at_k(n, c, k)
+            stats[f"distinct@{k}"] = M.distinct_at_k(keys, k)
+            stats[f"distinct_correct@{k}"] = M.distinct_correct_at_k(keys, correct, k)
             if targets:
-                add(f"coverage@{k}", M.coverage_at_k(keys, targets, k))
-    out = {k: float(np.mean(v)) for k, v in per.items()}
-    # how many of all the samples the grader gave up on (scored 0; sesa_cli/tasks/math.py), a count, not a mean
-    out[prefix + "grader_timeouts"] = float(sum(r.score.grader_timeout for group in groups for r in group))
-    return out
+                stats[f"coverage@{k}"] = M.coverage_at_k(keys, targets, k)
+        per.append(stats)
+    return {prefix + key: value for key, value in M.mean_over_pools(per).items()}
 
 
 def greedy_summary(

@@ -1,5 +1,5 @@
-"""Evaluation and training metrics: pass@k, coverage@k, distinct@k, token entropy, reward stats, exact policy
-metrics, chain health, collapse monitor.
+"""Evaluation and training metrics: pass@k, coverage@k, distinct@k, token entropy, rollout statistics, exact policy
+metrics, chain health (the collapse monitor that reads them is sesa_cli.collapse).
 
 Every function here is pure and exact (no sampling, no global state) and depends on numpy and the standard library
 only: ``sesa diversity-report`` imports this module and must start without torch.
@@ -43,7 +43,7 @@ import math
 import operator
 from collections import Counter
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -51,24 +51,25 @@ import numpy.typing as npt
 
 __all__ = [
     "ChainHealth",
-    "CollapseMonitor",
     "chain_health",
     "coverage_at_k",
     "distinct_at_k",
     "distinct_correct_at_k",
     "expected_distinct_at_k",
     "group_diversity",
+    "mean_over_pools",
     "mean_token_entropy",
     "pass_at_k",
     "pass_at_k_curve",
     "policy_metrics",
     "power_of_two_ks",
     "reward_stats",
+    "rollout_stats",
     "sequence_pass_at_k",
 ]
 
 
-def _as_int(value: Any, name: str) -> int:
+def as_int(value: Any, name: str) -> int:
     """``value`` as a Python int (numpy integers accepted).
 
     Raises:
@@ -102,7 +103,7 @@ def pass_at_k(n: int, c: int, k: int) -> float:
         ValueError: if k < 1, k > n, c < 0 or c > n.
         TypeError: if an argument is not an integer.
     """
-    n, c, k = _as_int(n, "n"), _as_int(c, "c"), _as_int(k, "k")
+    n, c, k = as_int(n, "n"), as_int(c, "c"), as_int(k, "k")
     if k < 1:
         raise ValueError(f"pass@k needs k >= 1, got k={k}")
     if k > n:
@@ -125,7 +126,7 @@ def power_of_two_ks(n: int) -> list[int]:
     Raises:
         ValueError: if n < 1.
     """
-    n = _as_int(n, "n")
+    n = as_int(n, "n")
     if n < 1:
         raise ValueError(f"need n >= 1 samples, got n={n}")
     ks = [1 << e for e in range(n.bit_length()) if (1 << e) <= n]
@@ -141,7 +142,7 @@ def pass_at_k_curve(n: int, c: int, ks: Sequence[int] | None = None) -> dict[int
         ValueError: as :func:`pass_at_k`, for any k out of range.
     """
     ks = power_of_two_ks(n) if ks is None else ks
-    return {_as_int(k, "k"): pass_at_k(n, c, k) for k in ks}
+    return {as_int(k, "k"): pass_at_k(n, c, k) for k in ks}
 
 
 def sequence_pass_at_k(correct: Sequence[bool], k: int) -> float:
@@ -154,7 +155,7 @@ def sequence_pass_at_k(correct: Sequence[bool], k: int) -> float:
     Raises:
         ValueError: if k < 1 or k > len(correct).
     """
-    k = _as_int(k, "k")
+    k = as_int(k, "k")
     if not 1 <= k <= len(correct):
         raise ValueError(f"sequence pass@k needs 1 <= k <= n, got k={k}, n={len(correct)}")
     return 1.0 if any(bool(x) for x in correct[:k]) else 0.0
@@ -174,10 +175,10 @@ def expected_distinct_at_k(counts: Sequence[int], n: int, k: int) -> float:
     Raises:
         ValueError: if k is out of [1, n], a count is negative, or the counts add up to more than n.
     """
-    n, k = _as_int(n, "n"), _as_int(k, "k")
+    n, k = as_int(n, "n"), as_int(k, "k")
     if not 1 <= k <= n:
         raise ValueError(f"distinct@k needs 1 <= k <= n, got k={k}, n={n}")
-    counts = [_as_int(c, "count") for c in counts]
+    counts = [as_int(c, "count") for c in counts]
     if any(c < 0 for c in counts):
         raise ValueError(f"key counts must be >= 0, got {counts}")
     if sum(counts) > n:
@@ -201,7 +202,7 @@ def coverage_at_k(keys: Sequence[str | None], targets: Collection[str], k: int) 
     target_set = set(targets)
     if not target_set:
         raise ValueError("coverage@k needs at least one target key")
-    n, k = len(keys), _as_int(k, "k")
+    n, k = len(keys), as_int(k, "k")
     if not 1 <= k <= n:
         raise ValueError(f"coverage@k needs 1 <= k <= n, got k={k}, n={n}")
     hits = Counter(key for key in keys if key is not None and key in target_set)
@@ -295,6 +296,64 @@ def reward_stats(rewards: npt.ArrayLike) -> dict[str, float]:
     }
 
 
+def rollout_stats(
+    rewards: Sequence[float],
+    success: Sequence[bool],
+    valid: Sequence[bool],
+    token_entropies: Sequence[float],
+    lengths: Sequence[int],
+    turns: Sequence[int] | None = None,
+    grader_timeouts: Sequence[bool] = (),
+) -> dict[str, float]:
+    """Statistics of one pool of n drawn samples (a training step's batch, or one evaluation instance's samples).
+
+    Args:
+        rewards, success, valid, lengths: one entry per sample: its reward, whether it is correct, whether it has a
+            solution key, and how many tokens the policy sampled for it.
+        token_entropies: the entropy (nats) of the sampling distribution at every token the policy sampled, of all
+            the samples together.
+        turns: per sample, the turns of its episode (multi-turn tasks, :func:`episode_turns`); None = single-turn.
+        grader_timeouts: per sample, whether the grader gave up on it (scored 0 unverified, sesa_cli/tasks/math.py).
+
+    Returns:
+        ``reward_mean`` = mean reward; ``success``, ``valid`` = shares of the n samples; ``entropy`` = mean over all
+        sampled tokens of the pool (each token counts once, so long samples weigh more; 0 when there is none);
+        ``response_len`` = mean sampled tokens per sample; ``turns`` (multi-turn only) = mean turns per episode;
+        ``grader_timeouts`` = how many, a count (see :func:`mean_over_pools`).
+
+    Raises:
+        ValueError: if there is no sample.
+    """
+    if not len(rewards):
+        raise ValueError("rollout statistics need at least one sample")
+    out: dict[str, float] = {
+        "reward_mean": float(np.mean(rewards)),
+        "success": float(np.mean(success)),
+        "valid": float(np.mean(valid)),
+        "entropy": float(np.mean(token_entropies)) if len(token_entropies) else 0.0,
+        "response_len": float(np.mean(lengths)),
+    }
+    if turns is not None:
+        out["turns"] = float(np.mean(turns))
+    out["grader_timeouts"] = sum(bool(t) for t in grader_timeouts)
+    return out
+
+
+COUNTS = ("grader_timeouts",)
+"""Keys of :func:`rollout_stats` that are counts: summed over pools, not averaged."""
+
+
+def mean_over_pools(per_pool: Sequence[Mapping[str, float]]) -> dict[str, float]:
+    """Per-pool statistics (e.g. one dict per evaluation instance) combined: the mean over pools of every key,
+    except the :data:`COUNTS`, which are summed. Keys missing from a pool are averaged over the pools that have
+    them."""
+    values: dict[str, list[float]] = {}
+    for stats in per_pool:
+        for key, value in stats.items():
+            values.setdefault(key, []).append(float(value))
+    return {key: float(sum(v)) if key in COUNTS else float(np.mean(v)) for key, v in values.items()}
+
+
 def group_diversity(keys: Sequence[str | None], correct: Sequence[bool], group_size: int) -> dict[str, float]:
     """Per-group diversity of one step, averaged over groups.
 
@@ -310,7 +369,7 @@ def group_diversity(keys: Sequence[str | None], correct: Sequence[bool], group_s
     Raises:
         ValueError: if the lengths differ, are zero, or are not a multiple of ``group_size``.
     """
-    group_size = _as_int(group_size, "group_size")
+    group_size = as_int(group_size, "group_size")
     if group_size < 1:
         raise ValueError(f"group_size must be >= 1, got {group_size}")
     if len(keys) != len(correct):
@@ -363,7 +422,7 @@ def policy_metrics(
     """
     p = np.asarray(probs, dtype=np.float64)
     target = np.asarray(target_mask, dtype=bool)
-    k = _as_int(k, "k")
+    k = as_int(k, "k")
     if p.ndim != 1 or p.shape != target.shape:
         raise ValueError(f"probs and target_mask must be 1-D of the same shape, got {p.shape} and {target.shape}")
     if not np.all(np.isfinite(p)) or np.any(p < 0) or np.any(p > 1):
@@ -421,6 +480,8 @@ class ChainHealth:
     """Mean number of distinct valid items per chain."""
     chains: int
     """Number of chains."""
+    sketches: bool = False
+    """Whether the items are stage-I sketches (two-stage sampling, judged with ``followed``) rather than solutions."""
 
     def scalars(self) -> dict[str, float]:
         """``valid`` and ``cut`` over all items, ``valid_last`` at the last position, ``distinct`` per chain, and
@@ -488,105 +549,5 @@ def chain_health(
         followed_all=hits / judged if judged else None,
         distinct=float(new.sum() / n),
         chains=n,
+        sketches=followed is not None,
     )
-
-
-# ------------------------------------------------------------------------------------------------ collapse monitor
-@dataclass
-class CollapseMonitor:
-    """Flags training steps where the diversity of the policy has died (issue "collapse detection").
-
-    It reads one of two kinds of metrics rows:
-
-    * **exact policy metrics** (``policy=True``: the task can enumerate its solutions, see :func:`policy_metrics`):
-      a step is collapse-like when both ``policy/effective_solutions <= max_effective_solutions`` (the plain-prompt
-      policy's success mass sits on about one target) and ``policy/solution_entropy <= max_solution_entropy`` (its
-      answers are near-deterministic). The first alone also fires for a policy that has found one target and is
-      still exploring, and always when the task has a single target; the second alone for a policy converged on
-      a wrong answer. Nothing a sampler draws enters either. Rows without the metrics (the trainer may measure
-      every few steps, ``train.policy_every``) leave the monitor as it was;
-    * **rollout statistics** otherwise (``rollout/distinct_correct`` and ``rollout/entropy``, computed on what the
-      sampler drew): collapse-like when both ``distinct_correct <= max_distinct_correct`` (groups find about one
-      correct solution however many samples they draw) and ``entropy < min_entropy`` (sampling is
-      near-deterministic; a fair choice between two tokens is ln 2 ≈ 0.69 nats). Either alone is not collapse: one
-      correct solution with high entropy is a hard task still being explored, and low entropy with several
-      distinct correct solutions per group is a confident policy that still covers the solution set. With a
-      sequential sampler these describe the chain rather than the plain-prompt policy, which is why policy
-      metrics take precedence where they exist.
-
-    The monitor reports collapse once the measured steps have been collapse-like without a break over ``window``
-    steps (``streak``: the steps from the first collapse-like measurement of the current run to the latest one,
-    both included), so a single noisy step does not trigger it. Measured every step, that is ``window`` consecutive
-    collapse-like steps. NaN or missing inputs count as not collapse-like.
-
-    Usage: call :meth:`update` once per training step with its metrics row; the trainer marks the checkpoint when it
-    returns True.
-    """
-
-    # The thresholds are the fields of sesa_cli.config.CollapseConfig (``collapse.*``), documented there once.
-    window: int = 5
-    max_effective_solutions: float = 1.5
-    max_solution_entropy: float = 0.5
-    max_distinct_correct: float = 1.25
-    min_entropy: float = 0.05
-    policy: bool = False
-    """Read the exact policy metrics (True) or the rollout statistics (False)."""
-    streak: int = field(default=0, init=False)
-    """Steps spanned by the current run of collapse-like measurements (0 after a healthy one)."""
-    last_step: int | None = field(default=None, init=False)
-    """The step of the latest measurement."""
-    first_flag_step: int | None = field(default=None, init=False)
-    """The first step at which :meth:`update` returned True, or None if it never has."""
-
-    def __post_init__(self) -> None:
-        if _as_int(self.window, "window") < 1:
-            raise ValueError(f"CollapseMonitor.window must be >= 1, got {self.window}")
-
-    def collapse_like(self, row: Mapping[str, Any]) -> bool | None:
-        """Whether one step's metrics row looks collapsed; None if it does not measure what the monitor reads."""
-
-        def value(key: str) -> float:
-            v = row.get(key)
-            return float(v) if isinstance(v, (int, float)) else math.nan
-
-        if self.policy:
-            if "policy/effective_solutions" not in row:
-                return None
-            return (
-                value("policy/effective_solutions") <= self.max_effective_solutions
-                and value("policy/solution_entropy") <= self.max_solution_entropy
-            )
-        return (
-            value("rollout/distinct_correct") <= self.max_distinct_correct
-            and value("rollout/entropy") < self.min_entropy
-        )
-
-    def update(self, step: int, row: Mapping[str, Any]) -> bool:
-        """Record one step's metrics row. Returns True (collapsed) if the measurements have been collapse-like
-        without a break over the last ``window`` steps."""
-        verdict = self.collapse_like(row)
-        if verdict is None:
-            return self.collapsed
-        gap = 1 if self.last_step is None else max(1, int(step) - self.last_step)
-        self.streak = (self.streak + gap if self.streak else 1) if verdict else 0
-        self.last_step = int(step)
-        collapsed = self.streak >= self.window
-        if collapsed and self.first_flag_step is None:
-            self.first_flag_step = int(step)
-        return collapsed
-
-    @property
-    def collapsed(self) -> bool:
-        """Whether the last measurement was flagged."""
-        return self.streak >= self.window
-
-    def state_dict(self) -> dict[str, int | None]:
-        """JSON-serialisable state for checkpoints (the thresholds come from the config, not the checkpoint)."""
-        return {"streak": self.streak, "last_step": self.last_step, "first_flag_step": self.first_flag_step}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore the state saved by :meth:`state_dict` (checkpoints older than ``last_step`` load too)."""
-        self.streak = int(state["streak"])
-        last, first = state.get("last_step"), state.get("first_flag_step")
-        self.last_step = None if last is None else int(last)
-        self.first_flag_step = None if first is None else int(first)

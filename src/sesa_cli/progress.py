@@ -11,20 +11,26 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from typing_extensions import Self
 
+from sesa_cli import metric_keys
+
 log = logging.getLogger("sesa.train")
 console = Console(stderr=True)
 
 # (metrics key, short label) shown live, in this order, when the row has them: the exact plain-prompt policy
-# (pi ...) where the task has it, then what the sampler drew this step
+# (pi ...) where the task has it, then what the sampler drew this step. The labels are the table's
+# (sesa_cli.metric_keys, where docs/metrics.md explains them).
 LIVE = [
-    ("policy/target_mass", "pi success"),
-    ("policy/effective_solutions", "pi eff.sol"),
-    ("rollout/reward_mean", "reward"),
-    ("rollout/success", "success"),
-    ("rollout/coverage", "cov"),
-    ("rollout/distinct_correct", "dc/grp"),
-    ("rollout/entropy", "H"),
-    ("time/step_s", "s/step"),
+    (name, metric_keys.label(name))
+    for name in (
+        "policy/target_mass",
+        "policy/effective_solutions",
+        "rollout/reward_mean",
+        "rollout/success",
+        "rollout/coverage",
+        "rollout/distinct_correct",
+        "rollout/entropy",
+        "time/step_s",
+    )
 ]
 
 
@@ -64,9 +70,9 @@ class TrainProgress:
             log.info("step %d  %s", step, text)
 
 
-def final_table(row: dict[str, Any], title: str) -> None:
-    """Print the headline metrics of a finished run."""
-    table = Table(title=title, show_header=True)
+def final_table(row: dict[str, Any], title: str, caption: str | None = None) -> None:
+    """Print the headline metrics of a finished run (``caption``: e.g. the evaluation protocol)."""
+    table = Table(title=title, show_header=True, caption=caption)
     table.add_column("metric")
     table.add_column("value", justify="right")
     # Of each @k family only k = 1 and the largest k; the full curves are in metrics.jsonl.
@@ -81,6 +87,6 @@ def final_table(row: dict[str, Any], title: str) -> None:
             family, k = key.rsplit("@", 1)
             if int(k) not in (1, largest[family]):
                 continue
-        if key == "step" or key.startswith(("policy/", "rollout/", "train/", "eval/", "collapse/")):
+        if key == "step" or key.startswith(("policy/", "rollout/", "train/", "optim/", "eval/", "collapse/")):
             table.add_row(key, f"{value:.4g}" if isinstance(value, float) else str(value))
     console.print(table)

@@ -8,7 +8,6 @@ from __future__ import annotations
 import copy
 import json
 import logging
-import math
 import time
 from collections.abc import Callable
 from dataclasses import asdict, replace
@@ -20,15 +19,35 @@ import torch
 
 from sesa_cli import algos
 from sesa_cli import metrics as M
+from sesa_cli.collapse import CollapseMonitor
 from sesa_cli.config import TrainConfig
 from sesa_cli.distributed import SingleProcess
-from sesa_cli.evaluation import ExactPolicy, draw, greedy_summary, sample_records, summarize
+from sesa_cli.evaluation import (
+    ExactPolicy,
+    draw,
+    greedy_summary,
+    rollout_stats,
+    sample_records,
+    summarize,
+    validation_instances,
+)
 from sesa_cli.models.loading import Policy
 from sesa_cli.models.lora import is_lora, reference
-from sesa_cli.rollout.samplers import ParallelSampler, Rollout, SequentialSampler, make_sampler
+from sesa_cli.rollout.samplers import ParallelSampler, Rollout, make_sampler
 from sesa_cli.rollout.scoring import ScoringBatch, build_batch, completion_logps
 from sesa_cli.runs import RunDir
 from sesa_cli.tasks.base import Task
+from sesa_cli.update import (
+    LossInputs,
+    behaviour_tensor,
+    importance_weights,
+    loss_inputs,
+    off_policy_advantages,
+    old_logps,
+    optimizer_step,
+    updates_per_batch,
+    weighs_rows,
+)
 
 log = logging.getLogger(__name__)
 
@@ -69,8 +88,8 @@ class Trainer:
         self.trainable = [p for p in self.model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(
             self.trainable,
-            lr=cfg.algo.lr,
-            weight_decay=cfg.train.weight_decay,
+            lr=cfg.optim.lr,
+            weight_decay=cfg.optim.weight_decay,
         )
         self.ref_model = None
         if cfg.algo.kl_coef > 0 and not is_lora(self.model):
@@ -84,10 +103,10 @@ class Trainer:
         # Exact policy/* metrics on the validation instances (the ones evaluation samples), where the task can
         # enumerate their solutions: in training rows every train.policy_every steps (the collapse monitor reads
         # them) and at every evaluation.
-        self.val_instances = [task.instance("val", i) for i in range(task.cfg.eval_instances)]
+        self.val_instances = validation_instances(task, cfg.eval)
         self.exact = ExactPolicy(self.eval_sampler, self.val_instances, rows=cfg.model.max_batch_rows or 256)
         self._exact_probs: tuple[int, list[np.ndarray]] | None = None  # (step, probs): one scoring per step
-        self.monitor = M.CollapseMonitor(
+        self.monitor = CollapseMonitor(
             window=cfg.collapse.window,
             max_effective_solutions=cfg.collapse.max_effective_solutions,
             max_solution_entropy=cfg.collapse.max_solution_entropy,
@@ -126,141 +145,100 @@ class Trainer:
                 return kept[:b], rounds
             rounds += 1
 
-    # ------------------------------------------------------------------ loss
-    def _loss_inputs(self, groups: list[list[Rollout]]) -> dict[str, Any]:
-        """Flatten groups into scored sequences with advantages (and sketch rows when train_sketches)."""
-        scfg = self.cfg.sampler
-        rewards = torch.tensor([[r.score.reward for r in g] for g in groups], dtype=torch.float32)
-        rows = [r for g in groups for r in g]
-        ctx_mode = scfg.loss_context
-        contexts = [r.context_ids if ctx_mode == "conditioned" else r.prompt_ids for r in rows]
-        # The one definition of an off-policy row: drawn in a context other than the one it is scored in.
-        off_policy = [r.context_ids != c for r, c in zip(rows, contexts, strict=True)]
-        stats: dict[str, float] = {}
-        adv = algos.compute_advantages(rewards, self.cfg.algo)  # (n_groups, group)
-        if scfg.off_policy == "on_policy_baseline":
-            on_policy = ~torch.tensor(off_policy, dtype=torch.bool).view(rewards.shape)
-            paper, adv = adv, algos.compute_advantages(rewards, self.cfg.algo, on_policy=on_policy)
-            stats["loss/adv_changed_frac"] = float((adv != paper).float().mean())
-            stats["loss/baseline_fallback_frac"] = float(algos.no_on_policy_groups(on_policy).float().mean())
-        advantages = adv.flatten().tolist()
-        completions = [r.completion.ids for r in rows]
-        masks: list[list[bool] | None] = [r.completion.mask for r in rows]
-        behaviour = [r.completion.logps for r in rows]
-        if scfg.train_sketches and rows and rows[0].sketch_completion is not None:
-            # A sketch's advantage is the mean advantage of its solutions; sketches are scored in the context that
-            # drew them (there is no "plain prompt" form of a sketch), so they are never off-policy.
-            by_sketch: dict[int, list[float]] = {}
-            first: dict[int, Rollout] = {}
-            for r, a in zip(rows, advantages, strict=True):
-                by_sketch.setdefault(id(r.sketch_completion), []).append(a)
-                first.setdefault(id(r.sketch_completion), r)
-            for key, r in first.items():
-                assert r.sketch_completion is not None
-                assert r.sketch_context_ids is not None
-                contexts.append(r.sketch_context_ids)
-                completions.append(r.sketch_completion.ids)
-                masks.append(None)
-                behaviour.append(r.sketch_completion.logps)
-                advantages.append(float(np.mean(by_sketch[key])))
-                off_policy.append(False)
-        return {"contexts": contexts, "completions": completions, "masks": masks, "behaviour": behaviour,
-                "advantages": torch.tensor(advantages), "n_solutions": len(rows),
-                "off_policy": torch.tensor(off_policy, dtype=torch.bool), "stats": stats}  # fmt: skip
+    # ------------------------------------------------------------------ update
+    def loss_inputs(self, groups: list[list[Rollout]]) -> LossInputs:
+        """The rows the update trains on (sesa_cli.update.loss_inputs)."""
+        return loss_inputs(groups, self.cfg.algo, self.cfg.sampler)
 
-    def _update(self, inputs: dict[str, Any]) -> dict[str, float]:
-        cfg, scfg = self.cfg, self.cfg.sampler
-        pad = int(self.policy.tokenizer.pad_token_id)
-        batch = build_batch(inputs["contexts"], inputs["completions"], pad, inputs["masks"])
-        mask = batch.response_mask
-        n = mask.shape[0]
-        temp = scfg.temperature
-        behaviour = torch.zeros_like(mask)
-        for i, lp in enumerate(inputs["behaviour"]):
-            behaviour[i, : len(lp)] = torch.tensor(lp)
-        multi = cfg.algo.ppo_epochs > 1 or cfg.algo.minibatches > 1
-        off = inputs["off_policy"]  # (n,) bool: drawn in a context other than the one scored here
-        n_sol = inputs["n_solutions"]
-        weigh = scfg.loss_context == "is" or (scfg.off_policy == "weight_negatives" and bool(off.any()))
-        # Every row scored in the context that drew it (parallel sampling, or loss_context=conditioned): the
-        # sampler's own log-probs are the old policy's (same weights, same tempered softmax), so the extra forward
-        # pass is skipped in float32. bf16 and the importance weights recompute them, as verl does.
-        old = None
-        if multi and not off.any() and not weigh and cfg.model.dtype == "float32":
-            old = behaviour
-        elif multi or weigh:
-            with torch.no_grad():
-                old, _ = completion_logps(self.model, batch, temp, dtype=cfg.model.dtype)
-        seq_weights = weights = None
-        stats: dict[str, float] = {"loss/off_policy_frac": float(off[:n_sol].float().mean()), **inputs["stats"]}
-        if weigh:
-            # Truncated importance weight of the whole solution: min(c, pi(y|x) / pi(y|ctx)), with pi(y|ctx) the
-            # behaviour log-prob recorded while sampling. A row scored in the context that drew it (every sketch
-            # row) gets exactly 1, not 1 up to float noise between the cached sampling pass and this forward.
-            log_w = torch.where(off, ((old - behaviour) * mask).sum(1), 0.0)
-            weights = torch.exp(log_w).clamp(max=scfg.is_clip)
-        if scfg.loss_context == "is":
-            seq_weights = weights
-            stats["is/weight_mean"] = float(weights[:n_sol].mean())
-            stats["is/weight_max"] = float(weights[:n_sol].max())
-        advantages = inputs["advantages"]
-        if scfg.off_policy in ("drop_negatives", "weight_negatives"):
-            if scfg.off_policy == "drop_negatives":
-                factors = torch.zeros(n)
-            else:  # no weights were computed only when no row is off-policy, and then none is scaled
-                factors = torch.ones(n) if weights is None else weights
-            scaled = algos.scale_off_policy_negatives(advantages, off, factors)
-            stats["loss/adv_changed_frac"] = float((scaled != advantages)[:n_sol].float().mean())
-            hit = off & (advantages < 0)
-            if scfg.off_policy == "weight_negatives" and bool(hit.any()):
-                stats["loss/neg_weight_mean"] = float(factors[hit].mean())
-            advantages = scaled
-        ref = self._ref_logps(batch) if cfg.algo.kl_coef > 0 else None
-        # PPO-clip's term of a zero-advantage row is exactly 0 whatever its ratio, so with no KL or entropy term
-        # such rows (every row of a zero-std group) need no forward pass; they still count in the aggregation.
-        skip_zero = cfg.algo.loss == "ppo_clip" and cfg.algo.kl_coef == 0 and cfg.algo.entropy_coef == 0
+    def update(self, inputs: LossInputs) -> dict[str, float]:
+        """One update on ``inputs``: ``algo.ppo_epochs`` passes of ``algo.minibatches`` optimizer steps; returns the
+        ``loss/*`` statistics (each mini-batch's metrics averaged) and ``optim/grad_norm``."""
+        algo, optim = self.cfg.algo, self.cfg.optim
+        batch = build_batch(inputs.contexts, inputs.completions, int(self.policy.tokenizer.pad_token_id), inputs.masks)
+        old, seq_weights, advantages, stats = self._off_policy_terms(inputs, batch)
+        ref = self._ref_logps(batch) if algo.kl_coef > 0 else None
+        several = updates_per_batch(algo) > 1
+        # With no KL or entropy term, the rows a zero-at-zero-advantage loss gives nothing (every row of a zero-std
+        # group) need no forward pass; they still count in the aggregation.
+        skip_zero = algos.zero_at_zero_advantage(algo.loss) and algo.kl_coef == 0 and algo.entropy_coef == 0
+        n = batch.response_mask.shape[0]
         sums: dict[str, list[float]] = {}
+        norms: list[float] = []
         self.model.train()
-        for _epoch in range(cfg.algo.ppo_epochs):
-            order = torch.randperm(n, generator=self.generator) if multi else torch.arange(n)
-            for chunk in order.chunk(cfg.algo.minibatches):
+        for _epoch in range(algo.ppo_epochs):
+            order = torch.randperm(n, generator=self.generator) if several else torch.arange(n)
+            for chunk in order.chunk(algo.minibatches):
                 sub = _select(batch, chunk)
                 live = advantages[chunk] != 0 if skip_zero else None
                 logps, ents = self._minibatch_logps(sub, live, None if old is None else old[chunk])
-                old_sub = old[chunk] if multi and old is not None else logps.detach()
+                old_sub = old[chunk] if several and old is not None else logps.detach()
                 loss, m = algos.compute_loss(
-                    logps, old_sub, advantages[chunk], sub.response_mask, cfg.algo,
+                    logps, old_sub, advantages[chunk], sub.response_mask, algo,
                     ref_logps=None if ref is None else ref[chunk],
-                    entropies=ents if cfg.algo.entropy_coef > 0 else None,
+                    entropies=ents if algo.entropy_coef > 0 else None,
                     seq_weights=None if seq_weights is None else seq_weights[chunk],
                     norm_constant=self.norm_constant,
                 )  # fmt: skip
-                if not self.dist.all_finite(loss):
-                    self.nonfinite += 1
-                    log.warning("non-finite loss at step %d: update skipped", self.step)
-                    if self.nonfinite >= cfg.train.max_nonfinite:
-                        raise NonFiniteLossError(
-                            f"{self.nonfinite} consecutive non-finite losses; lower algo.lr or check the task reward"
-                        )
-                    self.optimizer.zero_grad(set_to_none=True)
+                if not self._finite(loss):
                     continue
-                self.nonfinite = 0
-                self.optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                for p in self.trainable:  # a mini-batch of skipped rows only: zero, as a full pass would give
-                    if p.grad is None:
-                        p.grad = torch.zeros_like(p)
-                self.dist.average_gradients(self.trainable)
-                grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.algo.max_grad_norm)
-                self._set_lr()
-                self.optimizer.step()
-                m["loss"] = float(loss.detach())
-                m["grad_norm"] = float(grad_norm)
+                lr = optim.lr * self.lr_scale()
+                norms.append(optimizer_step(loss, self.optimizer, self.trainable, self.dist, optim.max_grad_norm, lr))
+                m["total"] = float(loss.detach())
                 for k, v in m.items():
                     sums.setdefault(k, []).append(v)
         self.model.eval()
-        stats.update({f"loss/{k}": float(np.mean(v)) for k, v in sums.items()})
+        # A statistic of the whole batch (the importance weights of its solution rows) is not replaced by the mean
+        # of compute_loss's per-mini-batch values of it.
+        stats.update({f"loss/{k}": float(np.mean(v)) for k, v in sums.items() if f"loss/{k}" not in stats})
+        if norms:
+            stats["optim/grad_norm"] = float(np.mean(norms))
         return stats
+
+    def _off_policy_terms(
+        self, inputs: LossInputs, batch: ScoringBatch
+    ) -> tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor, dict[str, float]]:
+        """What the update does about rows drawn off the context they are scored in: (the old policy's (rows, T)
+        log-probs or None, the (rows,) importance weights of ``loss_context=is`` or None, the (rows,) advantages after
+        ``sampler.off_policy``, their ``loss/*`` statistics)."""
+        scfg, dtype = self.cfg.sampler, self.cfg.model.dtype
+        mask, off, n_sol = batch.response_mask, inputs.off_policy, inputs.n_solutions
+        behaviour = behaviour_tensor(inputs.behaviour_logps, mask)
+        weighted = weighs_rows(scfg, off)
+        old = old_logps(
+            batch,
+            behaviour,
+            off,
+            several_updates=updates_per_batch(self.cfg.algo) > 1,
+            weighted=weighted,
+            dtype=dtype,
+            score=lambda b: completion_logps(self.model, b, scfg.temperature, dtype=dtype)[0],
+        )
+        stats: dict[str, float] = {"loss/off_policy_frac": float(off[:n_sol].float().mean()), **inputs.stats}
+        weights = None
+        if weighted:
+            assert old is not None
+            weights = importance_weights(old, behaviour, mask, off, scfg.is_clip)
+        seq_weights = weights if scfg.loss_context == "is" else None
+        if seq_weights is not None:
+            stats["loss/is_weight_mean"] = float(seq_weights[:n_sol].mean())
+            stats["loss/is_weight_max"] = float(seq_weights[:n_sol].max())
+        advantages, adv_stats = off_policy_advantages(inputs.advantages, off, weights, scfg.off_policy, n_sol)
+        return old, seq_weights, advantages, {**stats, **adv_stats}
+
+    def _finite(self, loss: torch.Tensor) -> bool:
+        """Whether ``loss`` is finite on every replica; a non-finite one skips its update, and
+        ``train.max_nonfinite`` of them in a row stop the run."""
+        if self.dist.all_finite(loss):
+            self.nonfinite = 0
+            return True
+        self.nonfinite += 1
+        log.warning("non-finite loss at step %d: update skipped", self.step)
+        if self.nonfinite >= self.cfg.train.max_nonfinite:
+            raise NonFiniteLossError(
+                f"{self.nonfinite} consecutive non-finite losses; lower optim.lr or check the task reward"
+            )
+        self.optimizer.zero_grad(set_to_none=True)
+        return False
 
     def _minibatch_logps(
         self, sub: ScoringBatch, live: torch.Tensor | None, old_sub: torch.Tensor | None
@@ -289,21 +267,9 @@ class Trainer:
                 return completion_logps(ref_model, batch, temp, dtype=dtype)[0]
 
     def lr_scale(self) -> float:
-        """The learning-rate multiplier of the coming step: linear warm-up, then train.lr_schedule."""
-        t = self.cfg.train
-        if self.step < t.warmup_steps:
-            return (self.step + 1) / t.warmup_steps
-        done = min(1.0, (self.step - t.warmup_steps) / max(1, t.steps - t.warmup_steps))
-        if t.lr_schedule == "linear":
-            return 1.0 - done
-        if t.lr_schedule == "cosine":
-            return 0.5 * (1.0 + math.cos(math.pi * done))
-        return 1.0
-
-    def _set_lr(self) -> None:
-        scale = self.lr_scale()
-        for group in self.optimizer.param_groups:
-            group["lr"] = self.cfg.algo.lr * scale
+        """The learning-rate multiplier of the coming step: linear warm-up, then optim.lr_schedule."""
+        o = self.cfg.optim
+        return algos.lr_scale(self.step, self.cfg.train.steps, o.warmup_steps, o.lr_schedule)
 
     # ------------------------------------------------------------------ one step
     def train_step(self) -> dict[str, Any]:
@@ -313,30 +279,21 @@ class Trainer:
         rows = [r for g in groups for r in g]
         keys = [r.score.key for r in rows]
         correct = [r.score.success for r in rows]
-        group_size = len(groups[0])
-        entropies = [e for r in rows for e in r.completion.policy_entropies]
         # rollout/*: statistics of what the sampler drew (with a sequential sampler, of the chain, not of the
         # plain-prompt policy); train/*: the training procedure; policy/*: the plain-prompt policy, exactly.
         row: dict[str, Any] = {"step": self.step + 1}
         rewards = [[r.score.reward for r in g] for g in groups]
-        stats = M.reward_stats(rewards)
+        stats = {**M.reward_stats(rewards), **rollout_stats(rows), **M.group_diversity(keys, correct, len(groups[0]))}
         row.update({f"rollout/{k}": v for k, v in stats.items()})
-        row["rollout/success"] = float(np.mean(correct))
-        row["rollout/valid"] = float(np.mean([k is not None for k in keys]))
-        row.update({f"rollout/{k}": v for k, v in M.group_diversity(keys, correct, group_size).items()})
-        row["rollout/entropy"] = float(np.mean(entropies)) if entropies else 0.0
-        row["rollout/response_len"] = float(np.mean([r.completion.n_sampled for r in rows]))
-        row["rollout/grader_timeouts"] = sum(r.score.grader_timeout for r in rows)  # scored 0 unverified (tasks/math)
-        if rows[0].completion.mask is not None:  # multi-turn episodes
-            row["rollout/turns"] = float(np.mean([M.episode_turns(r.completion.mask) for r in rows]))
         targets = self.task.target_keys(groups[0][0].inst)
         if targets:
             hit = {k for k in keys if k in targets}
             self.found_targets |= hit
             row["rollout/coverage"] = len(hit) / len(targets)
             row["rollout/targets_found"] = len(self.found_targets)
-        if isinstance(self.sampler, SequentialSampler):  # chain health (issue 16): sketches or solutions per position
-            row.update({f"chain/{k}": v for k, v in self.sampler.chain_health(groups).scalars().items()})
+        health = self.sampler.chain_health(groups)  # issue 16: sketches or solutions per chain position
+        if health is not None:
+            row.update({f"chain/{k}": v for k, v in health.scalars().items()})
         if self.cfg.algo.dynamic_sampling:
             row["train/resample_rounds"] = resample_rounds
         trained = groups
@@ -344,16 +301,16 @@ class Trainer:
             keep = algos.top_std_groups(torch.tensor(rewards), self.cfg.algo.rollout_filter_ratio).tolist()
             trained = [g for g, k in zip(groups, keep, strict=True) if k]
             row["train/kept_groups"] = len(trained)
-        row["train/lr"] = self.cfg.algo.lr * self.lr_scale()
+        row["optim/lr"] = self.cfg.optim.lr * self.lr_scale()
         t1 = time.perf_counter()
-        row.update(self._update(self._loss_inputs(trained)))
+        row.update(self.update(self.loss_inputs(trained)))
         t_update = time.perf_counter() - t1
         self.step += 1
         every = self.cfg.train.policy_every
         if self.exact.available and every and self.step % every == 0:
             # the policy after this step's update: the weights its checkpoint would hold
             t2 = time.perf_counter()
-            row.update(self.exact.summary(self._policy_probs(), self.cfg.train.eval_samples))
+            row.update(self.exact.summary(self._policy_probs(), self.cfg.eval.samples))
             row["time/policy_s"] = time.perf_counter() - t2
         row = self.dist.mean_metrics(row)
         flagged = self.monitor.update(self.step, row)
@@ -372,7 +329,7 @@ class Trainer:
         return self._exact_probs[1]
 
     def evaluate(self) -> dict[str, Any]:
-        """Validation: ``eval/*`` from ``train.eval_samples`` i.i.d. plain-prompt samples per instance and a greedy
+        """Validation: ``eval/*`` from ``eval.samples`` i.i.d. plain-prompt samples per instance and a greedy
         answer; where the task can enumerate its solutions, the exact ``policy/*`` metrics, and a line of
         ``policy_probs.jsonl`` with the probability of every target and of every solution with p >= 0.001."""
         if not self.dist.is_main:  # the replicas are identical: rank 0 evaluates for all
@@ -380,7 +337,7 @@ class Trainer:
         instances = self.val_instances
         gen = torch.Generator().manual_seed(10_000 + self.cfg.seed)  # same eval draws at every step of a run
         max_rows = self.cfg.model.max_batch_rows
-        groups = draw(self.eval_sampler, instances, self.cfg.train.eval_samples, gen, max_rows)
+        groups = draw(self.eval_sampler, instances, self.cfg.eval.samples, gen, max_rows)
         row = {
             "step": self.step,
             **summarize(self.task, groups),
@@ -388,7 +345,7 @@ class Trainer:
         }
         if self.exact.available:
             probs = self._policy_probs()
-            row.update(self.exact.summary(probs, self.cfg.train.eval_samples))
+            row.update(self.exact.summary(probs, self.cfg.eval.samples))
             self.run.log_policy_probs(self.exact.record(self.step, probs))
         return row
 

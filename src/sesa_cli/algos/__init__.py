@@ -4,6 +4,7 @@
 and :data:`AGGREGATIONS`; :func:`compute_advantages` and :func:`compute_loss` look them up. Each variant's
 docstring cites the paper it comes from. To add one, decorate a function with
 ``@register(POLICY_LOSSES, "my_loss")`` (same signature as its neighbours) and add ``conf/algo/my_algo.yaml``.
+Learning-rate schedules (:data:`LR_SCHEDULES`, :func:`lr_scale`) are a registry of the same kind.
 """
 
 from sesa_cli.algos.advantages import (
@@ -16,21 +17,36 @@ from sesa_cli.algos.advantages import (
 from sesa_cli.algos.aggregations import masked_mean
 from sesa_cli.algos.losses import kl_penalty
 from sesa_cli.algos.objective import compute_loss
-from sesa_cli.algos.registry import ADVANTAGES, AGGREGATIONS, KL_ESTIMATORS, POLICY_LOSSES, get, register
+from sesa_cli.algos.registry import (
+    ADVANTAGES,
+    AGGREGATIONS,
+    KL_ESTIMATORS,
+    LR_SCHEDULES,
+    POLICY_LOSSES,
+    ZERO_AT_ZERO_ADVANTAGE,
+    get,
+    register,
+    zero_at_zero_advantage,
+)
+from sesa_cli.algos.schedules import lr_scale
 
 __all__ = [
     "ADVANTAGES",
     "AGGREGATIONS",
     "KL_ESTIMATORS",
+    "LR_SCHEDULES",
     "POLICY_LOSSES",
+    "ZERO_AT_ZERO_ADVANTAGE",
     "compute_advantages",
     "compute_loss",
     "get",
     "kl_penalty",
+    "lr_scale",
     "masked_mean",
     "no_on_policy_groups",
     "register",
     "scale_off_policy_negatives",
     "top_std_groups",
+    "zero_at_zero_advantage",
     "zero_std_groups",
 ]

@@ -96,7 +96,7 @@ def _n_selected(ratio: float, n_valid: int) -> int:
 
 
 # ------------------------------------------------------------------------------------------------- policy losses
-@register(POLICY_LOSSES, "ppo_clip")
+@register(POLICY_LOSSES, "ppo_clip", zero_at_zero_advantage=True)
 def ppo_clip(
     logps: Tensor,
     old_logps: Tensor,
@@ -110,7 +110,8 @@ def ppo_clip(
     −min(r·A, clip(r, 1 − clip_low, 1 + clip_high)·A) per token.
 
     All inputs (batch, seq) -> per-token loss (batch, seq), metrics ``clip_frac`` (valid tokens whose clipped term
-    is taken). ``generator`` is unused.
+    is taken). ``generator`` is unused. A row with A = 0 has a term of exactly 0 whatever its ratio, independent of
+    the other rows (registered ``zero_at_zero_advantage``).
     """
     pg_losses, clipped = _clipped_surrogate(logps, old_logps, advantages, cfg)
     return pg_losses, {"clip_frac": masked_mean(clipped.to(pg_losses.dtype), response_mask)}
@@ -136,7 +137,8 @@ def clip_cov(
     ``advantages``) and their loss term is set to 0.
 
     All inputs (batch, seq) -> per-token loss (batch, seq), metrics ``clip_frac`` (PPO clipping) and
-    ``clip_cov_frac`` (detached tokens / valid tokens).
+    ``clip_cov_frac`` (detached tokens / valid tokens). Not ``zero_at_zero_advantage``: a row with A = 0 adds 0, but
+    its log-probs enter the batch means of the covariance, and so which tokens of the other rows are detached.
     """
     pg_losses, clipped = _clipped_surrogate(logps, old_logps, advantages, cfg)
     valid = response_mask.bool()
@@ -177,7 +179,8 @@ def kl_cov(
     batch: it acts from the second mini-batch or epoch on (``algo.minibatches``, ``algo.ppo_epochs``).
 
     All inputs (batch, seq) -> per-token loss (batch, seq), metrics ``clip_frac`` (always 0) and ``kl_cov_frac``
-    (penalised tokens / valid tokens). ``generator`` is unused (the selection is a top-k).
+    (penalised tokens / valid tokens). ``generator`` is unused (the selection is a top-k). Not
+    ``zero_at_zero_advantage``: the penalty acts on a row whatever its advantage.
     """
     log_ratio = _log_ratio(logps, old_logps)
     pg_losses = -advantages * torch.exp(log_ratio)

@@ -64,7 +64,7 @@ def compute_loss(
         generator: RNG of the random token choice of ``clip_cov``; None seeds one from the batch.
 
     Returns:
-        The 0-d loss to backprop and float metrics: ``pg_loss`` (aggregated, weighted policy term), ``clip_frac``,
+        The 0-d loss to backprop and float metrics: ``pg`` (aggregated, weighted policy term), ``clip_frac``,
         ``approx_kl`` (k3 estimate of KL(old‖pi), token mean), ``ratio_mean`` (token mean of pi/old), ``kl``
         (token mean of the ``cfg.kl_estimator`` estimate of KL(pi‖ref), if ``ref_logps``), ``entropy`` (token
         mean, if ``entropies``), ``is_weight_mean``/``is_weight_max`` (if ``seq_weights``), and the loss's own
@@ -114,7 +114,7 @@ def compute_loss(
 
     with torch.no_grad():
         log_ratio = logps.detach() - old_logps
-        metrics["pg_loss"] = pg_loss.detach()
+        metrics["pg"] = pg_loss.detach()
         metrics["approx_kl"] = masked_mean(kl_penalty(old_logps, logps.detach(), "k3"), mask)
         metrics["ratio_mean"] = masked_mean(torch.exp(log_ratio.clamp(-20.0, 20.0)), mask)
     metrics.update(loss_metrics)

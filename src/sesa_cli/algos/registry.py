@@ -12,7 +12,17 @@ from typing import Any, TypeVar
 
 from sesa_cli.config import ConfigError
 
-__all__ = ["ADVANTAGES", "AGGREGATIONS", "KL_ESTIMATORS", "POLICY_LOSSES", "get", "register"]
+__all__ = [
+    "ADVANTAGES",
+    "AGGREGATIONS",
+    "KL_ESTIMATORS",
+    "LR_SCHEDULES",
+    "POLICY_LOSSES",
+    "ZERO_AT_ZERO_ADVANTAGE",
+    "get",
+    "register",
+    "zero_at_zero_advantage",
+]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -22,19 +32,34 @@ optional bool ``on_policy`` (n_groups, group) restricts the baseline to on-polic
 POLICY_LOSSES: dict[str, Callable[..., Any]] = {}
 """``algo.loss``: ``fn(logps, old_logps, advantages, response_mask, cfg, *, generator) -> (pg_losses, metrics)``,
 all tensors ``(batch, seq)``; ``pg_losses`` is per token, ``metrics`` maps names to 0-d tensors."""
+ZERO_AT_ZERO_ADVANTAGE: set[str] = set()
+"""The names in :data:`POLICY_LOSSES` whose rows with advantage exactly 0 add exactly 0 to the loss and its gradient,
+whatever their log-probs, and leave the other rows' terms unchanged (declared with ``register(...,
+zero_at_zero_advantage=True)``). The trainer skips the forward pass of such rows when no KL or entropy term needs it
+(every row of a zero-std group); they still count in the aggregation."""
 AGGREGATIONS: dict[str, Callable[..., Any]] = {}
 """``algo.aggregation``: ``fn(values (batch, seq), response_mask (batch, seq), *, norm_constant) -> 0-d tensor``."""
 KL_ESTIMATORS: dict[str, Callable[..., Any]] = {}
 """``algo.kl_estimator``: ``fn(logps, ref_logps) -> per-token estimate``, same shape as the inputs."""
+LR_SCHEDULES: dict[str, Callable[..., Any]] = {}
+"""``optim.lr_schedule``: ``fn(done) -> multiplier`` of the learning rate after the warm-up, ``done`` in [0, 1] the
+fraction of the post-warm-up steps taken (see schedules.py)."""
 
 
-def register(registry: dict[str, Callable[..., Any]], name: str) -> Callable[[F], F]:
-    """Decorator adding a function to ``registry`` under ``name``; a name already taken raises ``ValueError``."""
+def register(
+    registry: dict[str, Callable[..., Any]], name: str, *, zero_at_zero_advantage: bool = False
+) -> Callable[[F], F]:
+    """Decorator adding a function to ``registry`` under ``name``; a name already taken raises ``ValueError``.
+    ``zero_at_zero_advantage`` (policy losses only) declares the property of :data:`ZERO_AT_ZERO_ADVANTAGE`."""
+    if zero_at_zero_advantage and registry is not POLICY_LOSSES:
+        raise ValueError("zero_at_zero_advantage describes policy losses only")
 
     def decorator(fn: F) -> F:
         if name in registry:
             raise ValueError(f"{name!r} registered twice (already {registry[name].__qualname__})")
         registry[name] = fn
+        if zero_at_zero_advantage:
+            ZERO_AT_ZERO_ADVANTAGE.add(name)
         return fn
 
     return decorator
@@ -47,3 +72,10 @@ def get(registry: dict[str, Callable[..., Any]], name: str, kind: str) -> Callab
         return registry[name]
     except KeyError:
         raise ConfigError(f"unknown {kind} {name!r}; valid: {', '.join(sorted(registry))}") from None
+
+
+def zero_at_zero_advantage(loss: str) -> bool:
+    """Whether the policy loss ``loss`` (``algo.loss``) is exactly zero, with zero gradient, on a row of advantage 0
+    (:data:`ZERO_AT_ZERO_ADVANTAGE`); an unknown name raises ``ConfigError``."""
+    get(POLICY_LOSSES, loss, "algo.loss")
+    return loss in ZERO_AT_ZERO_ADVANTAGE

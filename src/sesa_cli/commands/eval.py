@@ -37,9 +37,17 @@ def run(cfg: EvalConfig, run_dir: Path, overrides: list[str] | None = None) -> d
     from rich.console import Console
     from rich.table import Table
 
-    from sesa_cli.evaluation import ExactPolicy, draw, greedy_summary, sample_records, summarize
+    from sesa_cli.evaluation import (
+        ExactPolicy,
+        describe_protocol,
+        draw,
+        greedy_summary,
+        sample_records,
+        summarize,
+        validation_instances,
+    )
     from sesa_cli.models.loading import load_checkpoint, load_policy
-    from sesa_cli.rollout.samplers import ParallelSampler, SequentialSampler, make_sampler
+    from sesa_cli.rollout.samplers import ParallelSampler, make_sampler
     from sesa_cli.tasks.base import make_task
 
     seed_everything(cfg.seed)
@@ -48,8 +56,9 @@ def run(cfg: EvalConfig, run_dir: Path, overrides: list[str] | None = None) -> d
     policy = load_checkpoint(ckpt, cfg.model, task, cfg.device) if ckpt else load_policy(cfg.model, task, cfg.device)
     run.write_run_info("eval", overrides or [], parent=str(ckpt) if ckpt else None)
     sampler = make_sampler(cfg.sampler, task, policy, cfg.model.dtype)
-    instances = [task.instance("val", i) for i in range(cfg.eval.instances)]
-    groups = draw(sampler, instances, cfg.eval.n, torch.Generator().manual_seed(cfg.seed), cfg.model.max_batch_rows)
+    instances = validation_instances(task, cfg.eval)
+    n = cfg.eval.samples
+    groups = draw(sampler, instances, n, torch.Generator().manual_seed(cfg.seed), cfg.model.max_batch_rows)
     metrics: dict[str, Any] = {"step": step, **summarize(task, groups)}
     greedy = ParallelSampler(cfg.sampler, task, policy, cfg.model.dtype, greedy=True)
     metrics.update(greedy_summary(greedy, instances, cfg.model.max_batch_rows))
@@ -57,16 +66,17 @@ def run(cfg: EvalConfig, run_dir: Path, overrides: list[str] | None = None) -> d
     exact = ExactPolicy(plain, instances, rows=cfg.model.max_batch_rows or 256)
     if exact.available:
         probs = exact.probs()
-        metrics.update(exact.summary(probs, cfg.eval.n))
+        metrics.update(exact.summary(probs, n))
         run.log_policy_probs(exact.record(metrics["step"], probs))
-    metrics.update({"eval/n": cfg.eval.n, "eval/instances": cfg.eval.instances, "ckpt": str(ckpt) if ckpt else None})
-    health = sampler.chain_health(groups) if isinstance(sampler, SequentialSampler) else None
+    metrics.update({"eval/samples": n, "eval/instances": len(instances), "ckpt": str(ckpt) if ckpt else None})
+    health = sampler.chain_health(groups)
     if health is not None:
         metrics.update(chain_metrics(health))
     records = sample_records(groups, policy.decode)
     atomic_write_text(run.path / "samples.jsonl", "".join(json.dumps(r) + "\n" for r in records))
     atomic_write_text(run.path / "metrics.json", json.dumps(metrics, indent=2))
     table = Table(title=f"sesa eval: {ckpt or cfg.model.name} on task={task.name} sampler={cfg.sampler.name}")
+    table.caption = describe_protocol(len(instances), n, cfg.sampler.temperature, cfg.sampler.name)
     table.add_column("metric")
     table.add_column("value", justify="right")
     for key, value in metrics.items():
@@ -74,7 +84,7 @@ def run(cfg: EvalConfig, run_dir: Path, overrides: list[str] | None = None) -> d
             table.add_row(key, f"{value:.4g}" if isinstance(value, float) else str(value))
     Console().print(table)
     if health is not None:
-        Console().print(chain_table(health, sampler.stage1))
+        Console().print(chain_table(health))
     log.info("wrote %s and %s", run.path / "metrics.json", run.path / "samples.jsonl")
     return metrics
 
@@ -89,11 +99,11 @@ def chain_metrics(health: Any) -> dict[str, Any]:
     return out
 
 
-def chain_table(health: Any, stage1: str) -> Any:
+def chain_table(health: Any) -> Any:
     """A rich table of chain health: one column per chain position, then the whole chain."""
     from rich.table import Table
 
-    items = "sketches" if stage1 == "sketch" else "solutions"
+    items = "sketches" if health.sketches else "solutions"
     table = Table(title=f"chain health: {health.chains} chains of {len(health.valid)} {items} (rollout statistics)")
     table.add_column("per position")
     for k in range(len(health.valid)):
@@ -103,12 +113,12 @@ def chain_table(health: Any, stage1: str) -> Any:
     table.caption = (
         "valid: share of items that are valid; new: valid and unlike every earlier item of the chain (its "
         "sum is the distinct valid items per chain); cut: hit the length limit without the stop"
-        + ("; followed: share of stage-II solutions that follow their sketch" if stage1 == "sketch" else "")
+        + ("; followed: share of stage-II solutions that follow their sketch" if health.sketches else "")
     )
     rows = [("valid", health.valid, f"{scalars['valid']:.2f}"),
             ("new", health.new, f"{health.distinct:.2f} distinct"),
             ("cut", health.cut, f"{scalars['cut']:.2f}")]  # fmt: skip
-    if stage1 == "sketch":
+    if health.sketches:
         followed = scalars.get("followed")
         rows.append(("followed", health.followed, "-" if followed is None else f"{followed:.2f}"))
     for name, values, whole in rows:

@@ -1,7 +1,9 @@
 """Rebuild a command's config from a parent run's resolved config plus the user's command-line overrides.
 
 Used by ``eval`` and ``revive``: the model, task and sampler must match the checkpoint, and the user's overrides
-apply on top of the parent's values, exactly as they would on top of the defaults in a fresh run:
+apply on top of the parent's values, exactly as they would on top of the defaults in a fresh run (``eval`` takes the
+run's evaluation protocol ``eval.*`` too, and draws i.i.d. from the plain prompt as the run's evaluations did unless
+the command line chooses ``sampler=``):
 
 * a group choice (``sampler=sequential``) applies that option's YAML values on top of the parent's group, so
   settings the parent changed and the option does not set (``sampler.group_size=4``) carry over: a revived run
@@ -15,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from sesa_cli.config import ConfigError, conf_dir, first_line, to_object
+from sesa_cli.deprecations import upgrade_config
 
 GROUPS = ("model", "task", "sampler", "algo")
 
@@ -51,6 +54,7 @@ def reload_config(config_name: str, parent_config: Path, overrides: list[str]) -
         raise ConfigError(f"{parent_config} is not a valid run config ({first_line(exc)})") from None
     if not isinstance(parent, dict):
         raise ConfigError(f"{parent_config} holds a {type(parent).__name__}, not a mapping of config keys")
+    parent = upgrade_config(parent)  # a run written before a config key was renamed
     for group in GROUPS:
         if group in parent and not (isinstance(parent[group], dict) and isinstance(parent[group].get("name"), str)):
             raise ConfigError(f"{parent_config}: {group!r} must be a mapping with a 'name'")
@@ -66,6 +70,10 @@ def reload_config(config_name: str, parent_config: Path, overrides: list[str]) -
             return compose(config_name, overrides=args)
 
     schema_keys = set(_compose([]).keys())
+    if config_name == "eval" and "sampler" in parent and "sampler" not in user_groups:
+        # The run's own evaluations drew i.i.d. from the plain prompt whatever it trained with: so does sesa eval of
+        # its checkpoints unless the command line chooses a sampler (the sampler's settings carry over).
+        parent["sampler"] = {**parent["sampler"], "name": "parallel"}
     choices = [f"{g}={parent[g]['name']}" for g in GROUPS if g in parent and g in schema_keys and g not in user_groups]
     try:
         cfg = _compose(choices)

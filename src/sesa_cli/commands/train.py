@@ -18,6 +18,7 @@ from sesa_cli.commands.common import (
 )
 from sesa_cli.commands.schemas import register_configs
 from sesa_cli.config import TrainConfig, conf_dir, to_object
+from sesa_cli.metric_keys import key
 
 log = logging.getLogger("sesa.train")
 register_configs()
@@ -50,6 +51,7 @@ def run(cfg: TrainConfig, run_dir: Path, overrides: list[str] | None = None, res
 
 def fit(trainer: Any, run_dir: Path, show_progress: bool = True) -> dict[str, Any]:
     """Run a prepared trainer with the live display; print the final table."""
+    from sesa_cli.evaluation import describe_protocol
     from sesa_cli.progress import TrainProgress, final_table
 
     cfg = trainer.cfg
@@ -75,7 +77,8 @@ def fit(trainer: Any, run_dir: Path, show_progress: bool = True) -> dict[str, An
     with TrainProgress(cfg.train.steps, trainer.step, show_progress, cfg.train.log_every) as progress, ctrl_c_raises():
         final = trainer.fit(on_step=progress.update)  # Ctrl-C: a checkpoint, then user_errors' one line
     if trainer.dist.is_main:
-        final_table(final, title=f"final metrics ({run_dir})")
+        protocol = describe_protocol(len(trainer.val_instances), cfg.eval.samples, cfg.sampler.temperature)
+        final_table(final, title=f"final metrics ({run_dir})", caption=f"eval/*: {protocol}")
     return final
 
 
@@ -86,5 +89,5 @@ def main(cfg: DictConfig) -> float | None:
         joblib_cpu_budget()
         run_dir, overrides = hydra_context()
         final = run(config, run_dir, overrides, resolved_yaml(cfg))
-        value = final.get("eval/success")
+        value = final.get(key("eval/success"))
         return None if value is None else float(value)

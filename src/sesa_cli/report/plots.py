@@ -27,7 +27,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from sesa_cli.metric_keys import family
+from sesa_cli.metric_keys import key as K
 from sesa_cli.report.runs import Run, short_label
+
+COLLAPSE_FLAG = K("collapse/flag")
 from sesa_cli.report.stats import CURVE_RESAMPLES, LEVEL, bootstrap_interval
 from sesa_cli.report.tables import at_k_values
 
@@ -117,14 +121,14 @@ def plot_specs(metrics: Sequence[str]) -> list[PlotSpec]:
         ks = at_k_values(metrics, base)
         return (f"{base}@{ks[-1]}",) if ks else ()
 
-    policy_k = largest_k("policy/coverage")
+    policy_k = largest_k(family("policy/coverage@{k}"))
     return [
         PlotSpec(
             "policy",
             "The plain-prompt policy, measured exactly",
             (
-                Panel("effective solutions", "exp(entropy of target mass)", ("policy/effective_solutions",)),
-                Panel("mass on targets", "P(target | prompt)", ("policy/target_mass",), probability=True),
+                Panel("effective solutions", "exp(entropy of target mass)", (K("policy/effective_solutions"),)),
+                Panel("mass on targets", "P(target | prompt)", (K("policy/target_mass"),), probability=True),
                 Panel(
                     "coverage" + (f"@{policy_k[0].rpartition('@')[2]}" if policy_k else ""),
                     "expected targets hit / U",
@@ -138,30 +142,37 @@ def plot_specs(metrics: Sequence[str]) -> list[PlotSpec]:
             "agent",
             "Episodes",
             (
-                Panel("success", "success rate", ("rollout/success", "eval/success"), probability=True),
-                Panel("episode length", "turns per episode", ("rollout/turns", "eval/turns")),
+                Panel("success", "success rate", (K("rollout/success"), K("eval/success")), probability=True),
+                Panel("episode length", "turns per episode", (K("rollout/turns"), K("eval/turns"))),
             ),
             optional=True,
-            requires=("rollout/turns", "eval/turns"),
+            requires=(K("rollout/turns"), K("eval/turns")),
         ),
         PlotSpec(
             "sampling",
             "Success and token entropy of sampling",
             (
-                Panel("success", "success rate", ("rollout/success", "eval/success"), probability=True),
-                Panel("token entropy", "mean token entropy (nats)", ("rollout/entropy", "eval/entropy")),
+                Panel("success", "success rate", (K("rollout/success"), K("eval/success")), probability=True),
+                Panel("token entropy", "mean token entropy (nats)", (K("rollout/entropy"), K("eval/entropy"))),
             ),
         ),
         PlotSpec(
             "diversity",
             "Diversity of what was sampled",
             (
-                Panel("coverage", "targets found / U", ("rollout/coverage", *largest_k("eval/coverage")), True),
-                Panel("distinct", "distinct solutions", ("rollout/distinct", *largest_k("eval/distinct"))),
+                Panel(
+                    "coverage",
+                    "targets found / U",
+                    (K("rollout/coverage"), *largest_k(family("eval/coverage@{k}"))),
+                    True,
+                ),
+                Panel(
+                    "distinct", "distinct solutions", (K("rollout/distinct"), *largest_k(family("eval/distinct@{k}")))
+                ),
                 Panel(
                     "distinct correct",
                     "distinct correct solutions",
-                    ("rollout/distinct_correct", *largest_k("eval/distinct_correct")),
+                    (K("rollout/distinct_correct"), *largest_k(family("eval/distinct_correct@{k}"))),
                 ),
             ),
         ),
@@ -221,7 +232,7 @@ def _draw_panel(ax: Any, panel: Panel, layout: Layout, window: int) -> set[str]:
                 continue
             few = kind == "eval" or len(frame) < _MARKER_BELOW
             _draw_band(ax, frame, layout.colors[group], _STYLES[kind], "o" if few else None, clip=clip)
-            if metric in ("rollout/entropy", "policy/effective_solutions"):
+            if metric in (K("rollout/entropy"), K("policy/effective_solutions")):
                 _mark_collapse(ax, members, metric, layout, smooth)
             drawn.add(kind)
         parent = _curves(layout.parents, metric, layout, smooth, inherited=True) if "parent" not in drawn else None
@@ -243,9 +254,9 @@ def _mark_collapse(ax: Any, runs: Sequence[Run], metric: str, layout: Layout, wi
     """An ``x`` at the first step each run's collapse monitor fired (its own rows), on that run's smoothed curve."""
     for run in runs:
         own = run.own
-        if "collapse/flag" not in own.columns or metric not in own.columns:
+        if COLLAPSE_FLAG not in own.columns or metric not in own.columns:
             continue
-        flagged = own.index[own["collapse/flag"].fillna(0) > 0]
+        flagged = own.index[own[COLLAPSE_FLAG].fillna(0) > 0]
         values = own[metric].dropna()
         values = values.rolling(window, center=True, min_periods=1).mean() if window > 1 else values
         if len(flagged) and not values.empty:
@@ -329,7 +340,7 @@ def make_plots(runs: Sequence[Run], out_dir: Path) -> tuple[dict[str, Path], dic
     longest = max(len(label) for label in layout.labels.values())
     metrics = sorted({m for run in runs for m in run.metrics.columns})
     has_collapse = any(
-        "collapse/flag" in run.own.columns and (run.own["collapse/flag"].fillna(0) > 0).any() for run in runs
+        COLLAPSE_FLAG in run.own.columns and (run.own[COLLAPSE_FLAG].fillna(0) > 0).any() for run in runs
     )
     window = smoothing_window(max(len(run.metrics) for run in runs))
     smoothed = f"; rollout curves: rolling mean over {window} steps" if window > 1 else ""
@@ -363,7 +374,7 @@ def make_plots(runs: Sequence[Run], out_dir: Path) -> tuple[dict[str, Path], dic
         written[spec.name] = out_dir / f"{spec.name}.png"
         fig.savefig(written[spec.name], dpi=DPI)
 
-    ks = at_k_values(metrics, "eval/pass")
+    ks = at_k_values(metrics, family("eval/pass@{k}"))
     if not ks:
         skipped["pass_at_k"] = "no run logged eval/pass@k"
         return written, skipped
@@ -374,7 +385,7 @@ def make_plots(runs: Sequence[Run], out_dir: Path) -> tuple[dict[str, Path], dic
         for run in members:
             # Final value per k: the last own step that logged it (the same "final" as in summary.csv).
             own = run.own
-            columns = [f"eval/pass@{k}" for k in ks if f"eval/pass@{k}" in own.columns]
+            columns = [K("eval/pass@{k}", k=k) for k in ks if K("eval/pass@{k}", k=k) in own.columns]
             last = own[columns].apply(lambda s: s.dropna().iloc[-1] if s.notna().any() else np.nan)
             finals[str(run.path)] = pd.Series(last.to_numpy(), index=[int(c.rpartition("@")[2]) for c in columns])
         frame = pd.DataFrame(finals).reindex(ks)

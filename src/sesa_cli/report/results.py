@@ -37,6 +37,7 @@ from pathlib import Path
 import yaml
 
 from sesa_cli.config import ConfigError
+from sesa_cli.metric_keys import key
 from sesa_cli.report.document import analyse, write_report
 from sesa_cli.report.runs import METRICS_JSONL, _parse_overrides
 from sesa_cli.report.stats import METHOD
@@ -50,11 +51,11 @@ REVIVE = ("step=auto", "more_steps=60", "train.checkpoint_every=0")
 # --smoke: the test suite's small world (tests/conftest.py) and a few steps; a 3-step run does not collapse, so the
 # revivals start from the last checkpoint.
 SMOKE_PATH = ("model.warm_start_steps=150", "model.warm_start_corpus_size=4000", "task.regions=4", "task.cities=4",
-              "task.districts=4", "task.list_max=8", "train.steps=3", "train.eval_samples=8", "train.policy_every=1",
+              "task.districts=4", "task.list_max=8", "train.steps=3", "eval.samples=8", "train.policy_every=1",
               "train.checkpoint_every=1")  # fmt: skip
 SMOKE_REVIVE = ("step=last", "more_steps=2", "train.checkpoint_every=0")
 SMOKE_FROZENLAKE = ("model.warm_start_steps=150", "model.warm_start_corpus_size=4000", "train.steps=3",
-                    "task.eval_instances=4", "train.eval_samples=4", "task.warm_start_captions=0")  # fmt: skip
+                    "eval.instances=4", "eval.samples=4", "task.warm_start_captions=0")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -193,7 +194,8 @@ def is_complete(run_dir: Path) -> bool:
         rows = read_metrics(metrics)
     except (OSError, ValueError, KeyError, TypeError, yaml.YAMLError, ConfigError):
         return False  # a damaged run dir is an incomplete one: it is moved aside and rerun
-    return any(r.get("step") == steps and "eval/success" in r and not r.get("revive/parent") for r in rows)
+    done = key("eval/success")
+    return any(r.get("step") == steps and done in r and not r.get(key("revive/parent")) for r in rows)
 
 
 def _job_dirs(root: Path, sweep: Sweep) -> list[Path]:

@@ -21,6 +21,8 @@ import pandas as pd
 import yaml
 
 from sesa_cli.config import SEQUENTIAL_ONLY, ConfigError
+from sesa_cli.deprecations import rename_overrides, upgrade_config
+from sesa_cli.metric_keys import RENAMED, key
 from sesa_cli.runs import read_json_object, read_metrics  # one reader each: one-line errors naming the file
 
 METRICS_JSONL = "metrics.jsonl"
@@ -37,16 +39,12 @@ _GROUP_KEYS = ("task", "model", "sampler", "algo")
 # Keys that say how a setting was reached rather than what it is: left out of a label when the other keys already
 # tell every group apart.
 _INDIRECT_KEYS = ("experiment",)
-REVIVE_PARENT = "revive/parent"
+REVIVE_PARENT = key("revive/parent")
 """Marks the rows a revived run copied from its parent's metrics (steps up to the checkpoint)."""
 
-LEGACY_METRICS = {
-    f"train/{name}": f"rollout/{name}"
-    for name in ("reward_mean", "reward_std", "frac_zero_std", "success", "valid", "distinct", "distinct_correct",
-                 "entropy", "response_len", "coverage", "targets_found")
-}  # fmt: skip
-"""Old metric name -> current one: statistics of what the sampler drew were logged as ``train/*`` before issue 16
-named them ``rollout/*``; run dirs written before still load under the current names."""
+LEGACY_METRICS = RENAMED
+"""Old metric name -> current one (sesa_cli.metric_keys.RENAMED): run dirs written before a rename load under the
+current names."""
 
 
 @dataclass
@@ -228,8 +226,8 @@ def metrics_frame(rows: list[dict[str, Any]], source: Path) -> pd.DataFrame:
 
 def _parse_overrides(items: Any) -> dict[str, str]:
     result: dict[str, str] = {}
-    for item in items or []:
-        text = str(item)
+    renamed, _ = rename_overrides([str(item) for item in items or []])  # a run written before a config key was renamed
+    for text in renamed:
         key, sep, value = text.partition("=")
         key = key.lstrip("+~")
         result[key] = value if sep else "(deleted)"
@@ -264,7 +262,7 @@ def load_run(path: Path) -> Run:
     for candidate in (path / "config.yaml", path / ".hydra" / "config.yaml"):
         if candidate.is_file():
             loaded = _read_yaml(candidate)
-            config = loaded if isinstance(loaded, dict) else {}
+            config = upgrade_config(loaded) if isinstance(loaded, dict) else {}
             break
     info: dict[str, Any] = {}
     if (path / "run.json").is_file():

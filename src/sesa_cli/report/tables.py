@@ -23,6 +23,7 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
+from sesa_cli.metric_keys import family, key
 from sesa_cli.report.runs import Run
 from sesa_cli.report.stats import bootstrap_interval, difference_interval, format_interval
 
@@ -31,7 +32,7 @@ GROUP_COLUMNS = ("group", "metric", "n_seeds", "final_mean", "final_low", "final
                  "best_mean", "best_low", "best_high")  # fmt: skip
 COMPARE_COLUMNS = ("baseline", "group", "metric", "n_baseline", "n_group", "difference", "low", "high", "paired")
 
-_PREFIX_ORDER = {"policy": 0, "rollout": 1, "eval": 2, "train": 3, "collapse": 4, "time": 5}
+_PREFIX_ORDER = {"policy": 0, "rollout": 1, "eval": 2, "train": 3, "optim": 4, "collapse": 5, "time": 6}
 _NAME_ORDER = {
     name: i
     for i, name in enumerate(
@@ -45,8 +46,19 @@ _AT_K = re.compile(r"^(.*)@(\d+)$")
 # The metrics a report leads with, in order, where the runs logged them (the first HEADLINE_COUNT present): the exact
 # plain-prompt policy where the task can enumerate its solutions (how many solutions it spreads over, how much mass
 # is on targets), then validation success, an agent's episode length and its greedy success, pass@n.
-HEADLINE = ("policy/effective_solutions", "policy/target_mass", "policy/solutions_above_1pct", "eval/success",
-            "eval/turns", "eval/greedy_success", "eval/pass@*", "rollout/success")  # fmt: skip
+HEADLINE = tuple(
+    key(name)
+    for name in (
+        "policy/effective_solutions",
+        "policy/target_mass",
+        "policy/solutions_above_1pct",
+        "eval/success",
+        "eval/turns",
+        "eval/greedy_success",
+        "eval/pass@{k}",
+        "rollout/success",
+    )
+)
 HEADLINE_COUNT = 4
 
 
@@ -77,13 +89,13 @@ def at_k_values(metrics: Sequence[str], base: str) -> list[int]:
 
 
 def headline_metrics(metrics: Sequence[str], count: int = HEADLINE_COUNT) -> list[str]:
-    """The first ``count`` of :data:`HEADLINE` present in ``metrics`` (``@*`` = the largest K logged)."""
+    """The first ``count`` of :data:`HEADLINE` present in ``metrics`` (``@{k}`` = the largest K logged)."""
     present = set(metrics)
     chosen = []
     for name in HEADLINE:
-        if name.endswith("@*"):
-            ks = at_k_values(metrics, name[:-2])
-            name = f"{name[:-2]}@{ks[-1]}" if ks else ""
+        if name.endswith("@{k}"):
+            ks = at_k_values(metrics, family(name))
+            name = key(name, k=ks[-1]) if ks else ""
         if name in present:
             chosen.append(name)
     return chosen[:count]

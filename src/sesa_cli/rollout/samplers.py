@@ -157,6 +157,20 @@ class Sampler:
     def sample(self, instances: Sequence[Any], generator: torch.Generator) -> list[list[Rollout]]:
         raise NotImplementedError
 
+    def draw(self, instances: Sequence[Any], n: int, generator: torch.Generator) -> list[list[Rollout]]:
+        """n samples per instance, as evaluation draws them: here whole groups of :meth:`sample`, drawn until each
+        instance has n (the last group cut), so the n samples of a sequential sampler are chains, not i.i.d."""
+        groups: list[list[Rollout]] = [[] for _ in instances]
+        while len(groups[0]) < n:
+            for g, group in enumerate(self.sample(instances, generator)):
+                groups[g].extend(group)
+        return [g[:n] for g in groups]
+
+    def chain_health(self, groups: Sequence[Sequence[Rollout]]) -> M.ChainHealth | None:
+        """The health of the chains in ``groups`` (:func:`sesa_cli.metrics.chain_health`); None for a sampler that
+        draws no chains."""
+        return None
+
 
 SAMPLERS: dict[str, type[Sampler]] = {}
 
@@ -181,8 +195,8 @@ def make_sampler(cfg: SamplerConfig, task: Task, policy: Policy, dtype: str = "f
 
 @register_sampler("parallel")
 class ParallelSampler(Sampler):
-    def sample_plain(self, instances: Sequence[Any], n: int, generator: torch.Generator) -> list[list[Rollout]]:
-        """n i.i.d. samples per instance from the plain prompt (also what evaluation uses)."""
+    def draw(self, instances: Sequence[Any], n: int, generator: torch.Generator) -> list[list[Rollout]]:
+        """n i.i.d. samples per instance from the plain prompt, in one batched session."""
         prompts = [self.encode_prompt(self.task.prompt(inst)) for inst in instances]
         rows = [prompts[g] for g in range(len(instances)) for _ in range(n)]
         row_inst = [instances[g] for g in range(len(instances)) for _ in range(n)]
@@ -194,7 +208,7 @@ class ParallelSampler(Sampler):
         return groups
 
     def sample(self, instances: Sequence[Any], generator: torch.Generator) -> list[list[Rollout]]:
-        return self.sample_plain(instances, self.cfg.group_size, generator)
+        return self.draw(instances, self.cfg.group_size, generator)
 
 
 def resolve_stage1(cfg: SamplerConfig, task: Task) -> str:

@@ -226,7 +226,7 @@ class AgentTask(RagenTask):
         return self._cache[key]
 
     def warm_start_key(self) -> dict[str, Any]:
-        fields = {k: v for k, v in asdict(self.cfg).items() if k not in ("eval_instances", "max_new_tokens")}
+        fields = {k: v for k, v in asdict(self.cfg).items() if k != "max_new_tokens"}
         # The corpus is played on seed 0's training instances whatever the run's seed, so every seed of a sweep
         # starts from the same cached base (as runs of a pretrained model do).
         return {"name": self.name, "cfg": fields, "v": 2}

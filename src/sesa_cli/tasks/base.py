@@ -95,6 +95,8 @@ class Task(ABC):
     """Text the engine appends after an answer before drawing the next one in sequential sampling."""
     multi_turn: ClassVar[bool] = False
     """Whether an answer is a whole episode played on ``make_env`` (agent tasks) rather than one scored response."""
+    eval_instances: ClassVar[int] = 16
+    """Validation instances of the evaluation protocol when ``eval.instances`` is null."""
     sketch_followed: ClassVar[bool] = False
     """Whether ``sampler.stage1=auto`` drafts sketches for this task: True only where stage II was measured to follow
     its sketch in at least 80% of solutions at the tiny base (issue 16; the table is in the README). A sketch that

@@ -75,6 +75,7 @@ class PathTask(Task):
     stop = "|"
     between = ""
     sketch_followed = True  # at the base, 8x8x8 world: 95-97% of stage-II paths start with the sketched region
+    eval_instances = 1  # one prompt, as in the paper: every instance is the same question
     cfg: PathTaskConfig
 
     # ---------------------------------------------------------------- the world

@@ -1,0 +1,371 @@
+"""Every metric key sesa writes, declared once: its pattern, what it means and where its formula is.
+
+The trainer and evaluation emit these keys (a test fails on any key they write that is not declared here), the live
+view takes its labels from :attr:`MetricKey.label`, the diversity report names its plots and tables with
+:func:`key` (an undeclared pattern raises at import), and ``docs/metrics.md`` is :func:`markdown` (a test keeps it
+current). Renamed keys map to their current name in :data:`RENAMED`, so run dirs written before a rename still read.
+
+The prefix says what a number describes (one name per concept, style.md): ``rollout/`` what a sampler drew at a
+training step (with a sequential sampler, the chain, not the plain-prompt policy), ``eval/`` validation samples drawn
+i.i.d. from the plain prompt (or by the sampler ``sesa eval`` was given), ``policy/`` the plain-prompt policy itself,
+computed exactly, ``chain/`` the chains of a sequential sampler, ``loss/`` the update's objective and its
+off-policy handling, ``optim/`` the optimizer step, ``train/`` the training procedure, ``time/`` wall time.
+
+Torch-free: the report and ``sesa --help`` import it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+__all__ = [
+    "METRIC_KEYS",
+    "RENAMED",
+    "MetricKey",
+    "current_name",
+    "family",
+    "find",
+    "key",
+    "label",
+    "markdown",
+    "undeclared",
+]
+
+
+@dataclass(frozen=True)
+class MetricKey:
+    """One key, or a family of keys: ``{k}`` stands for a sample count (``eval/pass@{k}``)."""
+
+    pattern: str
+    meaning: str
+    formula: str = ""
+    """Where the formula is written out (a function's docstring, a config field)."""
+    label: str = ""
+    """Short label in the live training view; empty = not shown there."""
+
+
+_M = "sesa_cli.metrics"
+METRIC_KEYS: tuple[MetricKey, ...] = (
+    MetricKey("step", "Optimizer steps taken when the row was written (0 = the base, before any update)."),
+    # ---------------------------------------------------------------------------------------------------- rollout
+    MetricKey("rollout/reward_mean", "Mean reward of the step's rollouts.", f"{_M}.rollout_stats", "reward"),
+    MetricKey("rollout/reward_std", "Population std of the step's rewards.", f"{_M}.reward_stats"),
+    MetricKey(
+        "rollout/frac_zero_std",
+        "Share of groups whose rewards are all equal (no signal under a group baseline).",
+        f"{_M}.reward_stats",
+    ),
+    MetricKey("rollout/success", "Share of the step's rollouts that are correct.", f"{_M}.rollout_stats", "success"),
+    MetricKey(
+        "rollout/valid",
+        "Share of the step's rollouts with a solution key (parse and validity).",
+        f"{_M}.rollout_stats",
+    ),
+    MetricKey(
+        "rollout/entropy",
+        "Mean token entropy (nats) of the sampling distribution over every sampled token of the step.",
+        f"{_M}.rollout_stats",
+        "H",
+    ),
+    MetricKey("rollout/response_len", "Mean sampled tokens per rollout.", f"{_M}.rollout_stats"),
+    MetricKey("rollout/turns", "Agent tasks: mean turns per episode.", f"{_M}.episode_turns"),
+    MetricKey(
+        "rollout/grader_timeouts", "Rollouts the math grader gave up on (scored 0), a count.", "sesa_cli.tasks.math"
+    ),
+    MetricKey("rollout/distinct", "Mean distinct solution keys per group.", f"{_M}.group_diversity"),
+    MetricKey(
+        "rollout/distinct_correct",
+        "Mean distinct correct solution keys per group.",
+        f"{_M}.group_diversity",
+        "dc/grp",
+    ),
+    MetricKey(
+        "rollout/coverage",
+        "Tasks with targets: share of the targets the step's rollouts hit.",
+        "sesa_cli.trainer.Trainer.train_step",
+        "cov",
+    ),
+    MetricKey(
+        "rollout/targets_found",
+        "Tasks with targets: distinct targets any rollout of the run has hit so far.",
+        "sesa_cli.trainer.Trainer.train_step",
+    ),
+    # ----------------------------------------------------------------------------------------------------- chain
+    MetricKey("chain/valid", "Sequential sampler: share of chain items that are valid.", f"{_M}.ChainHealth"),
+    MetricKey(
+        "chain/valid_last", "Sequential sampler: share of chains whose last item is valid.", f"{_M}.ChainHealth"
+    ),
+    MetricKey("chain/distinct", "Sequential sampler: mean distinct valid items per chain.", f"{_M}.ChainHealth"),
+    MetricKey("chain/cut", "Sequential sampler: share of chain items cut at their length limit.", f"{_M}.ChainHealth"),
+    MetricKey(
+        "chain/followed",
+        "Two-stage sampler: share of judged stage-II solutions that follow their sketch.",
+        f"{_M}.ChainHealth",
+    ),
+    MetricKey("chain/chains", "sesa eval: chains the chain health was measured on.", f"{_M}.ChainHealth"),
+    MetricKey("chain/valid_by_position", "sesa eval: chain/valid per chain position.", f"{_M}.ChainHealth"),
+    MetricKey(
+        "chain/new_by_position",
+        "sesa eval: share of chains whose item is valid and new, per position.",
+        f"{_M}.ChainHealth",
+    ),
+    MetricKey("chain/cut_by_position", "sesa eval: chain/cut per chain position.", f"{_M}.ChainHealth"),
+    MetricKey("chain/followed_by_position", "sesa eval: chain/followed per chain position.", f"{_M}.ChainHealth"),
+    # ------------------------------------------------------------------------------------------------------ eval
+    MetricKey(
+        "eval/reward_mean", "Mean reward of the validation samples (mean over instances).", f"{_M}.rollout_stats"
+    ),
+    MetricKey(
+        "eval/success",
+        "Share of validation samples that are correct (pass@1, mean over instances).",
+        f"{_M}.rollout_stats",
+    ),
+    MetricKey("eval/valid", "Share of validation samples with a solution key.", f"{_M}.rollout_stats"),
+    MetricKey(
+        "eval/entropy",
+        "Token entropy of the validation samples (per instance over its tokens, then the mean over instances).",
+        f"{_M}.rollout_stats",
+    ),
+    MetricKey("eval/response_len", "Mean sampled tokens per validation sample.", f"{_M}.rollout_stats"),
+    MetricKey("eval/turns", "Agent tasks: mean turns per validation episode.", f"{_M}.episode_turns"),
+    MetricKey(
+        "eval/grader_timeouts", "Validation samples the math grader gave up on, a count.", "sesa_cli.tasks.math"
+    ),
+    MetricKey(
+        "eval/pass@{k}", "Unbiased pass@k over the n samples of an instance, mean over instances.", f"{_M}.pass_at_k"
+    ),
+    MetricKey(
+        "eval/distinct@{k}",
+        "Expected distinct solution keys in a random k-subset of the n samples.",
+        f"{_M}.distinct_at_k",
+    ),
+    MetricKey(
+        "eval/distinct_correct@{k}",
+        "Expected distinct correct keys in a random k-subset of the n samples.",
+        f"{_M}.distinct_correct_at_k",
+    ),
+    MetricKey(
+        "eval/coverage@{k}",
+        "Tasks with targets: expected share of the targets hit by a random k-subset.",
+        f"{_M}.coverage_at_k",
+    ),
+    MetricKey(
+        "eval/greedy_success",
+        "Success of one greedy answer per instance (verl's do_sample=False).",
+        "sesa_cli.evaluation.greedy_summary",
+    ),
+    MetricKey("eval/greedy_reward", "Reward of one greedy answer per instance.", "sesa_cli.evaluation.greedy_summary"),
+    MetricKey("eval/samples", "sesa eval: samples per instance (eval.samples).", "sesa_cli.config.EvalProtocolConfig"),
+    MetricKey(
+        "eval/instances", "sesa eval: validation instances (eval.instances).", "sesa_cli.config.EvalProtocolConfig"
+    ),
+    MetricKey("ckpt", "sesa eval: the checkpoint evaluated (null = the base model)."),
+    # ---------------------------------------------------------------------------------------------------- policy
+    MetricKey(
+        "policy/valid_mass",
+        "Exact probability that a plain-prompt sample is a valid solution.",
+        f"{_M}.policy_metrics",
+    ),
+    MetricKey(
+        "policy/target_mass",
+        "Exact success probability of one plain-prompt sample.",
+        f"{_M}.policy_metrics",
+        "pi success",
+    ),
+    MetricKey(
+        "policy/effective_solutions",
+        "exp(entropy) of the success mass over the targets: how many targets it is spread over.",
+        f"{_M}.policy_metrics",
+        "pi eff.sol",
+    ),
+    MetricKey("policy/solutions_above_1pct", "Targets with probability >= 0.01.", f"{_M}.policy_metrics"),
+    MetricKey(
+        "policy/solution_entropy",
+        "Entropy (nats) of the answer distribution given a valid answer.",
+        f"{_M}.policy_metrics",
+    ),
+    MetricKey(
+        "policy/coverage@{k}",
+        "Expected share of the targets hit by k i.i.d. plain-prompt samples, exactly.",
+        f"{_M}.policy_metrics",
+    ),
+    # ------------------------------------------------------------------------------------------------------ loss
+    MetricKey(
+        "loss/total",
+        "The loss backpropagated: policy term + KL penalty - entropy bonus.",
+        "sesa_cli.algos.compute_loss",
+    ),
+    MetricKey(
+        "loss/pg", "The aggregated (and importance-weighted) policy-gradient term.", "sesa_cli.algos.compute_loss"
+    ),
+    MetricKey("loss/clip_frac", "Share of tokens where PPO's clipped term is the one taken.", "sesa_cli.algos.losses"),
+    MetricKey(
+        "loss/clip_cov_frac", "Clip-Cov: share of tokens whose gradient is detached.", "sesa_cli.algos.clip_cov"
+    ),
+    MetricKey("loss/kl_cov_frac", "KL-Cov: share of tokens with the KL penalty.", "sesa_cli.algos.kl_cov"),
+    MetricKey("loss/approx_kl", "k3 estimate of KL(old || pi), token mean.", "sesa_cli.algos.compute_loss"),
+    MetricKey("loss/ratio_mean", "Token mean of pi / old.", "sesa_cli.algos.compute_loss"),
+    MetricKey(
+        "loss/kl", "Token mean of the algo.kl_estimator estimate of KL(pi || reference).", "sesa_cli.algos.kl_penalty"
+    ),
+    MetricKey(
+        "loss/entropy", "Token mean of the policy's entropy (algo.entropy_coef > 0).", "sesa_cli.algos.compute_loss"
+    ),
+    MetricKey(
+        "loss/off_policy_frac",
+        "Share of solution rows scored in a context other than the one that drew them.",
+        "sesa_cli.update.loss_inputs",
+    ),
+    MetricKey(
+        "loss/is_weight_mean",
+        "loss_context=is: mean truncated importance weight of the solution rows.",
+        "sesa_cli.update.importance_weights",
+    ),
+    MetricKey(
+        "loss/is_weight_max",
+        "loss_context=is: largest truncated importance weight of the solution rows.",
+        "sesa_cli.update.importance_weights",
+    ),
+    MetricKey(
+        "loss/adv_changed_frac",
+        "sampler.off_policy variants: share of solution rows whose advantage changed.",
+        "sesa_cli.update.off_policy_advantages",
+    ),
+    MetricKey(
+        "loss/neg_weight_mean",
+        "weight_negatives: mean weight of the off-policy negative rows.",
+        "sesa_cli.update.off_policy_advantages",
+    ),
+    MetricKey(
+        "loss/baseline_fallback_frac",
+        "on_policy_baseline: share of groups with no on-policy row.",
+        "sesa_cli.algos.no_on_policy_groups",
+    ),
+    # ------------------------------------------------------------------------------------------- optim and train
+    MetricKey(
+        "optim/lr",
+        "Learning rate of the step: optim.lr x the warm-up and optim.lr_schedule multiplier.",
+        "sesa_cli.algos.lr_scale",
+    ),
+    MetricKey(
+        "optim/grad_norm",
+        "Gradient norm before clipping to optim.max_grad_norm (mean over mini-batches).",
+        "sesa_cli.update.optimizer_step",
+    ),
+    MetricKey("train/resample_rounds", "DAPO dynamic sampling: extra sampling rounds of the step."),
+    MetricKey("train/kept_groups", "algo.rollout_filter_ratio < 1: groups trained on."),
+    MetricKey("collapse/flag", "1 when the collapse monitor flags the step.", "sesa_cli.collapse.CollapseMonitor"),
+    MetricKey("revive/parent", "1 on the rows a revived run copied from its parent's history."),
+    # ------------------------------------------------------------------------------------------------------ time
+    MetricKey("time/sample_s", "Seconds spent drawing the step's rollouts."),
+    MetricKey("time/update_s", "Seconds spent in the update."),
+    MetricKey("time/policy_s", "Seconds spent scoring the exact policy metrics."),
+    MetricKey("time/step_s", "Seconds of the whole step.", "", "s/step"),
+)
+
+RENAMED: dict[str, str] = {
+    **{
+        f"train/{name}": f"rollout/{name}"
+        for name in (
+            "reward_mean",
+            "reward_std",
+            "frac_zero_std",
+            "success",
+            "valid",
+            "distinct",
+            "distinct_correct",
+            "entropy",
+            "response_len",
+            "coverage",
+            "targets_found",
+        )
+    },
+    "eval/reward": "eval/reward_mean",
+    "eval/n": "eval/samples",
+    "is/weight_mean": "loss/is_weight_mean",
+    "is/weight_max": "loss/is_weight_max",
+    "loss/loss": "loss/total",
+    "loss/pg_loss": "loss/pg",
+    "loss/grad_norm": "optim/grad_norm",
+    "train/lr": "optim/lr",
+}
+"""Old metric key -> current one. Statistics of what the sampler drew were ``train/*`` before issue 16 named them
+``rollout/*``; issue 18 gave each remaining concept one name (``is/weight_mean`` was also logged as
+``loss/is_weight_mean``)."""
+
+
+def _regex(pattern: str) -> re.Pattern[str]:
+    return re.compile("^" + re.escape(pattern).replace(re.escape("{k}"), r"\d+") + "$")
+
+
+_PATTERNS = [(entry, _regex(entry.pattern)) for entry in METRIC_KEYS]
+_BY_PATTERN = {entry.pattern: entry for entry in METRIC_KEYS}
+
+
+def find(name: str) -> MetricKey | None:
+    """The declaration a key matches (``eval/pass@16`` matches ``eval/pass@{k}``), or None."""
+    for entry, regex in _PATTERNS:
+        if regex.match(name):
+            return entry
+    return None
+
+
+def key(pattern: str, **fields: int) -> str:
+    """A declared pattern as a key: ``key("eval/pass@{k}", k=16)`` -> ``"eval/pass@16"``; ``key("rollout/success")``
+    -> itself. Raises ``KeyError`` for a pattern not in :data:`METRIC_KEYS`, so code that names a key fails at import
+    when the key is renamed."""
+    if pattern not in _BY_PATTERN:
+        raise KeyError(f"metric key {pattern!r} is not declared in sesa_cli.metric_keys.METRIC_KEYS")
+    return pattern.format(**fields) if fields else pattern
+
+
+def family(pattern: str) -> str:
+    """The base of a declared ``@{k}`` family: ``family("eval/pass@{k}")`` -> ``"eval/pass"``."""
+    if not key(pattern).endswith("@{k}"):
+        raise KeyError(f"metric key {pattern!r} is not an @{{k}} family")
+    return pattern.removesuffix("@{k}")
+
+
+def label(name: str) -> str:
+    """The live view's label of a declared key; ``KeyError`` if it has none."""
+    entry = _BY_PATTERN[key(name)]
+    if not entry.label:
+        raise KeyError(f"metric key {name!r} has no live label in sesa_cli.metric_keys")
+    return entry.label
+
+
+def undeclared(names: Iterable[str]) -> list[str]:
+    """The keys of ``names`` that match no declaration (sorted)."""
+    return sorted({name for name in names if find(name) is None})
+
+
+def current_name(name: str) -> str:
+    """The current name of a metric key (itself, or its :data:`RENAMED` successor)."""
+    return RENAMED.get(name, name)
+
+
+def markdown() -> str:
+    """``docs/metrics.md``: the table of every key, then the renamed ones."""
+    lines = [
+        "# Metric keys",
+        "",
+        "Generated from `sesa_cli/metric_keys.py` (`python -m sesa_cli.metric_keys > docs/metrics.md`); a test keeps",
+        "this page equal to it. `{k}` stands for a sample count (1, 2, 4, ..., n).",
+        "",
+        "| key | meaning | formula | live label |",
+        "|---|---|---|---|",
+    ]
+    for entry in METRIC_KEYS:
+        formula = f"`{entry.formula}`" if entry.formula else ""
+        label = f"`{entry.label}`" if entry.label else ""
+        lines.append(f"| `{entry.pattern}` | {entry.meaning} | {formula} | {label} |")
+    lines += ["", "Renamed keys (run dirs that hold the old names still load under the new ones):", ""]
+    lines += ["| old | current |", "|---|---|"]
+    lines += [f"| `{old}` | `{new}` |" for old, new in RENAMED.items()]
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    print(markdown(), end="")

@@ -1,0 +1,197 @@
+"""The pieces of one policy update, in the order :meth:`sesa_cli.trainer.Trainer.update` runs them: the loss inputs
+of a batch of groups, the old policy's log-probs, the truncated importance weights, the off-policy treatment of the
+advantages, and the optimizer step.
+
+Shapes: ``rows`` is the number of scored sequences of the update (every solution, then one row per sketch with
+``sampler.train_sketches``); ``T`` the longest completion among them (the width of a
+:class:`~sesa_cli.rollout.scoring.ScoringBatch`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from sesa_cli import algos
+from sesa_cli.config import AlgoConfig, SamplerConfig
+from sesa_cli.distributed import SingleProcess
+from sesa_cli.rollout.samplers import Rollout
+from sesa_cli.rollout.scoring import ScoringBatch
+
+
+@dataclass
+class LossInputs:
+    """The rows one update trains on: the solutions first (``n_solutions`` of them, group after group), then, with
+    ``sampler.train_sketches``, one row per sketch. Every list has one entry per row."""
+
+    contexts: list[list[int]]
+    """Token ids each row is scored under: the plain prompt x, or (``sampler.loss_context=conditioned``, and every
+    sketch row) the context that drew it."""
+    completions: list[list[int]]
+    """Token ids of each row's completion (for a multi-turn task the whole trajectory, observations included)."""
+    masks: list[list[bool] | None]
+    """Per completion token, True where it gets a loss (a trajectory's own tokens, not its observations); None =
+    every token."""
+    behaviour_logps: list[list[float]]
+    """Per completion token, the log-prob recorded while sampling, in the context that drew the row."""
+    advantages: Tensor
+    """(rows,) float32: one advantage per row (a sketch's: the mean of its solutions')."""
+    off_policy: Tensor
+    """(rows,) bool: the row was drawn in a context other than the one it is scored in."""
+    n_solutions: int
+    """The first ``n_solutions`` rows are solutions; the rest are sketches."""
+    stats: dict[str, float]
+    """``loss/*`` statistics of the advantage computation (``sampler.off_policy=on_policy_baseline``)."""
+
+
+def loss_inputs(groups: Sequence[Sequence[Rollout]], algo: AlgoConfig, sampler: SamplerConfig) -> LossInputs:
+    """Flatten groups into scored rows with advantages (and sketch rows when ``sampler.train_sketches``)."""
+    rewards = torch.tensor([[r.score.reward for r in g] for g in groups], dtype=torch.float32)
+    rows = [r for g in groups for r in g]
+    contexts = [r.context_ids if sampler.loss_context == "conditioned" else r.prompt_ids for r in rows]
+    # The one definition of an off-policy row: drawn in a context other than the one it is scored in.
+    off_policy = [r.context_ids != c for r, c in zip(rows, contexts, strict=True)]
+    stats: dict[str, float] = {}
+    adv = algos.compute_advantages(rewards, algo)  # (n_groups, group)
+    if sampler.off_policy == "on_policy_baseline":
+        on_policy = ~torch.tensor(off_policy, dtype=torch.bool).view(rewards.shape)
+        paper, adv = adv, algos.compute_advantages(rewards, algo, on_policy=on_policy)
+        stats["loss/adv_changed_frac"] = float((adv != paper).float().mean())
+        stats["loss/baseline_fallback_frac"] = float(algos.no_on_policy_groups(on_policy).float().mean())
+    advantages = adv.flatten().tolist()
+    completions = [r.completion.ids for r in rows]
+    masks: list[list[bool] | None] = [r.completion.mask for r in rows]
+    behaviour = [r.completion.logps for r in rows]
+    if sampler.train_sketches and rows and rows[0].sketch_completion is not None:
+        # A sketch's advantage is the mean advantage of its solutions; sketches are scored in the context that drew
+        # them (there is no "plain prompt" form of a sketch), so they are never off-policy.
+        by_sketch: dict[int, list[float]] = {}
+        first: dict[int, Rollout] = {}
+        for r, a in zip(rows, advantages, strict=True):
+            by_sketch.setdefault(id(r.sketch_completion), []).append(a)
+            first.setdefault(id(r.sketch_completion), r)
+        for key, r in first.items():
+            assert r.sketch_completion is not None
+            assert r.sketch_context_ids is not None
+            contexts.append(r.sketch_context_ids)
+            completions.append(r.sketch_completion.ids)
+            masks.append(None)
+            behaviour.append(r.sketch_completion.logps)
+            advantages.append(float(np.mean(by_sketch[key])))
+            off_policy.append(False)
+    return LossInputs(
+        contexts=contexts,
+        completions=completions,
+        masks=masks,
+        behaviour_logps=behaviour,
+        advantages=torch.tensor(advantages),
+        off_policy=torch.tensor(off_policy, dtype=torch.bool),
+        n_solutions=len(rows),
+        stats=stats,
+    )
+
+
+def behaviour_tensor(logps: Sequence[Sequence[float]], response_mask: Tensor) -> Tensor:
+    """The behaviour log-probs as a (rows, T) tensor shaped like ``response_mask``, 0 past each row's end."""
+    out = torch.zeros_like(response_mask)
+    for i, lp in enumerate(logps):
+        out[i, : len(lp)] = torch.tensor(lp)
+    return out
+
+
+def updates_per_batch(algo: AlgoConfig) -> int:
+    """Optimizer steps per batch (``algo.ppo_epochs`` x ``algo.minibatches``): above 1 the ratio is taken against
+    the old policy, whose weights the earlier steps have moved away from."""
+    return algo.ppo_epochs * algo.minibatches
+
+
+def weighs_rows(sampler: SamplerConfig, off_policy: Tensor) -> bool:
+    """Whether the update needs truncated importance weights: ``loss_context=is`` (every row), or
+    ``off_policy=weight_negatives`` with an off-policy row in the batch."""
+    return sampler.loss_context == "is" or (sampler.off_policy == "weight_negatives" and bool(off_policy.any()))
+
+
+def old_logps(
+    batch: ScoringBatch,
+    behaviour: Tensor,
+    off_policy: Tensor,
+    *,
+    several_updates: bool,
+    weighted: bool,
+    dtype: str,
+    score: Callable[[ScoringBatch], Tensor],
+) -> Tensor | None:
+    """(rows, T) log-probs of the rows under the policy as it was before this update, or None when nothing needs
+    them (one update per batch without importance weights: each mini-batch's ratio is taken against its own
+    detached log-probs, exactly 1).
+
+    When every row is scored in the context that drew it (parallel sampling, or ``loss_context=conditioned``) the
+    sampler's own log-probs ``behaviour`` are the old policy's (same weights, same tempered softmax), so the extra
+    forward pass ``score`` (no grad) is skipped in float32. bf16 and the importance weights recompute them, as verl
+    does."""
+    if several_updates and not off_policy.any() and not weighted and dtype == "float32":
+        return behaviour
+    if several_updates or weighted:
+        with torch.no_grad():
+            return score(batch)
+    return None
+
+
+def importance_weights(
+    old: Tensor, behaviour: Tensor, response_mask: Tensor, off_policy: Tensor, clip: float
+) -> Tensor:
+    """Truncated importance weight of each whole row, min(c, pi(y|x) / pi(y|ctx)): ``old`` (rows, T) are the
+    log-probs under the scored context, ``behaviour`` (rows, T) under the context that drew the row; -> (rows,).
+    A row scored in the context that drew it (every sketch row) gets exactly 1, not 1 up to float noise between the
+    cached sampling pass and this forward."""
+    log_w = torch.where(off_policy, ((old - behaviour) * response_mask).sum(1), 0.0)
+    return torch.exp(log_w).clamp(max=clip)
+
+
+def off_policy_advantages(
+    advantages: Tensor, off_policy: Tensor, weights: Tensor | None, variant: str, n_solutions: int
+) -> tuple[Tensor, dict[str, float]]:
+    """``sampler.off_policy`` applied to the advantages (rows,): ``drop_negatives`` sets the negative advantages of
+    off-policy rows to 0, ``weight_negatives`` multiplies them by their importance ``weights`` (rows,; None only when
+    no row is off-policy, and then none is scaled); other variants leave them as they are. Returns the advantages
+    and their ``loss/*`` statistics over the solution rows."""
+    if variant not in ("drop_negatives", "weight_negatives"):
+        return advantages, {}
+    n = advantages.shape[0]
+    # no weights were computed only when no row is off-policy, and then none is scaled
+    kept = torch.ones(n) if weights is None else weights
+    factors = torch.zeros(n) if variant == "drop_negatives" else kept
+    scaled = algos.scale_off_policy_negatives(advantages, off_policy, factors)
+    stats = {"loss/adv_changed_frac": float((scaled != advantages)[:n_solutions].float().mean())}
+    hit = off_policy & (advantages < 0)
+    if variant == "weight_negatives" and bool(hit.any()):
+        stats["loss/neg_weight_mean"] = float(factors[hit].mean())
+    return scaled, stats
+
+
+def optimizer_step(
+    loss: Tensor,
+    optimizer: torch.optim.Optimizer,
+    params: Iterable[torch.nn.Parameter],
+    dist: SingleProcess,
+    max_grad_norm: float,
+    lr: float,
+) -> float:
+    """Backward, gradients averaged over data-parallel replicas, clipped to ``max_grad_norm``, one optimizer step
+    at learning rate ``lr``; returns the gradient norm before clipping. ``params``: the trainable parameters."""
+    params = list(params)
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    for p in params:  # a mini-batch of skipped rows only: zero, as a full pass would give
+        if p.grad is None:
+            p.grad = torch.zeros_like(p)
+    dist.average_gradients(params)
+    grad_norm = torch.nn.utils.clip_grad_norm_(params, max_grad_norm)
+    for group in optimizer.param_groups:
+        group["lr"] = lr
+    optimizer.step()
+    return float(grad_norm)

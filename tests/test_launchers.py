@@ -34,6 +34,16 @@ def test_joblib_sweep_runs_two_jobs_with_one_cpu_budget_each(tmp_path: Path, tin
         assert info["versions"]["torch"].startswith("2.")
     seeds = {json.loads((sweep / j / "run.json").read_text())["overrides"].count("seed=0") for j in ("0", "1")}
     assert seeds == {0, 1}  # one job per seed
+    # the revival sweep of the collapse_revival recipe: one job per parent run, on the same launcher
+    revived = tmp_path / "revived"
+    cmd = [sys.executable, "-m", "sesa_cli", "revive", "-m", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2",
+           f"ckpt={sweep / '0'},{sweep / '1'}", "more_steps=1", "train.checkpoint_every=0",
+           f"hydra.sweep.dir={revived}"]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=False, env={**os.environ})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for job in ("0", "1"):
+        rows = [json.loads(line) for line in (revived / job / "metrics.jsonl").read_text().splitlines()]
+        assert [r["step"] for r in rows if "rollout/reward_mean" in r] == [1, 2, 3]  # the parent's rows, then its own
 
 
 def test_unknown_launcher_names_the_plugins_extra(monkeypatch: pytest.MonkeyPatch, capsys) -> None:

@@ -58,12 +58,14 @@ def reload_config(config_name: str, parent_config: Path, overrides: list[str]) -
     for group in GROUPS:
         if group in parent and not (isinstance(parent[group], dict) and isinstance(parent[group].get("name"), str)):
             raise ConfigError(f"{parent_config}: {group!r} must be a mapping with a 'name'")
-    parsed = OverridesParser.create().parse_overrides([o for o in overrides if not o.startswith("hydra.")])
+    # Hydra's own settings (hydra.run.dir=..., hydra/launcher=joblib in a sweep) are not the run's config
+    overrides = [o for o in overrides if not o.lstrip("+~").startswith(("hydra.", "hydra/"))]
+    parsed = OverridesParser.create().parse_overrides(overrides)
     user_groups = {ov.key_or_group for ov in parsed if ov.key_or_group in GROUPS}
     user_keys = [ov for ov in parsed if ov.key_or_group not in GROUPS]
 
     def _compose(extra: list[str]) -> Any:
-        args = [*extra, *(o for o in overrides if not o.startswith("hydra."))]
+        args = [*extra, *overrides]
         if GlobalHydra.instance().is_initialized():  # inside the command's @hydra.main app
             return compose(config_name, overrides=args)
         with initialize_config_dir(version_base="1.3", config_dir=str(conf_dir())):

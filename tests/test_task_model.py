@@ -39,5 +39,5 @@ def test_sketch_max_actions_bounds_the_plans() -> None:
     inst = task.instance("train", 0)
     assert task.solve_prompt(inst, "LD|").startswith(task.sketch_head(inst)[:-1])
     assert task.sketch_head(inst)[-1] != task.solve_prompt(inst, "LD|")[len(task.sketch_head(inst)) - 1]
-    with pytest.raises(ConfigError, match="task.sketch_max_actions=11"):
+    with pytest.raises(ConfigError, match=r"task\.sketch_max_actions=11"):
         compose_train(["task.sketch_max_actions=11"])

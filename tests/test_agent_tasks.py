@@ -254,9 +254,9 @@ def test_warm_start_corpus(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
         assert set(line) <= alphabet, set(line) - alphabet
     assert splits == {"train"}
     # All three kinds are present: played episodes, sketch lists, sketch -> solution.
-    assert any(":" in line and "?" not in line for line in corpus)
-    assert any("?" in line and ":" not in line for line in corpus)
-    assert any("?" in line and ":" in line for line in corpus)
+    assert any(":" in line and "?" not in line and "!" not in line for line in corpus)  # episodes
+    assert any("?" in line and ":" not in line for line in corpus)  # plan lists
+    assert any("!" in line and ":" in line and "?" not in line for line in corpus)  # plan -> episode
     assert corpus == make(name).warm_start_corpus(random.Random(0), 300)
 
 

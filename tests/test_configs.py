@@ -32,7 +32,8 @@ def test_defaults_are_the_documented_ones():
     cfg = compose_train([])
     names = (cfg.model.name, cfg.task.name, cfg.sampler.name, cfg.algo.name)
     assert names == ("tiny", "frozenlake", "sequential", "grpo")
-    assert cfg.sampler.stage1 == "auto"  # = sketch (plans) for frozenlake
+    assert compose_train(["task=path"]).sampler.stage1 == "auto"  # = sketch for the path task (its base follows them)
+    assert cfg.sampler.stage1 == "sketch"  # tiny FrozenLake drafts first-turn plans (conf/task_model/)
     assert compose_train(["task=path"]).task.target_seed == cfg.seed
 
 

@@ -19,18 +19,22 @@ import pytest
 from sesa_cli.tasks.base import make_task
 from tests.conftest import compose_train
 
+# FrozenLake as RAGEN sets it (conf/task/frozenlake.yaml), undoing what model=tiny adds (conf/task_model/)
+RAGEN_ON_TINY = ["task.is_slippery=true", "task.random_start_goal=true", "task.max_actions_per_turn=5",
+                 "task.warm_start_captions=0", "task.sketch_max_actions=0"]  # fmt: skip
+
 # label: (overrides, sha256 of the 500 lines joined by "\n", sha256 of [warm_start_key(), alphabet()]), 16 hex each.
 PINNED = {
     "path": (["task=path"], "28ac31493c138610", "fc5417a8fcd9d592"),
     "countdown": (["task=countdown"], "e12f2e0bf7a4102a", "167d6b6dc01c8ff5"),
     "math": (["task=math"], "20febfae2d0b4489", "e09aea3316d3812e"),
-    "frozenlake": (["task=frozenlake"], "2a9e83fe03329e9a", "ef74d7191b1e7957"),
-    "frozenlake_tiny": (["experiment=frozenlake_tiny"], "0cac49fcdf73f32c", "f2774ece7073670d"),
-    "frozenlake_chat": (["task=frozenlake", "task.style=chat"], "ea11d55c897ab7bf", "78f4d7cd0a16d39d"),
-    "sokoban": (["task=sokoban"], "a2ced753f957079d", "7960977d7777f2c2"),
-    "sokoban_chat": (["task=sokoban", "task.style=chat"], "1f8359bedaa28b7d", "91078ca3242da82c"),
-    "sudoku": (["task=sudoku"], "62b24e7c8b5e5223", "b0b7a579090fbfb6"),
-    "sudoku_chat": (["task=sudoku", "task.style=chat"], "8db3db83f7a19556", "8fe2aa8e460eff41"),
+    "frozenlake": (["task=frozenlake", *RAGEN_ON_TINY], "6747377d3df98db3", "1196630d04e9f00b"),
+    "frozenlake_tiny": (["experiment=frozenlake_tiny"], "3cc1e1f4fbc6f571", "30a444554d5564b9"),
+    "frozenlake_chat": (["task=frozenlake", "task.style=chat", *RAGEN_ON_TINY], "76298010ea3856f8", "a94d8113e75929e6"),
+    "sokoban": (["task=sokoban"], "7e875fccce5070f7", "52d15b04bbbd0192"),
+    "sokoban_chat": (["task=sokoban", "task.style=chat"], "012777530effd965", "034126f948d80c52"),
+    "sudoku": (["task=sudoku"], "50afce21ac56eca8", "2359a53f74374388"),
+    "sudoku_chat": (["task=sudoku", "task.style=chat"], "48ac8adebcf4d512", "d20ece41be400591"),
 }
 
 

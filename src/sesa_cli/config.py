@@ -214,15 +214,16 @@ class SamplerConfig:
     """Truncation c of the importance weight for loss_context=is."""
     train_sketches: bool = False
     """sequential, stage1=sketch: also give sketch tokens a policy-gradient term (advantage = mean of its solutions)."""
-    off_policy: str = "paper"
+    off_policy: str = "drop_negatives"
     """What the loss does with off-policy rows: solutions drawn in a context other than the one they are scored in
     (with ``loss_context=prompt`` or ``is``, every chain item after the first and every stage-II solution; never a
     sketch row, never with ``loss_context=conditioned``). Under the plain-prompt loss such a row's negative
     advantage pushes down log pi(y|x) of a solution the plain policy would almost never draw, without bound (with
     one update per batch the PPO ratio is exactly 1), and with it the prefixes it shares with the targets the chain
     found: measured on the path task, discovered targets fell 8-26 nats under the plain prompt.
-    ``paper``: every advantage as computed (the paper's loss). ``drop_negatives``: negative advantages of off-policy
-    rows set to 0, positives kept. ``weight_negatives``: negative advantages of off-policy rows multiplied by the
+    ``drop_negatives`` (the default): negative advantages of off-policy rows set to 0, positives kept; of the four,
+    the one that keeps the most targets in the plain policy (docs/results.md, claims II and III). ``paper``: every
+    advantage as computed (the paper's loss, one override away). ``weight_negatives``: negative advantages of off-policy rows multiplied by the
     truncated importance weight min(is_clip, pi(y|x) / pi(y|ctx)) of the whole solution, positives kept (the
     negative push on y is bounded by how likely the plain policy is to draw it). ``on_policy_baseline``: the group
     baseline (the mean the advantage subtracts) from the group's on-policy rows only, the scale as the estimator

@@ -109,8 +109,9 @@ CLAIMS = (
           "60 more steps from each seed's first checkpoint the collapse monitor flagged (claim I's runs), with "
           "parallel sampling or with the sequential sampler (each variant and form); paired by seed."),
     Claim("IV", "The agent task: FrozenLake", ("frozenlake",), ("parallel", "sequential"),
-          "experiment=frozenlake_tiny (non-slippery corner maps) with parallel sampling and with the sequential "
-          "sampler's default settings; validation on 64 maps x 16 samples.", ("agent", "sampling")),
+          "The default `sesa train` run (experiment=frozenlake_tiny names it: non-slippery corner maps, 150 steps) "
+          "with parallel sampling and with the sequential sampler's default settings (first-turn sketches, "
+          "drop_negatives); validation on 64 maps x 16 samples.", ("agent", "sampling")),
 )  # fmt: skip
 
 

@@ -23,8 +23,9 @@ Two renderings (``task.style``):
 
       <state>\\n:<actions>|\\n<state>\\n:<actions>|...
 
-  A sketch (SESA stage I) is a plan in the same action syntax after ``?``: sketches are drafted as
-  ``<state>\\n?<plan>|<plan>|...`` (``between`` = "") and a sketch is followed from ``<state>\\n?<plan>|\\n:``.
+  A sketch (SESA stage I) is a plan in the same action syntax: sketches are drafted as
+  ``<state>\\n?<plan>|<plan>|...`` (``between`` = "") and a sketch is followed from ``<state>\\n!<plan>|\\n:``. The
+  two marks differ so that after a plan the model knows whether another plan (``?``) or the episode (``!``) follows.
 * ``chat`` (instruction-tuned models): RAGEN's format (sesa_cli.tasks.ragen): its system text with the symbol
   legend and action list, ``Turn i:`` / ``State:`` blocks and ``Reward:`` lines as plain text; a response reads
   ``...</think><answer>Right || Up</answer>``.
@@ -46,8 +47,9 @@ from sesa_cli.tasks import ragen
 from sesa_cli.tasks.base import Score, Turn, check_split, draw_distinct
 from sesa_cli.tasks.ragen import RagenTask
 
-COMPACT_LAYOUT = "\n:?|"
-"""The characters of the compact layout: line breaks, ``:`` (a turn follows), ``?`` (a plan follows), the stop."""
+COMPACT_LAYOUT = "\n:?!|"
+"""The characters of the compact layout: line breaks, ``:`` (a turn follows), ``?`` (plans follow), ``!`` (the
+episode that carries out this plan follows), the stop."""
 
 
 @dataclass
@@ -60,6 +62,9 @@ class AgentTaskConfig(TaskConfig):
     """Actions read from one response; extra ones are ignored (RAGEN Sept-2025: 5; RAGEN-2: 2)."""
     max_actions: int = 10
     """Environment actions per episode; when spent the episode ends unsolved (RAGEN ``max_actions_per_traj`` = 10)."""
+    sketch_max_actions: int = 0
+    """Longest plan a sketch (SESA stage I) names, in actions; 0 = max_actions (a whole episode's plan). Set to
+    max_actions_per_turn, a sketch is the first turn, which stage II follows (see ``sketch_followed``)."""
     format_penalty: float = -0.1
     """Added once to a turn whose answer is unparseable, empty or names an unknown action (RAGEN: -0.1)."""
 
@@ -68,6 +73,10 @@ class AgentTaskConfig(TaskConfig):
         for key in ("max_turns", "max_actions_per_turn", "max_actions"):
             if getattr(self, key) < 1:
                 raise ConfigError(f"task.{key} must be >= 1")
+        if not 0 <= self.sketch_max_actions <= self.max_actions:
+            raise ConfigError(
+                f"task.sketch_max_actions={self.sketch_max_actions} must be in [0, task.max_actions={self.max_actions}]"
+            )
         if self.format_penalty > 0:
             raise ConfigError(f"task.format_penalty={self.format_penalty} must be <= 0 (it is a penalty)")
 
@@ -200,10 +209,15 @@ class AgentTask(RagenTask):
     def longest_plan(self) -> list[str]:
         """A plan as long as the warm start's longest (the compact sketch budget)."""
 
+    @property
+    def sketch_max_actions(self) -> int:
+        """Longest plan a sketch names: ``task.sketch_max_actions``, 0 meaning ``task.max_actions``."""
+        return self.cfg.sketch_max_actions or self.cfg.max_actions
+
     def random_plan(self, inst: Any, rng: random.Random) -> list[str]:
-        """A random plan (sketch) of 1..max_actions actions, played blind from the start."""
+        """A random plan (sketch) of 1..sketch_max_actions actions, played blind from the start."""
         env = self.make_env(inst)
-        return self.random_actions(env, rng, rng.randint(1, self.cfg.max_actions))
+        return self.random_actions(env, rng, rng.randint(1, self.sketch_max_actions))
 
     def chat_header(self) -> str:
         """RAGEN's system text: helper line, instruction, symbol legend, action list and separator rule."""
@@ -227,9 +241,11 @@ class AgentTask(RagenTask):
 
     def warm_start_key(self) -> dict[str, Any]:
         fields = {k: v for k, v in asdict(self.cfg).items() if k != "max_new_tokens"}
+        if not self.cfg.sketch_max_actions:
+            del fields["sketch_max_actions"]  # the default: the bases cached before the field existed stay valid
         # The corpus is played on seed 0's training instances whatever the run's seed, so every seed of a sweep
         # starts from the same cached base (as runs of a pretrained model do).
-        return {"name": self.name, "cfg": fields, "v": 2}
+        return {"name": self.name, "cfg": fields, "v": 3}
 
     # ---------------------------------------------------------------- layouts
     def prompt(self, inst: Any) -> str:
@@ -303,13 +319,13 @@ class AgentTask(RagenTask):
         return self.encode(actions) + self.stop
 
     def plan_actions(self, sketch: str) -> list[str] | None:
-        """The canonical actions of a sketch's plan: None unless it names 1..max_actions actions, all known."""
+        """The canonical actions of a sketch's plan: None unless it names 1..sketch_max_actions actions, all known."""
         if not isinstance(sketch, str):
             return None
         plan = self.sketch_content(sketch[:10_000])
         tokens = ragen.split_actions(plan) if self.chat else self.compact_tokens(plan)
         actions = [self.canonical(t) for t in tokens]
-        if not 1 <= len(actions) <= self.cfg.max_actions or any(a is None for a in actions):
+        if not 1 <= len(actions) <= self.sketch_max_actions or any(a is None for a in actions):
             return None
         return [a for a in actions if a is not None]
 
@@ -335,7 +351,7 @@ class AgentTask(RagenTask):
         if self.chat:
             turn = ragen.turn_text(1, state, self.cfg.max_actions, self.chat_max_words, plan=f"Plan: {plan}\n")
             return self.chat_header() + turn
-        return f"{state}\n?{plan}{self.stop}\n:"
+        return f"{state}\n!{plan}{self.stop}\n:"
 
     # ---------------------------------------------------------------- warm start
     def _turn_size(self, rng: random.Random) -> int:
@@ -364,9 +380,10 @@ class AgentTask(RagenTask):
     def warm_start_corpus(self, rng: random.Random, n: int) -> list[str]:
         """Three kinds of lines, all unskilled (random but well-formed play) on training instances:
 
-        * 50% full episodes ``transcript(inst, responses)`` with random actions, mostly 1-3 per turn;
-        * 25% lists of 1..sketch_list_max distinct random plans ``sketch_head + s1 + between + s2 ...``;
-        * 25% sketch -> solution: ``solve_prompt(inst, s)`` + the episode that plays the plan, then random moves.
+        * 40% full episodes ``transcript(inst, responses)`` with random actions, mostly 1-3 per turn;
+        * 20% lists of 1..sketch_list_max distinct random plans ``sketch_head + s1 + between + s2 ...``;
+        * 40% sketch -> solution: ``solve_prompt(inst, s)`` + the episode that plays the plan, then random moves
+          (as the path task's warm start: with a quarter of the lines, stage II did not learn to copy its plan).
         """
         if self.seed != 0:
             return type(self)(self.cfg, 0).warm_start_corpus(rng, n)
@@ -374,9 +391,9 @@ class AgentTask(RagenTask):
         for _ in range(n):
             inst = self.instance("train", rng.randrange(self.warm_pool))
             u = rng.random()
-            if u < 0.5:
+            if u < 0.4:
                 out.append(self.transcript(inst, self._random_responses(inst, rng))[0])
-            elif u < 0.75:
+            elif u < 0.6:
                 plans = self._distinct_plans(inst, rng, rng.randint(1, self.sketch_list_max))
                 out.append(self.sketch_head(inst) + self.between.join(self.sketch(p) for p in plans))
             else:

@@ -46,5 +46,5 @@ class GridTask(AgentTask):
         return [rng.choice(self.action_names) for _ in range(k)]
 
     def longest_plan(self) -> list[str]:
-        """max_actions actions."""
-        return [self.action_names[0]] * self.cfg.max_actions
+        """sketch_max_actions actions."""
+        return [self.action_names[0]] * self.sketch_max_actions

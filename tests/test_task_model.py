@@ -1,0 +1,43 @@
+"""Settings a task needs on a given model (conf/task_model/): task=frozenlake on model=tiny gets the FrozenLake the
+tiny model learns (issue 16 item 5), a real model keeps RAGEN's, and the command line always wins."""
+
+from __future__ import annotations
+
+import pytest
+
+from sesa_cli.config import ConfigError
+from tests.conftest import compose_train
+
+
+def test_tiny_frozenlake_gets_the_settings_it_learns_with() -> None:
+    cfg = compose_train([])  # sesa train with no overrides: frozenlake, tiny, sequential
+    assert (cfg.task.name, cfg.model.name, cfg.sampler.name) == ("frozenlake", "tiny", "sequential")
+    assert (cfg.task.is_slippery, cfg.task.random_start_goal, cfg.task.max_actions_per_turn) == (False, False, 2)
+    assert (cfg.task.sketch_max_actions, cfg.sampler.stage1, cfg.sampler.off_policy) == (2, "sketch", "drop_negatives")
+    assert (cfg.algo.minibatches, cfg.optim.lr, cfg.optim.lr_schedule) == (4, 3e-4, "linear")
+    assert (cfg.eval.instances, cfg.eval.samples) == (64, 16)
+
+
+def test_a_real_model_keeps_ragen_settings_and_the_command_line_wins() -> None:
+    real = compose_train(["model=smollm2-135m"])
+    assert (real.task.is_slippery, real.task.random_start_goal, real.task.sketch_max_actions) == (True, True, 0)
+    assert (real.algo.minibatches, real.sampler.stage1) == (1, "auto")
+    tiny = compose_train(["task.is_slippery=true", "train.steps=7", "sampler.stage1=auto"])
+    assert (tiny.task.is_slippery, tiny.train.steps, tiny.sampler.stage1) == (True, 7, "auto")
+    other = compose_train(["task=path"])  # no task_model file for the path task: its own defaults
+    assert other.algo.minibatches == 1
+
+
+def test_sketch_max_actions_bounds_the_plans() -> None:
+    from sesa_cli.tasks.base import make_task
+
+    task = make_task(compose_train([]).task, 0)
+    assert task.plan_actions(task.sketch(["Left", "Down"])) == ["Left", "Down"]
+    assert task.plan_actions(task.sketch(["Left", "Down", "Down"])) is None  # longer than the first turn
+    assert task.sketch_max_tokens() == 3  # two actions and the stop
+    # the episode marker differs from the plan-list marker, so the model knows which follows a plan
+    inst = task.instance("train", 0)
+    assert task.solve_prompt(inst, "LD|").startswith(task.sketch_head(inst)[:-1])
+    assert task.sketch_head(inst)[-1] != task.solve_prompt(inst, "LD|")[len(task.sketch_head(inst)) - 1]
+    with pytest.raises(ConfigError, match=r"task\.sketch_max_actions=11"):
+        compose_train(["task.sketch_max_actions=11"])

@@ -54,6 +54,26 @@ def test_eval_writes_samples_and_metrics(parent_run, tmp_path, monkeypatch):
     assert "target_seed: 3" in config
 
 
+def test_eval_run_alone_leaves_the_run_dir_of_the_command(tiny_overrides, tmp_path, monkeypatch):
+    # issue 18 item 7: the command's `run` (what a library caller or test calls) writes the same run dir as the Hydra
+    # app, which adds only Hydra's own .hydra/ and log file
+    from hydra import compose, initialize_config_dir
+
+    from sesa_cli.commands import eval as eval_command
+    from sesa_cli.config import conf_dir, to_object
+
+    overrides = [*tiny_overrides, "eval.samples=2"]
+    by_cli = tmp_path / "cli"
+    assert run_cli(["eval", *overrides, f"hydra.run.dir={by_cli}"], monkeypatch) == 0
+    with initialize_config_dir(version_base="1.3", config_dir=str(conf_dir())):
+        cfg = to_object(compose("eval", overrides=overrides))
+    alone = tmp_path / "alone"
+    eval_command.run(cfg, alone, overrides)
+    assert {p.name for p in by_cli.iterdir()} - {".hydra", "eval.log"} == {p.name for p in alone.iterdir()}
+    assert (alone / "config.yaml").read_text() == (by_cli / "config.yaml").read_text()
+    assert json.loads((alone / "metrics.json").read_text()) == json.loads((by_cli / "metrics.json").read_text())
+
+
 def test_eval_of_a_checkpoint_uses_the_runs_own_evaluation_protocol(parent_run, tmp_path, monkeypatch, capsys):
     # issue 22: one evaluation protocol. sesa eval of the run dir takes its protocol (eval.samples=8 x the path task's
     # one instance) and its sampling settings: what does not depend on the draws (the exact policy metrics, the

@@ -466,8 +466,6 @@ class TrainConfig:
     """The one seed: python, numpy and torch generators, training instances and (path task) targets."""
     device: str = "cpu"
     """Torch device."""
-    run_dir: str | None = None
-    """Where the run writes; set by the command from Hydra's output dir."""
 
     def __post_init__(self) -> None:
         if self.optim.warmup_steps >= self.train.steps:
@@ -533,8 +531,6 @@ class DiversityReportConfig:
     metrics: list[str] = field(default_factory=list)
     """Headline metrics, e.g. ``metrics=[policy/target_mass,eval/success]``; empty: chosen from what the runs
     logged (the exact policy's spread and target mass where the task has them, validation success, episode length)."""
-    run_dir: str | None = None
-    """Where the report is written; set by the command from Hydra's output dir."""
 
 
 def to_object(cfg: Any) -> Any:

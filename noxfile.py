@@ -1,5 +1,5 @@
-"""Developer sessions: `nox -s lint tests` (the default and what CI runs), `nox -s bench` and `nox -s results`
-(opt-in).
+"""Developer sessions: `nox -s lint typecheck tests` (the default and what CI runs), `nox -s slow`, `nox -s bench`
+and `nox -s results` (opt-in).
 
 Every session that installs the project installs the CPU build of torch first: an unpinned torch in a fresh
 environment would pull ~2.6 GB of CUDA wheels.
@@ -9,15 +9,16 @@ from __future__ import annotations
 
 import nox
 
-nox.options.sessions = ["lint", "tests"]
+nox.options.sessions = ["lint", "typecheck", "tests"]
 nox.options.error_on_missing_interpreters = True
 
 TORCH = "torch==2.13.0"
+MYPY = "mypy==2.4.1"
 
 
 def install_project(session: nox.Session, extras: str = "test") -> None:
     session.install(TORCH)
-    session.install("-e", f".[{extras}]")
+    session.install("-e", f".[{extras}]" if extras else ".")
 
 
 @nox.session
@@ -26,6 +27,14 @@ def lint(session: nox.Session) -> None:
     session.install("ruff==0.17.6")
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
+
+
+@nox.session
+def typecheck(session: nox.Session) -> None:
+    """mypy --strict on src/ (settings in pyproject's [tool.mypy]); mypy is installed here, not as a dependency."""
+    install_project(session, extras="")
+    session.install(MYPY)
+    session.run("mypy", *session.posargs)
 
 
 @nox.session

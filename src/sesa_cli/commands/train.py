@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import hydra
 from omegaconf import DictConfig
@@ -19,6 +19,9 @@ from sesa_cli.commands.common import (
 from sesa_cli.commands.schemas import register_configs
 from sesa_cli.config import TrainConfig, conf_dir, to_object
 from sesa_cli.metric_keys import key
+
+if TYPE_CHECKING:
+    from sesa_cli.trainer import Trainer
 
 log = logging.getLogger("sesa.train")
 register_configs()
@@ -49,7 +52,7 @@ def run(cfg: TrainConfig, run_dir: Path, overrides: list[str] | None = None, res
     return fit(trainer, run_dir, show_progress and dist.is_main)
 
 
-def fit(trainer: Any, run_dir: Path, show_progress: bool = True) -> dict[str, Any]:
+def fit(trainer: Trainer, run_dir: Path, show_progress: bool = True) -> dict[str, Any]:
     """Run a prepared trainer with the live display; print the final table."""
     from sesa_cli.evaluation import describe_protocol
     from sesa_cli.progress import TrainProgress, final_table

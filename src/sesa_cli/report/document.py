@@ -238,7 +238,8 @@ summary { cursor: pointer; font-weight: 600; }
 
 def _html(report: Report) -> str:
     def table(frame: pd.DataFrame, index: bool = True) -> str:
-        return "<div class='scroll'>" + frame.to_html(index=index, border=0, escape=True, na_rep="") + "</div>"
+        body: str = frame.to_html(index=index, border=0, escape=True, na_rep="")
+        return "<div class='scroll'>" + body + "</div>"
 
     parts = [
         "<!DOCTYPE html>",
@@ -335,12 +336,19 @@ def write_report(report: Report, out_dir: Path) -> ReportFiles:
     return ReportFiles(markdown=markdown_path, html=html_path, plots=report.plots, notes=report.notes, **files)
 
 
-def write_tables(report: Report, out_dir: Path) -> dict[str, Path | None]:
+class TableFiles(TypedDict):
+    """The CSVs of :func:`write_tables` (fields as in :class:`ReportFiles`)."""
+
+    summary: Path
+    groups: Path
+    compare: Path | None
+
+
+def write_tables(report: Report, out_dir: Path) -> TableFiles:
     """summary.csv, groups.csv and (when groups are compared) compare.csv."""
-    paths: dict[str, Path | None] = {"summary": out_dir / "summary.csv", "groups": out_dir / "groups.csv"}
+    paths = TableFiles(summary=out_dir / "summary.csv", groups=out_dir / "groups.csv", compare=None)
     report.per_run.to_csv(paths["summary"], index=False)
     report.groups.to_csv(paths["groups"], index=False)
-    paths["compare"] = None
     if report.compare is not None:
         paths["compare"] = out_dir / "compare.csv"
         report.compare.to_csv(paths["compare"], index=False)
@@ -351,7 +359,10 @@ def draw_figures(report: Report, out_dir: Path) -> tuple[dict[str, Path], dict[s
     """The heatmap (tasks with exact policy metrics) and the curve plots; returns (written, skipped with reason)."""
     layout = Layout.of(report.runs)
     written: dict[str, Path] = {}
-    panels = [report.baseline, *report.compare["group"].unique()[:1]] if report.baseline else list(layout.groups)
+    if report.baseline and report.compare is not None:  # set together by analyse()
+        panels = [report.baseline, *report.compare["group"].unique()[:1]]
+    else:
+        panels = list(layout.groups)
     heatmap = draw_heatmaps(pick_runs(layout.groups, panels[:2]), layout.colors, out_dir / "heatmap.png")
     if heatmap is not None:
         written["heatmap"] = heatmap
@@ -370,8 +381,8 @@ def console_tables(report: Report) -> list[tuple[str, list[str], list[list[str]]
     compare = report.compare.set_index(["group", "metric"]) if report.compare is not None else None
     for metric in report.headline:
         headers = ["#", "mean", "95% interval"]
-        if compare is not None:
-            headers += [f"− {numbered[report.baseline]}", "95% interval"]  # type: ignore[index]
+        if compare is not None and report.baseline is not None:  # set together by analyse()
+            headers += [f"− {numbered[report.baseline]}", "95% interval"]
         rows = []
         for group in report.labels:
             if (group, metric) not in groups.index:

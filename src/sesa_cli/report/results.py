@@ -265,7 +265,7 @@ def run_sweep(session: Session, sweep: Sweep, log: Path) -> list[str]:
     batches: dict[tuple[str, ...], list[tuple[tuple[str, str], ...]]] = {}
     for setting, values in lacking.items():
         batches.setdefault(tuple(values), []).append(setting)
-    for values, settings in batches.items():
+    for seeds_or_ckpts, settings in batches.items():
         product = {k: list(dict.fromkeys(dict(s)[k] for s in settings)) for k, _ in settings[0]}
         if len(settings) == math.prod(len(v) for v in product.values()):
             multiruns = [product]
@@ -273,7 +273,7 @@ def run_sweep(session: Session, sweep: Sweep, log: Path) -> list[str]:
             multiruns = [{k: [v] for k, v in setting} for setting in settings]
         for swept in multiruns:
             sweep_dir = _next_sweep_dir(session.root, sweep)
-            _run(command(session, sweep, {**swept, axis: list(values)}, sweep_dir), log, sweep.name)
+            _run(command(session, sweep, {**swept, axis: list(seeds_or_ckpts)}, sweep_dir), log, sweep.name)
     done = [tuple(job.values()) for job, _ in session.complete(sweep)]
     notes += [f"{sweep.name}: job {job} did not finish" for job in expected if tuple(job.values()) not in done]
     return notes

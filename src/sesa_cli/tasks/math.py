@@ -141,7 +141,7 @@ class MathTask(RagenTask):
             raise ConfigError("task=math needs math-verify: pip install 'math-verify>=0.7'")
         self._rows: tuple[list[MathInstance], list[MathInstance]] | None = None
         self._data_hash = ""
-        if cfg.data:
+        if self.cfg.data:
             self._rows = self._load()
 
     def _load(self) -> tuple[list[MathInstance], list[MathInstance]]:

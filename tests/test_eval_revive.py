@@ -18,8 +18,17 @@ def parent_run(tmp_path_factory, tiny_overrides) -> Path:
     run_dir = tmp_path_factory.mktemp("parent") / "run"
     mp = pytest.MonkeyPatch()
     try:
-        argv = ["train", *tiny_overrides, *SMALL, "sampler=parallel", "sampler.group_size=4", "train.steps=4",
-                "train.checkpoint_every=2", "seed=3", f"hydra.run.dir={run_dir}"]  # fmt: skip
+        argv = [
+            "train",
+            *tiny_overrides,
+            *SMALL,
+            "sampler=parallel",
+            "sampler.group_size=4",
+            "train.steps=4",
+            "train.checkpoint_every=2",
+            "seed=3",
+            f"hydra.run.dir={run_dir}",
+        ]
         assert run_cli(argv, mp) == 0
     finally:
         mp.undo()
@@ -31,14 +40,30 @@ def test_eval_writes_samples_and_metrics(parent_run, tmp_path, monkeypatch):
     argv = ["eval", f"ckpt={parent_run}", "eval.samples=8", "eval.instances=2", f"hydra.run.dir={out}"]
     assert run_cli(argv, monkeypatch) == 0
     metrics = json.loads((out / "metrics.json").read_text())
-    for key in ("eval/success", "eval/entropy", "eval/pass@1", "eval/pass@2", "eval/pass@4", "eval/pass@8",
-                "eval/coverage@8", "eval/distinct@8", "eval/distinct_correct@8", "eval/greedy_success"):  # fmt: skip
+    for key in (
+        "eval/success",
+        "eval/entropy",
+        "eval/pass@1",
+        "eval/pass@2",
+        "eval/pass@4",
+        "eval/pass@8",
+        "eval/coverage@8",
+        "eval/distinct@8",
+        "eval/distinct_correct@8",
+        "eval/greedy_success",
+    ):
         assert key in metrics, key
     assert metrics["eval/greedy_success"] in (0.0, 0.5, 1.0)  # one greedy answer for each of the 2 instances
     assert metrics["step"] == 4  # a run dir means its last checkpoint
     # the path task enumerates its 64 (test-world) leaves: exact policy metrics, coverage at k = eval.samples
-    for key in ("policy/valid_mass", "policy/target_mass", "policy/effective_solutions",
-                "policy/solutions_above_1pct", "policy/solution_entropy", "policy/coverage@8"):  # fmt: skip
+    for key in (
+        "policy/valid_mass",
+        "policy/target_mass",
+        "policy/effective_solutions",
+        "policy/solutions_above_1pct",
+        "policy/solution_entropy",
+        "policy/coverage@8",
+    ):
         assert key in metrics, key
     assert 0 < metrics["policy/target_mass"] <= metrics["policy/valid_mass"] <= 1
     (line,) = (out / "policy_probs.jsonl").read_text().splitlines()
@@ -97,8 +122,15 @@ def test_eval_of_a_checkpoint_uses_the_runs_own_evaluation_protocol(parent_run, 
 
 def test_eval_with_a_sequential_sampler_reports_chain_health(parent_run, tmp_path, monkeypatch, capsys):
     out = tmp_path / "eval_seq"
-    argv = ["eval", f"ckpt={parent_run}", "sampler=sequential", "sampler.stage1=sketch", "eval.samples=8",
-            "eval.instances=2", f"hydra.run.dir={out}"]  # fmt: skip
+    argv = [
+        "eval",
+        f"ckpt={parent_run}",
+        "sampler=sequential",
+        "sampler.stage1=sketch",
+        "eval.samples=8",
+        "eval.instances=2",
+        f"hydra.run.dir={out}",
+    ]
     assert run_cli(argv, monkeypatch) == 0
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["chain/chains"] == 4  # 2 instances x 8 samples in chains of group_size=4

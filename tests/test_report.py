@@ -65,8 +65,10 @@ def test_report_leads_with_the_answer(built: ReportFiles) -> None:
     """Headline (groups × headline metrics with intervals) and the difference come before the first plot; the full
     tables come last, folded in the HTML."""
     markdown = built["markdown"].read_text()
-    order = [markdown.index(s) for s in ("## Headline", "### Difference to [1] parallel", "![heatmap]",
-                                          "## All metrics", "## Runs")]  # fmt: skip
+    order = [
+        markdown.index(s)
+        for s in ("## Headline", "### Difference to [1] parallel", "![heatmap]", "## All metrics", "## Runs")
+    ]
     assert order == sorted(order)
     headline = markdown[markdown.index("## Headline") : markdown.index("## Plots")]
     assert "| group | n | policy/effective_solutions | policy/target_mass | eval/success |" in headline
@@ -119,10 +121,25 @@ def test_console_tables_fit_80_columns(built: ReportFiles, sweep: Path, tmp_path
     # sequential: (0.60 + 0.61) / 4 and the two seeds' values; minus parallel's (0.40 + 0.41) / 4, paired: 0.1 each
     assert success[2][1] == ["[2]", "0.302", "[0.300, 0.305]", "+0.100", "[0.100, 0.100]"]
     # what the command prints: every line within 80 columns, wide groups and all
-    wide = [write_run(tmp_path / f"w{s}", {"sampler": "sequential", "sampler.off_policy": "on_policy_baseline",
-                                            "sampler.stage1": "solution", "seed": s}) for s in (0, 1)]  # fmt: skip
-    wide += [write_run(tmp_path / f"v{s}", {"sampler": "sequential", "sampler.off_policy": "weight_negatives",
-                                            "sampler.stage1": "sketch", "seed": s}) for s in (0, 1)]  # fmt: skip
+    wide = [
+        write_run(
+            tmp_path / f"w{s}",
+            {
+                "sampler": "sequential",
+                "sampler.off_policy": "on_policy_baseline",
+                "sampler.stage1": "solution",
+                "seed": s,
+            },
+        )
+        for s in (0, 1)
+    ]
+    wide += [
+        write_run(
+            tmp_path / f"v{s}",
+            {"sampler": "sequential", "sampler.off_policy": "weight_negatives", "sampler.stage1": "sketch", "seed": s},
+        )
+        for s in (0, 1)
+    ]
     wide += [write_run(tmp_path / f"p{s}", {"sampler": "parallel", "seed": s}) for s in (0, 1)]
     run(DiversityReportConfig(runs=[str(p) for p in wide]), tmp_path / "out")
     out = capsys.readouterr().out
@@ -189,13 +206,22 @@ def test_single_run_is_labelled_by_its_dir(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     ("key", "a", "b"),
-    [("optim.lr", "1e-4", "3e-4"), ("sampler.off_policy", "paper", "drop_negatives"), ("train.batch_size", "8", "16"),
-     ("model.cache_dir", "/a", "/b"), ("task.regions", "4", "8"), ("experiment", "x", "y")],
-)  # fmt: skip
+    [
+        ("optim.lr", "1e-4", "3e-4"),
+        ("sampler.off_policy", "paper", "drop_negatives"),
+        ("train.batch_size", "8", "16"),
+        ("model.cache_dir", "/a", "/b"),
+        ("task.regions", "4", "8"),
+        ("experiment", "x", "y"),
+    ],
+)
 def test_grouping_ignores_seed_and_nothing_else(tmp_path: Path, key: str, a: str, b: str) -> None:
     # Four runs: two seeds of each value of `key`. Seeds merge into a group; any other difference splits.
-    paths = [write_run(tmp_path / f"{v}-{s}", {"sampler": "sequential", key: value, "seed": s})
-             for v, value in enumerate((a, b)) for s in (0, 1)]  # fmt: skip
+    paths = [
+        write_run(tmp_path / f"{v}-{s}", {"sampler": "sequential", key: value, "seed": s})
+        for v, value in enumerate((a, b))
+        for s in (0, 1)
+    ]
     runs, _ = load_runs(paths)
     assert [r.group for r in runs] == [f"{key}={a}"] * 2 + [f"{key}={b}"] * 2
     assert group_summary(summarize(runs))["n_seeds"].max() == 2
@@ -209,8 +235,11 @@ def test_grouping_ignores_seed_and_nothing_else(tmp_path: Path, key: str, a: str
 
 def test_a_run_written_before_a_config_rename_groups_with_its_current_name(tmp_path: Path) -> None:
     # issue 18 moved algo.lr to optim.lr: an old run's override and config read under the new name
-    old = write_run(tmp_path / "old", {"sampler": "parallel", "algo.lr": "3e-4", "seed": 0},
-                    extra_config={"algo": {"name": "grpo", "lr": 3e-4}, "optim": {}})  # fmt: skip
+    old = write_run(
+        tmp_path / "old",
+        {"sampler": "parallel", "algo.lr": "3e-4", "seed": 0},
+        extra_config={"algo": {"name": "grpo", "lr": 3e-4}, "optim": {}},
+    )
     new = write_run(tmp_path / "new", {"sampler": "parallel", "optim.lr": "3e-4", "seed": 1})
     base = write_run(tmp_path / "base", {"sampler": "parallel", "seed": 0})
     runs, _ = load_runs([old, new, base])
@@ -224,8 +253,10 @@ def test_a_run_written_before_a_config_rename_groups_with_its_current_name(tmp_p
 def test_revivals_from_each_seeds_checkpoint_are_one_group(tmp_path: Path) -> None:
     parents = [write_run(tmp_path / f"collapse{s}", {"sampler": "parallel", "seed": s}) for s in (0, 1)]
     other = write_run(tmp_path / "collapse-lr", {"sampler": "parallel", "optim.lr": "3e-4", "seed": 0})
-    revived = [write_revival(tmp_path / f"rev{s}", p, at=6 + s, overrides={"sampler": "sequential"})
-               for s, p in enumerate(parents)]  # fmt: skip
+    revived = [
+        write_revival(tmp_path / f"rev{s}", p, at=6 + s, overrides={"sampler": "sequential"})
+        for s, p in enumerate(parents)
+    ]
     revived.append(write_revival(tmp_path / "rev-lr", other, at=6, overrides={"sampler": "sequential"}))
     runs, _ = load_runs(revived)
     groups = [r.group for r in runs]
@@ -234,12 +265,29 @@ def test_revivals_from_each_seeds_checkpoint_are_one_group(tmp_path: Path) -> No
 
 
 def test_labels_show_what_differs_and_leave_out_what_does_not_apply(tmp_path: Path) -> None:
-    runs = [write_run(tmp_path / "par", {"experiment": "collapse", "seed": 0}),
-            write_run(tmp_path / "seq-a", {"experiment": "discovery", "sampler": "sequential",
-                                           "sampler.off_policy": "paper", "sampler.stage1": "solution", "seed": 0}),
-            write_run(tmp_path / "seq-b", {"experiment": "discovery", "sampler": "sequential",
-                                           "sampler.off_policy": "drop_negatives", "sampler.stage1": "solution",
-                                           "seed": 0})]  # fmt: skip
+    runs = [
+        write_run(tmp_path / "par", {"experiment": "collapse", "seed": 0}),
+        write_run(
+            tmp_path / "seq-a",
+            {
+                "experiment": "discovery",
+                "sampler": "sequential",
+                "sampler.off_policy": "paper",
+                "sampler.stage1": "solution",
+                "seed": 0,
+            },
+        ),
+        write_run(
+            tmp_path / "seq-b",
+            {
+                "experiment": "discovery",
+                "sampler": "sequential",
+                "sampler.off_policy": "drop_negatives",
+                "sampler.stage1": "solution",
+                "seed": 0,
+            },
+        ),
+    ]
     loaded, _ = load_runs(runs)
     # experiment is told by the sampler; a parallel run reads no sampler.off_policy / stage1
     assert [r.group for r in loaded] == [
@@ -249,8 +297,11 @@ def test_labels_show_what_differs_and_leave_out_what_does_not_apply(tmp_path: Pa
     ]
     from sesa_cli.report.runs import short_label
 
-    assert [short_label(r) for r in loaded] == ["parallel", "sequential off_policy=paper",
-                                                 "sequential off_policy=drop_negatives"]  # fmt: skip
+    assert [short_label(r) for r in loaded] == [
+        "parallel",
+        "sequential off_policy=paper",
+        "sequential off_policy=drop_negatives",
+    ]
 
 
 def test_revived_run_summary_excludes_the_parents_rows(tmp_path: Path) -> None:
@@ -273,8 +324,10 @@ def test_revivals_from_different_steps_are_drawn_since_the_revival(tmp_path: Pat
     from sesa_cli.report.plots import Layout
 
     parents = [write_run(tmp_path / f"collapse{s}", {"sampler": "parallel", "seed": s}) for s in (0, 1)]
-    revived = [write_revival(tmp_path / f"rev{s}", p, at=5 + s, overrides={"sampler": "sequential"})
-               for s, p in enumerate(parents)]  # fmt: skip
+    revived = [
+        write_revival(tmp_path / f"rev{s}", p, at=5 + s, overrides={"sampler": "sequential"})
+        for s, p in enumerate(parents)
+    ]
     runs, _ = load_runs(revived)
     layout = Layout.of(runs)
     assert layout.since_revival
@@ -296,8 +349,9 @@ def test_heatmap_reads_policy_probs(tmp_path: Path) -> None:
     assert probs is not None
     assert probs.targets == TARGETS
     assert list(probs.steps) == [0, 5, 10]
-    assert probs.values[:, -1].tolist() == pytest.approx([*target_probs(10, 1, "parallel"),
-                                                          1 - sum(target_probs(10, 1, "parallel"))])  # fmt: skip
+    assert probs.values[:, -1].tolist() == pytest.approx(
+        [*target_probs(10, 1, "parallel"), 1 - sum(target_probs(10, 1, "parallel"))]
+    )
 
 
 def test_compare_names_groups_by_number_or_label(tmp_path: Path) -> None:
@@ -310,8 +364,13 @@ def test_compare_names_groups_by_number_or_label(tmp_path: Path) -> None:
     assert analyse(paths).compare is None  # three groups: nothing compared unless asked
     report = analyse(paths, compare=["dapo", "*"])
     assert (report.baseline, list(report.compare["group"].unique())) == ("algo=dapo", ["algo=grpo", "algo=rloo"])
-    for bad, message in (([5, 1], "there is no group 5"), (["o", "1"], "matches 3 groups"),
-                         (["sft", "1"], "matches no group"), (["1"], "two or more"), ([1, "grpo"], "two or more")):  # fmt: skip
+    for bad, message in (
+        ([5, 1], "there is no group 5"),
+        (["o", "1"], "matches 3 groups"),
+        (["sft", "1"], "matches no group"),
+        (["1"], "two or more"),
+        ([1, "grpo"], "two or more"),
+    ):
         with pytest.raises(ConfigError, match=message):
             analyse(paths, compare=bad)
     with pytest.raises(ConfigError, match="no run logged policy/x"):
@@ -372,8 +431,12 @@ def test_exact_policy_metrics_get_their_plot_and_lead_the_table(tmp_path: Path) 
     files = build_report([run], tmp_path / "report")
     assert "policy" in files["plots"]
     assert "heatmap" not in files["plots"]  # no policy_probs.jsonl
-    assert analyse([run]).headline == ["policy/effective_solutions", "policy/target_mass", "eval/success",
-                                       "eval/pass@16"]  # fmt: skip
+    assert analyse([run]).headline == [
+        "policy/effective_solutions",
+        "policy/target_mass",
+        "eval/success",
+        "eval/pass@16",
+    ]
 
 
 def test_truncated_last_line_is_tolerated(sweep: Path) -> None:

@@ -34,9 +34,13 @@ def print_help() -> None:
     lines = [USAGE, "", "sesa: RL for language-model policies with sequential sampling (SESA)", "", "commands:"]
     for name, (_, text) in COMMANDS.items():
         lines.append(f"  {name:<18} {text}")
-    lines += ["", "`sesa <command> --help` shows the command's config groups and options.",
-              "examples:", "  sesa train task=path sampler=sequential",
-              "  sesa train -m task=path sampler=parallel,sequential seed=0,1"]  # fmt: skip
+    lines += [
+        "",
+        "`sesa <command> --help` shows the command's config groups and options.",
+        "examples:",
+        "  sesa train task=path sampler=sequential",
+        "  sesa train -m task=path sampler=parallel,sequential seed=0,1",
+    ]
     print("\n".join(lines))
 
 

@@ -177,12 +177,16 @@ class Trainer:
                 logps, ents = self._minibatch_logps(sub, live, None if old is None else old[chunk])
                 old_sub = old[chunk] if several and old is not None else logps.detach()
                 loss, m = algos.compute_loss(
-                    logps, old_sub, advantages[chunk], sub.response_mask, algo,
+                    logps,
+                    old_sub,
+                    advantages[chunk],
+                    sub.response_mask,
+                    algo,
                     ref_logps=None if ref is None else ref[chunk],
                     entropies=ents if algo.entropy_coef > 0 else None,
                     seq_weights=None if seq_weights is None else seq_weights[chunk],
                     norm_constant=self.norm_constant,
-                )  # fmt: skip
+                )
                 if not self._finite(loss):
                     continue
                 lr = optim.lr * self.lr_scale()

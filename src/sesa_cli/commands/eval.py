@@ -117,9 +117,11 @@ def chain_table(health: Any) -> Any:
         "sum is the distinct valid items per chain); cut: hit the length limit without the stop"
         + ("; followed: share of stage-II solutions that follow their sketch" if health.sketches else "")
     )
-    rows = [("valid", health.valid, f"{scalars['valid']:.2f}"),
-            ("new", health.new, f"{health.distinct:.2f} distinct"),
-            ("cut", health.cut, f"{scalars['cut']:.2f}")]  # fmt: skip
+    rows = [
+        ("valid", health.valid, f"{scalars['valid']:.2f}"),
+        ("new", health.new, f"{health.distinct:.2f} distinct"),
+        ("cut", health.cut, f"{scalars['cut']:.2f}"),
+    ]
     if health.sketches:
         followed = scalars.get("followed")
         rows.append(("followed", health.followed, "-" if followed is None else f"{followed:.2f}"))

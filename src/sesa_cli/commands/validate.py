@@ -79,8 +79,10 @@ def sequential_only_problem(overrides: list[str], samplers: set[str]) -> str | N
     if not found or "sequential" in samplers:
         return None
     uses = " and ".join(f"sampler={name}" for name in sorted(samplers))
-    return (f"{', '.join(found)} only {'applies' if len(found) == 1 else 'apply'} to sampler=sequential, and this "
-            f"run uses {uses}: drop {'it' if len(found) == 1 else 'them'} or choose sampler=sequential")  # fmt: skip
+    return (
+        f"{', '.join(found)} only {'applies' if len(found) == 1 else 'apply'} to sampler=sequential, and this "
+        f"run uses {uses}: drop {'it' if len(found) == 1 else 'them'} or choose sampler=sequential"
+    )
 
 
 def _valid_keys(config_name: str, overrides: list[str], parent: str, bad: str) -> list[str]:

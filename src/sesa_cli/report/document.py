@@ -204,19 +204,40 @@ def _markdown(report: Report) -> str:
     parts = ["# sesa diversity report", "", report.intro(), ""]
     if report.notes:
         parts += ["## Notes", "", *(f"- {note}" for note in report.notes), ""]
-    parts += ["## Headline", "", f"Final values: mean over seeds [95% interval]. {METHOD}", "",
-              markdown_table(report.headline_frame(), index=False), ""]  # fmt: skip
+    parts += [
+        "## Headline",
+        "",
+        f"Final values: mean over seeds [95% interval]. {METHOD}",
+        "",
+        markdown_table(report.headline_frame(), index=False),
+        "",
+    ]
     difference = report.difference_frame()
     if difference is not None:
         parts += [f"### {report.difference_title()}", "", markdown_table(difference, index=False), ""]
     parts += ["## Plots", ""]
     for name, path in report.plots.items():
         parts += [f"![{name}]({path.name})", "", _PLOT_CAPTIONS[name], ""]
-    parts += ["## All metrics", "", "### Final values", "", _FINAL, "",
-              markdown_table(wide_table(report.groups, "final", labels=report.labels)), "",
-              "### Best values", "", _BEST, "",
-              markdown_table(wide_table(report.groups, "best", labels=report.labels)), "",
-              "## Runs", "", markdown_table(runs_table(report), index=False), ""]  # fmt: skip
+    parts += [
+        "## All metrics",
+        "",
+        "### Final values",
+        "",
+        _FINAL,
+        "",
+        markdown_table(wide_table(report.groups, "final", labels=report.labels)),
+        "",
+        "### Best values",
+        "",
+        _BEST,
+        "",
+        markdown_table(wide_table(report.groups, "best", labels=report.labels)),
+        "",
+        "## Runs",
+        "",
+        markdown_table(runs_table(report), index=False),
+        "",
+    ]
     return "\n".join(parts)
 
 
@@ -288,16 +309,18 @@ def runs_table(report: Report) -> pd.DataFrame:
     rows = []
     for run in report.runs:
         env = run.environment
-        rows.append({
-            "group": report.labels[run.group],
-            "seed": run.seed if run.seed is not None else "",
-            "command": run.info.get("command", ""),
-            "last step": int(run.metrics.index.max()),
-            "revived at": "" if run.parent_step is None else run.parent_step,
-            "threads": env.get("torch threads", ""),
-            "versions": " ".join(f"{k} {v}" for k, v in env.items() if k != "torch threads"),
-            "run": str(run.path),
-        })  # fmt: skip
+        rows.append(
+            {
+                "group": report.labels[run.group],
+                "seed": run.seed if run.seed is not None else "",
+                "command": run.info.get("command", ""),
+                "last step": int(run.metrics.index.max()),
+                "revived at": "" if run.parent_step is None else run.parent_step,
+                "threads": env.get("torch threads", ""),
+                "versions": " ".join(f"{k} {v}" for k, v in env.items() if k != "torch threads"),
+                "run": str(run.path),
+            }
+        )
     frame = pd.DataFrame(rows)
     empty = [c for c in ("seed", "command", "revived at", "threads", "versions") if not frame[c].astype(bool).any()]
     return frame.drop(columns=empty)
@@ -375,8 +398,13 @@ def console_tables(report: Report) -> list[tuple[str, list[str], list[list[str]]
     groups by number, then per headline metric one row per group with its final mean and 95% interval, and the
     difference to the baseline where groups are compared."""
     numbered = {g: label.partition(" ")[0] for g, label in report.labels.items()}
-    out = [("groups", ["#", "group", "seeds"],
-            [[numbered[g], label.partition(" ")[2], str(_n(report, g))] for g, label in report.labels.items()])]  # fmt: skip
+    out = [
+        (
+            "groups",
+            ["#", "group", "seeds"],
+            [[numbered[g], label.partition(" ")[2], str(_n(report, g))] for g, label in report.labels.items()],
+        )
+    ]
     groups = report.groups.set_index(["group", "metric"])
     compare = report.compare.set_index(["group", "metric"]) if report.compare is not None else None
     for metric in report.headline:

@@ -121,8 +121,9 @@ def draw_heatmaps(runs: Sequence[Run], colors: dict[str, str], path: Path) -> Pa
     cax = fig.add_axes(((fig_w - cbar_w + 0.15) / fig_w, bottom / fig_h, 0.15 / fig_w, plot_h / fig_h))
     fig.colorbar(image, cax=cax, label="probability")
     seeds = sorted({p.run.seed or "?" for p in loaded})
-    fig.suptitle(f"Where the policy's mass goes: each target's probability (seed {', '.join(seeds)})",
-                 y=1 - 0.25 / fig_h)  # fmt: skip
+    fig.suptitle(
+        f"Where the policy's mass goes: each target's probability (seed {', '.join(seeds)})", y=1 - 0.25 / fig_h
+    )
     fig.savefig(path, dpi=100)
     return path
 

@@ -39,9 +39,10 @@ def typecheck(session: nox.Session) -> None:
 
 @nox.session
 def tests(session: nox.Session) -> None:
-    """The default CPU test run (tiny model; `slow` tests excluded by pyproject's addopts)."""
+    """The default CPU test run (tiny model; `slow` tests excluded by pyproject's addopts), on two pytest-xdist
+    workers (each builds the session's tiny bases once); `nox -s tests -- -n 0` runs it in one process."""
     install_project(session)
-    session.run("pytest", "--durations=15", *session.posargs)
+    session.run("pytest", "-n", "2", "--durations=15", *session.posargs, env={"OMP_NUM_THREADS": "1"})
 
 
 @nox.session(default=False)

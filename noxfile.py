@@ -1,5 +1,5 @@
-"""Developer sessions: `nox -s lint tests` (the default and what CI runs), `nox -s bench` and `nox -s results`
-(opt-in).
+"""Developer sessions: `nox -s lint typecheck tests` (the default and what CI runs), `nox -s slow`, `nox -s bench`
+and `nox -s results` (opt-in).
 
 Every session that installs the project installs the CPU build of torch first: an unpinned torch in a fresh
 environment would pull ~2.6 GB of CUDA wheels.
@@ -9,15 +9,16 @@ from __future__ import annotations
 
 import nox
 
-nox.options.sessions = ["lint", "tests"]
+nox.options.sessions = ["lint", "typecheck", "tests"]
 nox.options.error_on_missing_interpreters = True
 
 TORCH = "torch==2.13.0"
+MYPY = "mypy==2.4.1"
 
 
 def install_project(session: nox.Session, extras: str = "test") -> None:
     session.install(TORCH)
-    session.install("-e", f".[{extras}]")
+    session.install("-e", f".[{extras}]" if extras else ".")
 
 
 @nox.session
@@ -29,10 +30,19 @@ def lint(session: nox.Session) -> None:
 
 
 @nox.session
+def typecheck(session: nox.Session) -> None:
+    """mypy --strict on src/ (settings in pyproject's [tool.mypy]); mypy is installed here, not as a dependency."""
+    install_project(session, extras="")
+    session.install(MYPY)
+    session.run("mypy", *session.posargs)
+
+
+@nox.session
 def tests(session: nox.Session) -> None:
-    """The default CPU test run (tiny model; `slow` tests excluded by pyproject's addopts)."""
+    """The default CPU test run (tiny model; `slow` tests excluded by pyproject's addopts), on two pytest-xdist
+    workers (each builds the session's tiny bases once); `nox -s tests -- -n 0` runs it in one process."""
     install_project(session)
-    session.run("pytest", "--durations=15", *session.posargs)
+    session.run("pytest", "-n", "2", "--durations=15", *session.posargs, env={"OMP_NUM_THREADS": "1"})
 
 
 @nox.session(default=False)

@@ -106,8 +106,10 @@ def main() -> None:
         opt.step()
         if step % args.eval_every == 0:
             elapsed = time.perf_counter() - t0
-            print(f"step {step}: loss {loss.item():.3f}, greedy validation success {greedy_success():.3f}, "
-                  f"{step * args.batch} optimal episodes, {elapsed:.0f}s")  # fmt: skip
+            print(
+                f"step {step}: loss {loss.item():.3f}, greedy validation success {greedy_success():.3f}, "
+                f"{step * args.batch} optimal episodes, {elapsed:.0f}s"
+            )
 
 
 if __name__ == "__main__":

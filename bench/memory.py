@@ -51,8 +51,14 @@ def measure(mode: str, rows: int, new_tokens: int, cache_dir: str, gc: bool, dty
 
     torch.manual_seed(0)
     register_configs()
-    overrides = ["model=smollm2-135m", "model.lora=true", f"model.cache_dir={cache_dir}", "task=countdown",
-                 f"model.gradient_checkpointing={str(gc).lower()}", f"model.dtype={dtype}"]  # fmt: skip
+    overrides = [
+        "model=smollm2-135m",
+        "model.lora=true",
+        f"model.cache_dir={cache_dir}",
+        "task=countdown",
+        f"model.gradient_checkpointing={str(gc).lower()}",
+        f"model.dtype={dtype}",
+    ]
     with initialize_config_dir(version_base="1.3", config_dir=str(conf_dir())):
         cfg = to_object(compose("train", overrides=overrides))
     task = make_task(cfg.task, cfg.seed)
@@ -118,8 +124,20 @@ def main() -> None:
 
     results = {}
     for mode in ("sesa", "unchunked"):
-        cmd = [sys.executable, __file__, "--mode", mode, "--rows", str(args.rows), "--new-tokens",
-               str(args.new_tokens), "--cache-dir", args.cache_dir, "--dtype", args.dtype]  # fmt: skip
+        cmd = [
+            sys.executable,
+            __file__,
+            "--mode",
+            mode,
+            "--rows",
+            str(args.rows),
+            "--new-tokens",
+            str(args.new_tokens),
+            "--cache-dir",
+            args.cache_dir,
+            "--dtype",
+            args.dtype,
+        ]
         if args.gradient_checkpointing:
             cmd.append("--gradient-checkpointing")
         proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
@@ -127,14 +145,20 @@ def main() -> None:
             sys.exit(f"{mode} failed:\n{proc.stderr[-2000:]}")
         results[mode] = json.loads(proc.stdout.strip().splitlines()[-1])
     s, u = results["sesa"], results["unchunked"]
-    print(f"SmolLM2-135M LoRA update, {args.rows} rows x ({s['tokens'] // args.rows - args.new_tokens} prompt + "
-          f"{args.new_tokens} completion) tokens, dtype {args.dtype}, gradient checkpointing "
-          f"{'on' if args.gradient_checkpointing else 'off'}, torch threads {torch.get_num_threads()}")  # fmt: skip
+    print(
+        f"SmolLM2-135M LoRA update, {args.rows} rows x ({s['tokens'] // args.rows - args.new_tokens} prompt + "
+        f"{args.new_tokens} completion) tokens, dtype {args.dtype}, gradient checkpointing "
+        f"{'on' if args.gradient_checkpointing else 'off'}, torch threads {torch.get_num_threads()}"
+    )
     for name, r in (("sesa (chunked)", s), ("unchunked", u)):
-        print(f"  {name:15s} peak RSS {r['peak_mb'] / 1024:6.2f} GB (after load {r['loaded_mb'] / 1024:5.2f} GB), "
-              f"{r['seconds']:6.1f} s")  # fmt: skip
-    print(f"  ratio unchunked / sesa peak: {u['peak_mb'] / s['peak_mb']:.2f}x; "
-          f"sesa step under 6 GB: {'yes' if s['peak_mb'] < 6 * 1024 else 'NO'}")  # fmt: skip
+        print(
+            f"  {name:15s} peak RSS {r['peak_mb'] / 1024:6.2f} GB (after load {r['loaded_mb'] / 1024:5.2f} GB), "
+            f"{r['seconds']:6.1f} s"
+        )
+    print(
+        f"  ratio unchunked / sesa peak: {u['peak_mb'] / s['peak_mb']:.2f}x; "
+        f"sesa step under 6 GB: {'yes' if s['peak_mb'] < 6 * 1024 else 'NO'}"
+    )
 
 
 if __name__ == "__main__":

@@ -48,9 +48,16 @@ def bench_engine(policy, batch: int, new_tokens: int, repeats: int) -> tuple[flo
         assert all(len(c.ids) == new_tokens for c in comps)
         with torch.no_grad():
             out = model.generate(
-                ids, attention_mask=torch.ones_like(ids), do_sample=True, temperature=1.0, top_k=0, top_p=1.0,
-                max_new_tokens=new_tokens, min_new_tokens=new_tokens, pad_token_id=tok.pad_token_id,
-            )  # fmt: skip
+                ids,
+                attention_mask=torch.ones_like(ids),
+                do_sample=True,
+                temperature=1.0,
+                top_k=0,
+                top_p=1.0,
+                max_new_tokens=new_tokens,
+                min_new_tokens=new_tokens,
+                pad_token_id=tok.pad_token_id,
+            )
         t2 = time.perf_counter()
         assert out.shape[1] - ids.shape[1] == new_tokens
         if r:
@@ -100,12 +107,16 @@ def main() -> None:
     base = [f"model.cache_dir={args.cache_dir}", "task=path"]
     cfg = config(base)
     policy = load_policy(cfg.model, make_task(cfg.task, cfg.seed))
-    print(f"torch {torch.__version__}, threads {torch.get_num_threads()}, model=tiny "
-          f"({sum(p.numel() for p in policy.model.parameters()):,} params)")  # fmt: skip
+    print(
+        f"torch {torch.__version__}, threads {torch.get_num_threads()}, model=tiny "
+        f"({sum(p.numel() for p in policy.model.parameters()):,} params)"
+    )
     for batch in (8, 64):
         eng, gen = bench_engine(policy, batch, 24, args.repeats)
-        print(f"(a) batch {batch:3d} x 24 tokens: engine {eng:8.0f} tok/s | generate {gen:8.0f} tok/s | "
-              f"ratio {eng / gen:.2f}x (target >= 1.5x)")  # fmt: skip
+        print(
+            f"(a) batch {batch:3d} x 24 tokens: engine {eng:8.0f} tok/s | generate {gen:8.0f} tok/s | "
+            f"ratio {eng / gen:.2f}x (target >= 1.5x)"
+        )
     steps = bench_steps(base, args.steps, args.repeats)
     par = steps["parallel"][0]
     for name, (t, tokens) in steps.items():

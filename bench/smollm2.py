@@ -36,11 +36,18 @@ def main() -> None:
     parser.add_argument("--cache-dir", default="outputs/cache")
     args = parser.parse_args()
     register_configs()
-    print(f"torch {torch.__version__}, threads {torch.get_num_threads()}, SmolLM2-135M-Instruct + LoRA r=16, "
-          f"batch {args.batch}, {args.new_tokens} new tokens")  # fmt: skip
+    print(
+        f"torch {torch.__version__}, threads {torch.get_num_threads()}, SmolLM2-135M-Instruct + LoRA r=16, "
+        f"batch {args.batch}, {args.new_tokens} new tokens"
+    )
     for dtype in ("float32", "bfloat16"):
-        overrides = ["model=smollm2-135m", "model.lora=true", f"model.cache_dir={args.cache_dir}", "task=countdown",
-                     f"model.dtype={dtype}"]  # fmt: skip
+        overrides = [
+            "model=smollm2-135m",
+            "model.lora=true",
+            f"model.cache_dir={args.cache_dir}",
+            "task=countdown",
+            f"model.dtype={dtype}",
+        ]
         with initialize_config_dir(version_base="1.3", config_dir=str(conf_dir())):
             cfg = to_object(compose("train", overrides=overrides))
         task = make_task(cfg.task, cfg.seed)

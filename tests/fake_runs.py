@@ -64,8 +64,12 @@ def write_run(
     (run_dir / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump(override_list))
     (run_dir / ".hydra" / "config.yaml").write_text(yaml.safe_dump(config))
     (run_dir / "config.yaml").write_text(yaml.safe_dump(config))
-    info: dict[str, object] = {"command": command, "parent": None, "overrides": override_list,
-                               "started": "2026-11-22T10:00:00"}  # fmt: skip
+    info: dict[str, object] = {
+        "command": command,
+        "parent": None,
+        "overrides": override_list,
+        "started": "2026-11-22T10:00:00",
+    }
     if threads is not None:
         info.update(torch_threads=threads, versions={"python": "3.11.7", "torch": "2.13.0+cpu", "sesa": "0.1.0"})
     (run_dir / "run.json").write_text(json.dumps(info))
@@ -104,9 +108,18 @@ def write_run(
                 ev[K("policy/target_mass")] = total
                 ev[K("policy/effective_solutions")] = math.exp(-sum(q / total * math.log(q / total) for q in p))
                 ev[K("policy/valid_mass")] = min(1.0, total + 0.1)
-                probs.append({"step": step, "instances": [
-                    {"instance": 0, "targets": TARGETS, "probs": {**dict(zip(TARGETS, p, strict=True)), "x/y/z": 0.02}}
-                ]})  # fmt: skip
+                probs.append(
+                    {
+                        "step": step,
+                        "instances": [
+                            {
+                                "instance": 0,
+                                "targets": TARGETS,
+                                "probs": {**dict(zip(TARGETS, p, strict=True)), "x/y/z": 0.02},
+                            }
+                        ],
+                    }
+                )
             lines.append(json.dumps(ev))
     (run_dir / "metrics.jsonl").write_text("\n".join(lines) + "\n")
     if probs:
@@ -114,16 +127,18 @@ def write_run(
     return run_dir
 
 
-def write_multirun(sweep: Path, task: str = "path", coverage: bool = True, seeds: tuple[int, ...] = (0, 1),
-                   policy: bool = False) -> Path:  # fmt: skip
+def write_multirun(
+    sweep: Path, task: str = "path", coverage: bool = True, seeds: tuple[int, ...] = (0, 1), policy: bool = False
+) -> Path:
     """A Hydra sweep dir: sampler=parallel,sequential × seeds as jobs 0..n-1."""
     sweep.mkdir(parents=True)
     (sweep / "multirun.yaml").write_text(yaml.safe_dump({"hydra": {"mode": "MULTIRUN"}}))
     job = 0
     for sampler in ("parallel", "sequential"):
         for seed in seeds:
-            write_run(sweep / str(job), {"sampler": sampler, "seed": seed}, task=task, coverage=coverage,
-                      policy=policy)  # fmt: skip
+            write_run(
+                sweep / str(job), {"sampler": sampler, "seed": seed}, task=task, coverage=coverage, policy=policy
+            )
             job += 1
     return sweep
 
@@ -139,8 +154,14 @@ def write_revival(run_dir: Path, parent: Path, at: int, overrides: dict[str, obj
     config = yaml.safe_load((parent / "config.yaml").read_text())
     config["sampler"]["name"] = str(overrides.get("sampler", config["sampler"]["name"]))
     (run_dir / "config.yaml").write_text(yaml.safe_dump(config))
-    info = {"command": "revive", "parent": str(parent / "checkpoints" / f"step_{at:06d}"), "overrides": override_list,
-            "parent_step": at, "parent_run": str(parent), "torch_threads": 1}  # fmt: skip
+    info = {
+        "command": "revive",
+        "parent": str(parent / "checkpoints" / f"step_{at:06d}"),
+        "overrides": override_list,
+        "parent_step": at,
+        "parent_run": str(parent),
+        "torch_threads": 1,
+    }
     (run_dir / "run.json").write_text(json.dumps(info))
     rows = [json.loads(line) for line in (parent / "metrics.jsonl").read_text().splitlines()]
     lines = [json.dumps({**r, K("revive/parent"): 1}) for r in rows if r["step"] <= at]

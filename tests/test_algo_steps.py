@@ -14,8 +14,11 @@ from sesa_cli.trainer import Trainer
 from tests.conftest import compose_train
 
 ALGOS = sorted(p.stem for p in (conf_dir() / "algo").glob("*.yaml"))
-SAMPLERS = [["sampler=parallel"], ["sampler=sequential", "sampler.stage1=solution"],
-            ["sampler=sequential", "sampler.stage1=sketch", "sampler.solutions_per_sketch=2"]]  # fmt: skip
+SAMPLERS = [
+    ["sampler=parallel"],
+    ["sampler=sequential", "sampler.stage1=solution"],
+    ["sampler=sequential", "sampler.stage1=sketch", "sampler.solutions_per_sketch=2"],
+]
 SMALL = ["train.batch_size=2", "sampler.group_size=4", "task.num_targets=32"]
 
 
@@ -36,8 +39,16 @@ def test_one_step_of_every_sampler_and_algo(path_setup, tiny_overrides, tmp_path
 @pytest.mark.parametrize("cap", [0, 3])
 def test_dapo_dynamic_sampling_keeps_the_batch_size(path_setup, tiny_overrides, tmp_path, cap):
     _, _, policy = path_setup
-    cfg = compose_train([*tiny_overrides, "algo=dapo", "sampler=parallel", "train.batch_size=4",
-                         "sampler.group_size=4", f"algo.max_resample_rounds={cap}"])  # fmt: skip
+    cfg = compose_train(
+        [
+            *tiny_overrides,
+            "algo=dapo",
+            "sampler=parallel",
+            "train.batch_size=4",
+            "sampler.group_size=4",
+            f"algo.max_resample_rounds={cap}",
+        ]
+    )
     trainer = Trainer(cfg, make_task(cfg.task, cfg.seed), copy.deepcopy(policy), RunDir(tmp_path))
     for _ in range(3):
         groups, rounds = trainer._draw_batch()
@@ -52,8 +63,9 @@ def test_dapo_dynamic_sampling_keeps_the_batch_size(path_setup, tiny_overrides, 
 @pytest.mark.parametrize("estimator", ["k1", "k2", "k3"])
 def test_kl_to_the_reference_policy(path_setup, tiny_overrides, tmp_path, estimator):
     _, _, policy = path_setup
-    cfg = compose_train([*tiny_overrides, *SMALL, "sampler=parallel", "algo.kl_coef=0.1",
-                         f"algo.kl_estimator={estimator}"])  # fmt: skip
+    cfg = compose_train(
+        [*tiny_overrides, *SMALL, "sampler=parallel", "algo.kl_coef=0.1", f"algo.kl_estimator={estimator}"]
+    )
     trainer = Trainer(cfg, make_task(cfg.task, cfg.seed), copy.deepcopy(policy), RunDir(tmp_path))
     assert trainer.ref_model is not None
     first = trainer.train_step()

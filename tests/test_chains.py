@@ -102,8 +102,9 @@ def test_greedy_decoding_with_banned_ids_matches_generate(path_setup):
     prompt = [tok.bos_token_id, *policy.encode("P:")]
     ours = Engine(policy.model, tok.pad_token_id).start([prompt]).sample(10, [], SamplingParams(0.0))[0]
     with torch.no_grad():  # generate() honours generation_config.suppress_tokens, the field the ban lives in
-        ref = policy.model.generate(torch.tensor([prompt]), max_new_tokens=10, do_sample=False,
-                                    pad_token_id=tok.pad_token_id)  # fmt: skip
+        ref = policy.model.generate(
+            torch.tensor([prompt]), max_new_tokens=10, do_sample=False, pad_token_id=tok.pad_token_id
+        )
     assert ours.ids == ref[0, len(prompt) :].tolist()
 
 
@@ -117,8 +118,9 @@ def _sampler(path_setup, task_kw=None, **kw):
 
 def test_a_cut_solution_is_followed_by_the_stop_before_the_next_one(path_setup):
     # 5 tokens cut most paths ("kesu/..." is longer), so most items of the chain are cut
-    sampler, task, policy = _sampler(path_setup, task_kw={"max_new_tokens": 5}, name="sequential",
-                                     stage1="solution", group_size=4)  # fmt: skip
+    sampler, task, policy = _sampler(
+        path_setup, task_kw={"max_new_tokens": 5}, name="sequential", stage1="solution", group_size=4
+    )
     stop = policy.encode(task.stop)
     groups = sampler.sample([None, None, None], torch.Generator().manual_seed(0))
     cuts = 0
@@ -134,8 +136,7 @@ def test_a_cut_solution_is_followed_by_the_stop_before_the_next_one(path_setup):
 
 
 def test_a_cut_sketch_is_followed_by_the_stop_before_the_next_one(path_setup):
-    sampler, task, policy = _sampler(path_setup, name="sequential", stage1="sketch", group_size=4,
-                                     sketch_max_tokens=2)  # fmt: skip
+    sampler, task, policy = _sampler(path_setup, name="sequential", stage1="sketch", group_size=4, sketch_max_tokens=2)
     stop = policy.encode(task.stop)
     head = sampler.encode_prompt(task.sketch_head(None))
     for group in sampler.sample([None, None], torch.Generator().manual_seed(0)):
@@ -241,9 +242,17 @@ def test_countdown_step_hooks():
 
 
 def test_has_step_is_up_to_associativity_and_commutativity():
-    cases = [("3+4+5", (4, "+", 5), True), ("3*4+5", (4, "+", 5), False), ("7-(4-5)", (4, "-", 5), True),
-             ("7-4+5", (4, "+", 5), False), ("(4+5)*3", (5, "+", 4), True), ("8/(4/2)", (4, "/", 2), True),
-             ("8/4/2", (4, "/", 2), False), ("2+3", (2, "+", 2), False), ("2+2", (2, "+", 2), True)]  # fmt: skip
+    cases = [
+        ("3+4+5", (4, "+", 5), True),
+        ("3*4+5", (4, "+", 5), False),
+        ("7-(4-5)", (4, "-", 5), True),
+        ("7-4+5", (4, "+", 5), False),
+        ("(4+5)*3", (5, "+", 4), True),
+        ("8/(4/2)", (4, "/", 2), True),
+        ("8/4/2", (4, "/", 2), False),
+        ("2+3", (2, "+", 2), False),
+        ("2+2", (2, "+", 2), True),
+    ]
     for expr, step, expected in cases:
         node = safe_arith.parse(expr)
         assert node is not None

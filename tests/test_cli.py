@@ -53,8 +53,15 @@ SMALL = ["train.batch_size=2", "sampler.group_size=4", "eval.samples=8", "train.
 
 def test_train_end_to_end_writes_the_run_dir(monkeypatch, tmp_path, tiny_overrides):
     run_dir = tmp_path / "run"
-    argv = ["train", *tiny_overrides, *SMALL, "train.steps=3", "train.checkpoint_every=2", "train.eval_every=2",
-            f"hydra.run.dir={run_dir}"]  # fmt: skip
+    argv = [
+        "train",
+        *tiny_overrides,
+        *SMALL,
+        "train.steps=3",
+        "train.checkpoint_every=2",
+        "train.eval_every=2",
+        f"hydra.run.dir={run_dir}",
+    ]
     assert run_cli(argv, monkeypatch) == 0
     for name in ("config.yaml", "run.json", "metrics.jsonl", "metrics.csv", "samples/step_000002.jsonl"):
         assert (run_dir / name).is_file(), name
@@ -72,8 +79,16 @@ def test_train_end_to_end_writes_the_run_dir(monkeypatch, tmp_path, tiny_overrid
 
 def test_multirun_sweep_then_diversity_report(monkeypatch, tmp_path, tiny_overrides):
     sweep = tmp_path / "sweep"
-    argv = ["train", "-m", *tiny_overrides, *SMALL, "sampler=parallel,sequential", "train.steps=2",
-            "train.eval_every=0", f"hydra.sweep.dir={sweep}"]  # fmt: skip
+    argv = [
+        "train",
+        "-m",
+        *tiny_overrides,
+        *SMALL,
+        "sampler=parallel,sequential",
+        "train.steps=2",
+        "train.eval_every=0",
+        f"hydra.sweep.dir={sweep}",
+    ]
     assert run_cli(argv, monkeypatch) == 0
     jobs = sorted(p for p in sweep.iterdir() if p.is_dir() and p.name.isdigit())
     assert [p.name for p in jobs] == ["0", "1"]
@@ -81,8 +96,16 @@ def test_multirun_sweep_then_diversity_report(monkeypatch, tmp_path, tiny_overri
         assert (job / "checkpoints" / "step_000002" / "trainer_state.json").is_file()
     out = tmp_path / "report"
     assert run_cli(["diversity-report", f"runs=[{sweep}]", f"hydra.run.dir={out}"], monkeypatch) == 0
-    for name in ("summary.csv", "groups.csv", "compare.csv", "report.md", "report.html", "sampling.png", "policy.png",
-                 "heatmap.png"):  # fmt: skip
+    for name in (
+        "summary.csv",
+        "groups.csv",
+        "compare.csv",
+        "report.md",
+        "report.html",
+        "sampling.png",
+        "policy.png",
+        "heatmap.png",
+    ):
         assert (out / name).is_file(), name
     assert "sampler=sequential" in (out / "summary.csv").read_text()
 
@@ -92,8 +115,17 @@ def test_frozenlake_train_both_samplers_then_eval(monkeypatch, tmp_path, cache_d
     from tests.conftest import FROZENLAKE
 
     sweep = tmp_path / "sweep"
-    argv = ["train", "-m", *FROZENLAKE, f"model.cache_dir={cache_dir}", *SMALL, "sampler=parallel,sequential",
-            "train.steps=2", "train.eval_every=0", f"hydra.sweep.dir={sweep}"]  # fmt: skip
+    argv = [
+        "train",
+        "-m",
+        *FROZENLAKE,
+        f"model.cache_dir={cache_dir}",
+        *SMALL,
+        "sampler=parallel,sequential",
+        "train.steps=2",
+        "train.eval_every=0",
+        f"hydra.sweep.dir={sweep}",
+    ]
     assert run_cli(argv, monkeypatch) == 0
     for job in ("0", "1"):
         rows = _read_jsonl(sweep / job / "metrics.jsonl")

@@ -85,3 +85,12 @@ def test_train_and_eval_share_one_evaluation_protocol(tmp_path):
     assert (plain.sampler.name, plain.sampler.temperature) == ("parallel", 0.7)
     chains = reload_config("eval", parent, ["sampler=sequential"])
     assert (chains.sampler.name, chains.sampler.temperature, chains.eval.samples) == ("sequential", 0.7, 16)
+
+
+@pytest.mark.parametrize("recipe", sorted(p.stem for p in (conf_dir() / "experiment").glob("*.yaml")))
+def test_experiment_recipe_composes(recipe):
+    # issue 18 item 11: every recipe composes into a valid TrainConfig, and its header's commands validate as the
+    # CLI validates them (sesa_cli.commands.validate, no training)
+    cfg = compose_train([f"experiment={recipe}"])
+    assert isinstance(cfg, TrainConfig)
+    assert cfg.train.steps >= 1

@@ -95,9 +95,20 @@ def test_minimal_parentheses_rendering_keeps_the_value(tree) -> None:
 
 def test_evaluator_matches_python_semantics_on_examples() -> None:
     cases = {
-        "3+4*5": 23, "(3+4)*5": 35, "2 + 5 - 3": 4, "8/3": Fraction(8, 3), "1-2-3": -4, "12/4/3": 1,
-        "--1": 1, "2*-3": -6, "-(2+3)": -5, "+7": 7, "00": 0, "1/(2/3)": Fraction(3, 2), " ( 1 ) ": 1,
-    }  # fmt: skip
+        "3+4*5": 23,
+        "(3+4)*5": 35,
+        "2 + 5 - 3": 4,
+        "8/3": Fraction(8, 3),
+        "1-2-3": -4,
+        "12/4/3": 1,
+        "--1": 1,
+        "2*-3": -6,
+        "-(2+3)": -5,
+        "+7": 7,
+        "00": 0,
+        "1/(2/3)": Fraction(3, 2),
+        " ( 1 ) ": 1,
+    }
     for expr, value in cases.items():
         assert safe_arith.evaluate(expr) == value, expr
     for bad in ("1/0", "5/(3-3)", "05", "1.5", "2 3", "", "()", "(1", "1)", "1+", "*2", "2//3"):
@@ -259,8 +270,15 @@ def test_reachable_is_exhaustive_on_a_small_case() -> None:
 
 
 def test_config_validation() -> None:
-    for bad in ({"min_numbers": 1}, {"max_numbers": 6}, {"solvable_ops": "^"}, {"solvable_ops": ""},
-                {"min_target": 5, "max_target": 4}, {"max_number": 1000}, {"list_max": 0}):  # fmt: skip
+    for bad in (
+        {"min_numbers": 1},
+        {"max_numbers": 6},
+        {"solvable_ops": "^"},
+        {"solvable_ops": ""},
+        {"min_target": 5, "max_target": 4},
+        {"max_number": 1000},
+        {"list_max": 0},
+    ):
         with pytest.raises(ConfigError):
             CountdownTaskConfig(name="countdown", **bad)
 
@@ -317,8 +335,11 @@ def test_chat_scores_follow_ragen_parsing() -> None:
 RAGEN_REGEX = re.compile(r"<think>(.*?)</think>\s*<answer>(.*?)</answer>", re.DOTALL)
 
 
-@given(st.lists(st.sampled_from(["<think>", "</think>", "<answer>", "</answer>", " ", "\n", "\u2003", "a", "<"]),
-                max_size=40))  # fmt: skip
+@given(
+    st.lists(
+        st.sampled_from(["<think>", "</think>", "<answer>", "</answer>", " ", "\n", "\u2003", "a", "<"]), max_size=40
+    )
+)
 @settings(max_examples=1000, deadline=None)
 def test_think_answer_scan_matches_ragens_regex(parts) -> None:
     text = "".join(parts)
@@ -347,8 +368,9 @@ def test_score_never_raises(s: str) -> None:
     think_answer(s)
 
 
-@given(st.lists(st.sampled_from(["<think>", "</think>", "<answer>", "</answer>", " ", "\n", "1+2", "||"]),
-                max_size=200))  # fmt: skip
+@given(
+    st.lists(st.sampled_from(["<think>", "</think>", "<answer>", "</answer>", " ", "\n", "1+2", "||"]), max_size=200)
+)
 @settings(max_examples=300, deadline=500)
 def test_tag_soup_never_raises(parts) -> None:
     make(style="chat").score(INST, "".join(parts))

@@ -34,14 +34,39 @@ def dp_run(tmp_path_factory: pytest.TempPathFactory, tiny_overrides: list[str], 
     out = tmp_path_factory.mktemp("dp")
     # Every leaf of the 64-leaf test world is a target (the reward is validity), so step 1 has rewarded and unrewarded
     # samples whatever the draw: a gradient to compare
-    overrides = [*tiny_overrides, "task=path", "task.num_targets=64", "train.steps=2", "train.batch_size=4",
-                 "sampler.group_size=4", "algo.aggregation=seq_mean_token_mean", "eval.samples=4",
-                 "train.checkpoint_every=0", "optim.lr=1e-3"]  # fmt: skip
+    overrides = [
+        *tiny_overrides,
+        "task=path",
+        "task.num_targets=64",
+        "train.steps=2",
+        "train.batch_size=4",
+        "sampler.group_size=4",
+        "algo.aggregation=seq_mean_token_mean",
+        "eval.samples=4",
+        "train.checkpoint_every=0",
+        "optim.lr=1e-3",
+    ]
     # --multi_gpu is accelerate's torchrun launcher; without GPUs the replicas run on CPU with gloo (a plain --cpu
     # launch would start one process)
-    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
-           "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
-           "--main_process_port", str(_free_port()), str(WORKER), str(out), *overrides]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "accelerate.commands.launch",
+        "--multi_gpu",
+        "--num_processes",
+        "2",
+        "--num_machines",
+        "1",
+        "--mixed_precision",
+        "no",
+        "--dynamo_backend",
+        "no",
+        "--main_process_port",
+        str(_free_port()),
+        str(WORKER),
+        str(out),
+        *overrides,
+    ]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]

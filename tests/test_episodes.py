@@ -65,8 +65,12 @@ def test_feedback_is_exactly_the_environment_text(frozenlake_setup):
 def test_loss_mask_excludes_observations(frozenlake_setup):
     sampler, _task, policy = _sampler(frozenlake_setup, name="parallel", group_size=8)
     rows = [r for g in sampler.sample([_task.instance("train", 1)], torch.Generator().manual_seed(2)) for r in g]
-    batch = build_batch([r.prompt_ids for r in rows], [r.completion.ids for r in rows],
-                        policy.tokenizer.pad_token_id, [r.completion.mask for r in rows])  # fmt: skip
+    batch = build_batch(
+        [r.prompt_ids for r in rows],
+        [r.completion.ids for r in rows],
+        policy.tokenizer.pad_token_id,
+        [r.completion.mask for r in rows],
+    )
     for i, r in enumerate(rows):
         n = len(r.completion.ids)
         assert batch.response_mask[i, :n].tolist() == [float(m) for m in r.completion.mask]
@@ -80,8 +84,12 @@ def test_sampled_logps_are_the_scoring_passs_logps(frozenlake_setup):
     sampler, task, policy = _sampler(frozenlake_setup, name="parallel", group_size=8)
     insts = [task.instance("train", i) for i in range(3)]
     rows = [r for g in sampler.sample(insts, torch.Generator().manual_seed(5)) for r in g]
-    batch = build_batch([r.context_ids for r in rows], [r.completion.ids for r in rows],
-                        policy.tokenizer.pad_token_id, [r.completion.mask for r in rows])  # fmt: skip
+    batch = build_batch(
+        [r.context_ids for r in rows],
+        [r.completion.ids for r in rows],
+        policy.tokenizer.pad_token_id,
+        [r.completion.mask for r in rows],
+    )
     with torch.no_grad():
         scored, _ = completion_logps(policy.model, batch)
     sampled = torch.zeros_like(scored)
@@ -141,8 +149,12 @@ def test_update_raises_the_logprob_of_successful_episodes(frozenlake_setup, tmp_
     assert bad
 
     def mean_logp(rows) -> float:
-        batch = build_batch([r.prompt_ids for r in rows], [r.completion.ids for r in rows],
-                            policy.tokenizer.pad_token_id, [r.completion.mask for r in rows])  # fmt: skip
+        batch = build_batch(
+            [r.prompt_ids for r in rows],
+            [r.completion.ids for r in rows],
+            policy.tokenizer.pad_token_id,
+            [r.completion.mask for r in rows],
+        )
         with torch.no_grad():
             logps, _ = completion_logps(trainer.model, batch)
         return float((logps * batch.response_mask).sum(1).mean())

@@ -18,8 +18,17 @@ def parent_run(tmp_path_factory, tiny_overrides) -> Path:
     run_dir = tmp_path_factory.mktemp("parent") / "run"
     mp = pytest.MonkeyPatch()
     try:
-        argv = ["train", *tiny_overrides, *SMALL, "sampler=parallel", "sampler.group_size=4", "train.steps=4",
-                "train.checkpoint_every=2", "seed=3", f"hydra.run.dir={run_dir}"]  # fmt: skip
+        argv = [
+            "train",
+            *tiny_overrides,
+            *SMALL,
+            "sampler=parallel",
+            "sampler.group_size=4",
+            "train.steps=4",
+            "train.checkpoint_every=2",
+            "seed=3",
+            f"hydra.run.dir={run_dir}",
+        ]
         assert run_cli(argv, mp) == 0
     finally:
         mp.undo()
@@ -31,14 +40,30 @@ def test_eval_writes_samples_and_metrics(parent_run, tmp_path, monkeypatch):
     argv = ["eval", f"ckpt={parent_run}", "eval.samples=8", "eval.instances=2", f"hydra.run.dir={out}"]
     assert run_cli(argv, monkeypatch) == 0
     metrics = json.loads((out / "metrics.json").read_text())
-    for key in ("eval/success", "eval/entropy", "eval/pass@1", "eval/pass@2", "eval/pass@4", "eval/pass@8",
-                "eval/coverage@8", "eval/distinct@8", "eval/distinct_correct@8", "eval/greedy_success"):  # fmt: skip
+    for key in (
+        "eval/success",
+        "eval/entropy",
+        "eval/pass@1",
+        "eval/pass@2",
+        "eval/pass@4",
+        "eval/pass@8",
+        "eval/coverage@8",
+        "eval/distinct@8",
+        "eval/distinct_correct@8",
+        "eval/greedy_success",
+    ):
         assert key in metrics, key
     assert metrics["eval/greedy_success"] in (0.0, 0.5, 1.0)  # one greedy answer for each of the 2 instances
     assert metrics["step"] == 4  # a run dir means its last checkpoint
     # the path task enumerates its 64 (test-world) leaves: exact policy metrics, coverage at k = eval.samples
-    for key in ("policy/valid_mass", "policy/target_mass", "policy/effective_solutions",
-                "policy/solutions_above_1pct", "policy/solution_entropy", "policy/coverage@8"):  # fmt: skip
+    for key in (
+        "policy/valid_mass",
+        "policy/target_mass",
+        "policy/effective_solutions",
+        "policy/solutions_above_1pct",
+        "policy/solution_entropy",
+        "policy/coverage@8",
+    ):
         assert key in metrics, key
     assert 0 < metrics["policy/target_mass"] <= metrics["policy/valid_mass"] <= 1
     (line,) = (out / "policy_probs.jsonl").read_text().splitlines()
@@ -52,6 +77,26 @@ def test_eval_writes_samples_and_metrics(parent_run, tmp_path, monkeypatch):
     config = (out / "config.yaml").read_text()
     assert "regions: 4" in config  # the parent's (test-sized) world was reloaded, not the default one
     assert "target_seed: 3" in config
+
+
+def test_eval_run_alone_leaves_the_run_dir_of_the_command(tiny_overrides, tmp_path, monkeypatch):
+    # issue 18 item 7: the command's `run` (what a library caller or test calls) writes the same run dir as the Hydra
+    # app, which adds only Hydra's own .hydra/ and log file
+    from hydra import compose, initialize_config_dir
+
+    from sesa_cli.commands import eval as eval_command
+    from sesa_cli.config import conf_dir, to_object
+
+    overrides = [*tiny_overrides, "eval.samples=2"]
+    by_cli = tmp_path / "cli"
+    assert run_cli(["eval", *overrides, f"hydra.run.dir={by_cli}"], monkeypatch) == 0
+    with initialize_config_dir(version_base="1.3", config_dir=str(conf_dir())):
+        cfg = to_object(compose("eval", overrides=overrides))
+    alone = tmp_path / "alone"
+    eval_command.run(cfg, alone, overrides)
+    assert {p.name for p in by_cli.iterdir()} - {".hydra", "eval.log"} == {p.name for p in alone.iterdir()}
+    assert (alone / "config.yaml").read_text() == (by_cli / "config.yaml").read_text()
+    assert json.loads((alone / "metrics.json").read_text()) == json.loads((by_cli / "metrics.json").read_text())
 
 
 def test_eval_of_a_checkpoint_uses_the_runs_own_evaluation_protocol(parent_run, tmp_path, monkeypatch, capsys):
@@ -77,8 +122,15 @@ def test_eval_of_a_checkpoint_uses_the_runs_own_evaluation_protocol(parent_run, 
 
 def test_eval_with_a_sequential_sampler_reports_chain_health(parent_run, tmp_path, monkeypatch, capsys):
     out = tmp_path / "eval_seq"
-    argv = ["eval", f"ckpt={parent_run}", "sampler=sequential", "sampler.stage1=sketch", "eval.samples=8",
-            "eval.instances=2", f"hydra.run.dir={out}"]  # fmt: skip
+    argv = [
+        "eval",
+        f"ckpt={parent_run}",
+        "sampler=sequential",
+        "sampler.stage1=sketch",
+        "eval.samples=8",
+        "eval.instances=2",
+        f"hydra.run.dir={out}",
+    ]
     assert run_cli(argv, monkeypatch) == 0
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["chain/chains"] == 4  # 2 instances x 8 samples in chains of group_size=4

@@ -16,9 +16,23 @@ pytest.importorskip("hydra_plugins.hydra_joblib_launcher", reason="pip install h
 def test_joblib_sweep_runs_two_jobs_with_one_cpu_budget_each(tmp_path: Path, tiny_overrides, path_setup) -> None:
     # path_setup built the cached tiny base, so the jobs only load it
     sweep = tmp_path / "sweep"
-    cmd = [sys.executable, "-m", "sesa_cli", "train", "-m", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2",
-           "seed=0,1", *tiny_overrides, "task=path", "train.steps=2", "train.batch_size=2", "sampler.group_size=2",
-           "eval.samples=4", f"hydra.sweep.dir={sweep}"]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "sesa_cli",
+        "train",
+        "-m",
+        "hydra/launcher=joblib",
+        "hydra.launcher.n_jobs=2",
+        "seed=0,1",
+        *tiny_overrides,
+        "task=path",
+        "train.steps=2",
+        "train.batch_size=2",
+        "sampler.group_size=2",
+        "eval.samples=4",
+        f"hydra.sweep.dir={sweep}",
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=False, env={**os.environ})
     assert proc.returncode == 0, proc.stderr[-3000:]
     cpus = os.cpu_count() or 1

@@ -133,10 +133,21 @@ def test_math_verify_failures_count_as_wrong(monkeypatch: pytest.MonkeyPatch) ->
 
 @pytest.mark.parametrize(
     ("text", "shed"),
-    [("((((1))))", "1"), ("(x+1)", "x+1"), ("(((1+0)))", "1+0"), ("x^{{2}}", "x^{2}"), ("\\frac{{1}}{2}", "\\frac{1}{2}"),
-     ("((1,2))", "(1,2)"), ("(1,2)", "(1,2)"), ("(1)(2)", "(1)(2)"), ("\\{1\\}", "\\{1\\}"), ("((1)", "((1)"),
-     ("(0,1]", "(0,1]"), ("", "")],
-)  # fmt: skip
+    [
+        ("((((1))))", "1"),
+        ("(x+1)", "x+1"),
+        ("(((1+0)))", "1+0"),
+        ("x^{{2}}", "x^{2}"),
+        ("\\frac{{1}}{2}", "\\frac{1}{2}"),
+        ("((1,2))", "(1,2)"),
+        ("(1,2)", "(1,2)"),
+        ("(1)(2)", "(1)(2)"),
+        ("\\{1\\}", "\\{1\\}"),
+        ("((1)", "((1)"),
+        ("(0,1]", "(0,1]"),
+        ("", ""),
+    ],
+)
 def test_redundant_brackets_are_shed_and_meaningful_ones_kept(text: str, shed: str) -> None:
     assert math_grading.shed_brackets(text) == shed
 

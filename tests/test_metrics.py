@@ -285,8 +285,14 @@ def test_policy_metrics_by_hand():
     assert m["solution_entropy"] == pytest.approx(-(q * np.log(q)).sum())
     # coverage@2: mean over the 3 targets of 1 - (1 - p)^2 = (0.75 + 0.36 + 0.19) / 3
     assert m["coverage@2"] == pytest.approx((0.75 + 0.36 + 0.19) / 3)
-    assert set(m) == {"valid_mass", "target_mass", "effective_solutions", "solutions_above_1pct",
-                      "solution_entropy", "coverage@2"}  # fmt: skip
+    assert set(m) == {
+        "valid_mass",
+        "target_mass",
+        "effective_solutions",
+        "solutions_above_1pct",
+        "solution_entropy",
+        "coverage@2",
+    }
 
 
 def test_policy_metrics_extremes():
@@ -378,8 +384,12 @@ def test_chain_health_without_judgements_has_no_followed_share():
     assert "followed" not in chain_health([["x"]], [[False]], [[[None]]]).scalars()
 
 
-RAGGED = [([], [], None, "at least one"), ([["a"], ["a", "b"]], [[False], [False, False]], None, "same"),
-          ([["a"]], [[False, True]], None, "same"), ([["a"]], [[False]], [[[True]], [[True]]], "judgements")]  # fmt: skip
+RAGGED = [
+    ([], [], None, "at least one"),
+    ([["a"], ["a", "b"]], [[False], [False, False]], None, "same"),
+    ([["a"]], [[False, True]], None, "same"),
+    ([["a"]], [[False]], [[[True]], [[True]]], "judgements"),
+]
 
 
 @pytest.mark.parametrize(("keys", "cut", "followed", "message"), RAGGED)

@@ -136,8 +136,15 @@ def test_locate_gguf_finds_the_file_without_importing_the_package(tmp_path: Path
 
 def test_hub_model_offline_is_one_line_pointing_at_model_path(tmp_path: Path) -> None:
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")}
-    cmd = [sys.executable, "-m", "sesa_cli", "eval", "model=qwen2.5-0.5b-instruct", "task=countdown",
-           f"hydra.run.dir={tmp_path / 'run'}"]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "sesa_cli",
+        "eval",
+        "model=qwen2.5-0.5b-instruct",
+        "task=countdown",
+        f"hydra.run.dir={tmp_path / 'run'}",
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120, check=False)
     assert proc.returncode == 2, proc.stderr[-2000:]
     lines = [line for line in proc.stderr.splitlines() if line.strip()]

@@ -90,9 +90,15 @@ def test_training_rows_and_evaluations_carry_the_exact_policy(path_setup, tmp_pa
     row = trainer.train_step()
     assert not any(k.startswith("policy/") for k in row)  # step 1: not a multiple of train.policy_every
     row = trainer.train_step()
-    for key in ("policy/valid_mass", "policy/target_mass", "policy/effective_solutions",
-                "policy/solutions_above_1pct", "policy/solution_entropy",
-                f"policy/coverage@{cfg.eval.samples}", "time/policy_s"):  # fmt: skip
+    for key in (
+        "policy/valid_mass",
+        "policy/target_mass",
+        "policy/effective_solutions",
+        "policy/solutions_above_1pct",
+        "policy/solution_entropy",
+        f"policy/coverage@{cfg.eval.samples}",
+        "time/policy_s",
+    ):
         assert key in row, key
     assert not any(k.startswith("train/") for k in row)  # rollout stats are rollout/*, the lr optim/lr
     assert "rollout/entropy" in row

@@ -28,11 +28,27 @@ def test_every_renamed_key_is_covered_here():
 
 def test_rename_overrides_keeps_prefixes_values_and_sweeps():
     new, notices = rename_overrides(
-        ["algo.lr=1e-3", "+train.eval_samples=8", "~algo.max_grad_norm", "algo.lr=1e-4,3e-4", "algo.kl_coef=0.1",
-         "--cfg", "job", "hydra.run.dir=out/algo.lr=1"]
-    )  # fmt: skip
-    assert new == ["optim.lr=1e-3", "+eval.samples=8", "~optim.max_grad_norm", "optim.lr=1e-4,3e-4",
-                   "algo.kl_coef=0.1", "--cfg", "job", "hydra.run.dir=out/algo.lr=1"]  # fmt: skip
+        [
+            "algo.lr=1e-3",
+            "+train.eval_samples=8",
+            "~algo.max_grad_norm",
+            "algo.lr=1e-4,3e-4",
+            "algo.kl_coef=0.1",
+            "--cfg",
+            "job",
+            "hydra.run.dir=out/algo.lr=1",
+        ]
+    )
+    assert new == [
+        "optim.lr=1e-3",
+        "+eval.samples=8",
+        "~optim.max_grad_norm",
+        "optim.lr=1e-4,3e-4",
+        "algo.kl_coef=0.1",
+        "--cfg",
+        "job",
+        "hydra.run.dir=out/algo.lr=1",
+    ]
     assert notices == [
         "deprecated: algo.lr -> optim.lr (the old name goes in the next release)",
         "deprecated: train.eval_samples -> eval.samples (the old name goes in the next release)",
@@ -69,8 +85,13 @@ def test_an_old_runs_config_upgrades_to_the_current_keys():
     assert new["algo"] == {"name": "grpo"}
     assert new["train"] == {"steps": 80}
     assert new["eval"] == {"samples": 16, "instances": 4}
-    assert new["optim"] == {"lr": 3e-4, "max_grad_norm": 0.5, "warmup_steps": 2, "lr_schedule": "linear",
-                            "weight_decay": 0.0}  # fmt: skip
+    assert new["optim"] == {
+        "lr": 3e-4,
+        "max_grad_norm": 0.5,
+        "warmup_steps": 2,
+        "lr_schedule": "linear",
+        "weight_decay": 0.0,
+    }
     assert old["algo"]["lr"] == 3e-4  # the caller's dict is left as it was
     # a current key already present wins over the old one
     assert upgrade_config({"algo": {"lr": 1.0}, "optim": {"lr": 2.0}})["optim"]["lr"] == 2.0
@@ -82,8 +103,12 @@ def test_revive_and_eval_reload_a_parent_config_with_old_keys(tmp_path):
     from sesa_cli.commands.reload import reload_config
 
     current = asdict(compose_train(["task=path", "optim.lr=3e-4", "eval.samples=16", "eval.instances=4"]))
-    old = {**current, "algo": {**current["algo"], "lr": 3e-4}, "train": {**current["train"], "eval_samples": 16},
-           "task": {**current["task"], "eval_instances": 4}}  # fmt: skip
+    old = {
+        **current,
+        "algo": {**current["algo"], "lr": 3e-4},
+        "train": {**current["train"], "eval_samples": 16},
+        "task": {**current["task"], "eval_instances": 4},
+    }
     del old["optim"], old["eval"]
     parent = tmp_path / "config.yaml"
     parent.write_text(yaml.safe_dump(old))

@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from sesa_cli.config import ConfigError
+from sesa_cli.metric_keys import key as metric_key
 from sesa_cli.report import (
     ReportFiles,
     analyse,
@@ -24,6 +25,13 @@ from sesa_cli.report import (
 )
 from sesa_cli.report.runs import LEGACY_METRICS, load_run
 from tests.fake_runs import KS, STEPS, success_at, write_multirun, write_revival, write_run
+
+# metric keys from the one table (sesa_cli.metric_keys): a renamed key fails here
+SUCCESS = metric_key("rollout/success")
+EVAL_SUCCESS = metric_key("eval/success")
+DISTINCT = metric_key("rollout/distinct")
+ENTROPY = metric_key("rollout/entropy")
+LR = metric_key("optim/lr")
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -65,12 +73,14 @@ def test_report_leads_with_the_answer(built: ReportFiles) -> None:
     """Headline (groups × headline metrics with intervals) and the difference come before the first plot; the full
     tables come last, folded in the HTML."""
     markdown = built["markdown"].read_text()
-    order = [markdown.index(s) for s in ("## Headline", "### Difference to [1] parallel", "![heatmap]",
-                                          "## All metrics", "## Runs")]  # fmt: skip
+    order = [
+        markdown.index(s)
+        for s in ("## Headline", "### Difference to [1] parallel", "![heatmap]", "## All metrics", "## Runs")
+    ]
     assert order == sorted(order)
     headline = markdown[markdown.index("## Headline") : markdown.index("## Plots")]
     assert "| group | n | policy/effective_solutions | policy/target_mass | eval/success |" in headline
-    assert "rollout/entropy" not in headline
+    assert ENTROPY not in headline
     assert "time/" not in headline
     html = built["html"].read_text()
     assert html.index("<h2>Headline</h2>") < html.index("data:image/png") < html.index("<details>")
@@ -82,11 +92,11 @@ def test_summary_numbers_are_per_run_and_groups_have_bootstrap_intervals(built: 
     summary = pd.read_csv(built["summary"])
     assert list(summary.columns) == ["group", "seed", "run", "metric", "final", "best"]
     assert summary["run"].nunique() == 4
-    row = summary[(summary["metric"] == "rollout/success") & (summary["group"] == "sampler=sequential")]
+    row = summary[(summary["metric"] == SUCCESS) & (summary["group"] == "sampler=sequential")]
     assert sorted(row["final"]) == [pytest.approx(0.60), pytest.approx(0.61)]
     groups = pd.read_csv(built["groups"])
     assert list(dict.fromkeys(groups["group"])) == ["sampler=parallel", "sampler=sequential"]
-    row = groups[(groups["group"] == "sampler=sequential") & (groups["metric"] == "rollout/success")].iloc[0]
+    row = groups[(groups["group"] == "sampler=sequential") & (groups["metric"] == SUCCESS)].iloc[0]
     # Hand check: final rollout/success is 0.1 + 0.05*10 + 0.01*seed = 0.60 and 0.61; the bootstrap of two seeds
     # draws (0.60, 0.60), the two mixed orders and (0.61, 0.61): its 2.5% and 97.5% points are the two values.
     assert row["final_mean"] == pytest.approx(0.605)
@@ -94,12 +104,12 @@ def test_summary_numbers_are_per_run_and_groups_have_bootstrap_intervals(built: 
     assert row["final_std"] == pytest.approx(0.01 / math.sqrt(2))  # sample std (ddof=1) of two seeds
     assert row["n_seeds"] == 2
     # Eval rows share step numbers with training rows; the final eval value comes from step 10.
-    row = groups[(groups["group"] == "sampler=parallel") & (groups["metric"] == "eval/success")].iloc[0]
+    row = groups[(groups["group"] == "sampler=parallel") & (groups["metric"] == EVAL_SUCCESS)].iloc[0]
     assert row["final_mean"] == pytest.approx((0.4 + 0.41) / 4)
-    row = groups[(groups["group"] == "sampler=parallel") & (groups["metric"] == "rollout/distinct")].iloc[0]
+    row = groups[(groups["group"] == "sampler=parallel") & (groups["metric"] == DISTINCT)].iloc[0]
     assert (row["best_mean"], row["final_mean"]) == (pytest.approx(6.0), pytest.approx(2.0))
     compare = pd.read_csv(built["compare"])
-    row = compare[compare["metric"] == "rollout/success"].iloc[0]
+    row = compare[compare["metric"] == SUCCESS].iloc[0]
     # sequential - parallel per seed: 0.60 - 0.40 and 0.61 - 0.41, both 0.2: paired, the interval is a point
     assert (row["baseline"], row["group"], bool(row["paired"])) == ("sampler=parallel", "sampler=sequential", True)
     assert (row["difference"], row["low"], row["high"]) == (pytest.approx(0.2),) * 3
@@ -119,10 +129,25 @@ def test_console_tables_fit_80_columns(built: ReportFiles, sweep: Path, tmp_path
     # sequential: (0.60 + 0.61) / 4 and the two seeds' values; minus parallel's (0.40 + 0.41) / 4, paired: 0.1 each
     assert success[2][1] == ["[2]", "0.302", "[0.300, 0.305]", "+0.100", "[0.100, 0.100]"]
     # what the command prints: every line within 80 columns, wide groups and all
-    wide = [write_run(tmp_path / f"w{s}", {"sampler": "sequential", "sampler.off_policy": "on_policy_baseline",
-                                            "sampler.stage1": "solution", "seed": s}) for s in (0, 1)]  # fmt: skip
-    wide += [write_run(tmp_path / f"v{s}", {"sampler": "sequential", "sampler.off_policy": "weight_negatives",
-                                            "sampler.stage1": "sketch", "seed": s}) for s in (0, 1)]  # fmt: skip
+    wide = [
+        write_run(
+            tmp_path / f"w{s}",
+            {
+                "sampler": "sequential",
+                "sampler.off_policy": "on_policy_baseline",
+                "sampler.stage1": "solution",
+                "seed": s,
+            },
+        )
+        for s in (0, 1)
+    ]
+    wide += [
+        write_run(
+            tmp_path / f"v{s}",
+            {"sampler": "sequential", "sampler.off_policy": "weight_negatives", "sampler.stage1": "sketch", "seed": s},
+        )
+        for s in (0, 1)
+    ]
     wide += [write_run(tmp_path / f"p{s}", {"sampler": "parallel", "seed": s}) for s in (0, 1)]
     run(DiversityReportConfig(runs=[str(p) for p in wide]), tmp_path / "out")
     out = capsys.readouterr().out
@@ -189,13 +214,22 @@ def test_single_run_is_labelled_by_its_dir(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     ("key", "a", "b"),
-    [("optim.lr", "1e-4", "3e-4"), ("sampler.off_policy", "paper", "drop_negatives"), ("train.batch_size", "8", "16"),
-     ("model.cache_dir", "/a", "/b"), ("task.regions", "4", "8"), ("experiment", "x", "y")],
-)  # fmt: skip
+    [
+        ("optim.lr", "1e-4", "3e-4"),
+        ("sampler.off_policy", "paper", "drop_negatives"),
+        ("train.batch_size", "8", "16"),
+        ("model.cache_dir", "/a", "/b"),
+        ("task.regions", "4", "8"),
+        ("experiment", "x", "y"),
+    ],
+)
 def test_grouping_ignores_seed_and_nothing_else(tmp_path: Path, key: str, a: str, b: str) -> None:
     # Four runs: two seeds of each value of `key`. Seeds merge into a group; any other difference splits.
-    paths = [write_run(tmp_path / f"{v}-{s}", {"sampler": "sequential", key: value, "seed": s})
-             for v, value in enumerate((a, b)) for s in (0, 1)]  # fmt: skip
+    paths = [
+        write_run(tmp_path / f"{v}-{s}", {"sampler": "sequential", key: value, "seed": s})
+        for v, value in enumerate((a, b))
+        for s in (0, 1)
+    ]
     runs, _ = load_runs(paths)
     assert [r.group for r in runs] == [f"{key}={a}"] * 2 + [f"{key}={b}"] * 2
     assert group_summary(summarize(runs))["n_seeds"].max() == 2
@@ -209,8 +243,11 @@ def test_grouping_ignores_seed_and_nothing_else(tmp_path: Path, key: str, a: str
 
 def test_a_run_written_before_a_config_rename_groups_with_its_current_name(tmp_path: Path) -> None:
     # issue 18 moved algo.lr to optim.lr: an old run's override and config read under the new name
-    old = write_run(tmp_path / "old", {"sampler": "parallel", "algo.lr": "3e-4", "seed": 0},
-                    extra_config={"algo": {"name": "grpo", "lr": 3e-4}, "optim": {}})  # fmt: skip
+    old = write_run(
+        tmp_path / "old",
+        {"sampler": "parallel", "algo.lr": "3e-4", "seed": 0},
+        extra_config={"algo": {"name": "grpo", "lr": 3e-4}, "optim": {}},
+    )
     new = write_run(tmp_path / "new", {"sampler": "parallel", "optim.lr": "3e-4", "seed": 1})
     base = write_run(tmp_path / "base", {"sampler": "parallel", "seed": 0})
     runs, _ = load_runs([old, new, base])
@@ -224,8 +261,10 @@ def test_a_run_written_before_a_config_rename_groups_with_its_current_name(tmp_p
 def test_revivals_from_each_seeds_checkpoint_are_one_group(tmp_path: Path) -> None:
     parents = [write_run(tmp_path / f"collapse{s}", {"sampler": "parallel", "seed": s}) for s in (0, 1)]
     other = write_run(tmp_path / "collapse-lr", {"sampler": "parallel", "optim.lr": "3e-4", "seed": 0})
-    revived = [write_revival(tmp_path / f"rev{s}", p, at=6 + s, overrides={"sampler": "sequential"})
-               for s, p in enumerate(parents)]  # fmt: skip
+    revived = [
+        write_revival(tmp_path / f"rev{s}", p, at=6 + s, overrides={"sampler": "sequential"})
+        for s, p in enumerate(parents)
+    ]
     revived.append(write_revival(tmp_path / "rev-lr", other, at=6, overrides={"sampler": "sequential"}))
     runs, _ = load_runs(revived)
     groups = [r.group for r in runs]
@@ -234,12 +273,29 @@ def test_revivals_from_each_seeds_checkpoint_are_one_group(tmp_path: Path) -> No
 
 
 def test_labels_show_what_differs_and_leave_out_what_does_not_apply(tmp_path: Path) -> None:
-    runs = [write_run(tmp_path / "par", {"experiment": "collapse", "seed": 0}),
-            write_run(tmp_path / "seq-a", {"experiment": "discovery", "sampler": "sequential",
-                                           "sampler.off_policy": "paper", "sampler.stage1": "solution", "seed": 0}),
-            write_run(tmp_path / "seq-b", {"experiment": "discovery", "sampler": "sequential",
-                                           "sampler.off_policy": "drop_negatives", "sampler.stage1": "solution",
-                                           "seed": 0})]  # fmt: skip
+    runs = [
+        write_run(tmp_path / "par", {"experiment": "collapse", "seed": 0}),
+        write_run(
+            tmp_path / "seq-a",
+            {
+                "experiment": "discovery",
+                "sampler": "sequential",
+                "sampler.off_policy": "paper",
+                "sampler.stage1": "solution",
+                "seed": 0,
+            },
+        ),
+        write_run(
+            tmp_path / "seq-b",
+            {
+                "experiment": "discovery",
+                "sampler": "sequential",
+                "sampler.off_policy": "drop_negatives",
+                "sampler.stage1": "solution",
+                "seed": 0,
+            },
+        ),
+    ]
     loaded, _ = load_runs(runs)
     # experiment is told by the sampler; a parallel run reads no sampler.off_policy / stage1
     assert [r.group for r in loaded] == [
@@ -249,8 +305,11 @@ def test_labels_show_what_differs_and_leave_out_what_does_not_apply(tmp_path: Pa
     ]
     from sesa_cli.report.runs import short_label
 
-    assert [short_label(r) for r in loaded] == ["parallel", "sequential off_policy=paper",
-                                                 "sequential off_policy=drop_negatives"]  # fmt: skip
+    assert [short_label(r) for r in loaded] == [
+        "parallel",
+        "sequential off_policy=paper",
+        "sequential off_policy=drop_negatives",
+    ]
 
 
 def test_revived_run_summary_excludes_the_parents_rows(tmp_path: Path) -> None:
@@ -260,10 +319,10 @@ def test_revived_run_summary_excludes_the_parents_rows(tmp_path: Path) -> None:
     assert runs[1].parent_step == 6
     summary = summarize(runs)
     mine = summary[summary["run"] == str(child)].set_index("metric")
-    assert mine.loc["rollout/success", "best"] == pytest.approx(0.9)
-    assert mine.loc["rollout/success", "final"] == pytest.approx(0.9)
+    assert mine.loc[SUCCESS, "best"] == pytest.approx(0.9)
+    assert mine.loc[SUCCESS, "final"] == pytest.approx(0.9)
     # the parent's rows (rollout/distinct, eval/pass@k, ...) are not the child's
-    assert "rollout/distinct" not in mine.index
+    assert DISTINCT not in mine.index
     assert "revive/parent" not in set(summary["metric"])
     files = build_report([parent, child], tmp_path / "report")
     assert {"sampling", "diversity"} <= set(files["plots"])
@@ -273,8 +332,10 @@ def test_revivals_from_different_steps_are_drawn_since_the_revival(tmp_path: Pat
     from sesa_cli.report.plots import Layout
 
     parents = [write_run(tmp_path / f"collapse{s}", {"sampler": "parallel", "seed": s}) for s in (0, 1)]
-    revived = [write_revival(tmp_path / f"rev{s}", p, at=5 + s, overrides={"sampler": "sequential"})
-               for s, p in enumerate(parents)]  # fmt: skip
+    revived = [
+        write_revival(tmp_path / f"rev{s}", p, at=5 + s, overrides={"sampler": "sequential"})
+        for s, p in enumerate(parents)
+    ]
     runs, _ = load_runs(revived)
     layout = Layout.of(runs)
     assert layout.since_revival
@@ -296,8 +357,9 @@ def test_heatmap_reads_policy_probs(tmp_path: Path) -> None:
     assert probs is not None
     assert probs.targets == TARGETS
     assert list(probs.steps) == [0, 5, 10]
-    assert probs.values[:, -1].tolist() == pytest.approx([*target_probs(10, 1, "parallel"),
-                                                          1 - sum(target_probs(10, 1, "parallel"))])  # fmt: skip
+    assert probs.values[:, -1].tolist() == pytest.approx(
+        [*target_probs(10, 1, "parallel"), 1 - sum(target_probs(10, 1, "parallel"))]
+    )
 
 
 def test_compare_names_groups_by_number_or_label(tmp_path: Path) -> None:
@@ -310,8 +372,13 @@ def test_compare_names_groups_by_number_or_label(tmp_path: Path) -> None:
     assert analyse(paths).compare is None  # three groups: nothing compared unless asked
     report = analyse(paths, compare=["dapo", "*"])
     assert (report.baseline, list(report.compare["group"].unique())) == ("algo=dapo", ["algo=grpo", "algo=rloo"])
-    for bad, message in (([5, 1], "there is no group 5"), (["o", "1"], "matches 3 groups"),
-                         (["sft", "1"], "matches no group"), (["1"], "two or more"), ([1, "grpo"], "two or more")):  # fmt: skip
+    for bad, message in (
+        ([5, 1], "there is no group 5"),
+        (["o", "1"], "matches 3 groups"),
+        (["sft", "1"], "matches no group"),
+        (["1"], "two or more"),
+        ([1, "grpo"], "two or more"),
+    ):
         with pytest.raises(ConfigError, match=message):
             analyse(paths, compare=bad)
     with pytest.raises(ConfigError, match="no run logged policy/x"):
@@ -330,18 +397,18 @@ def test_runs_that_differ_in_threads_or_versions_are_flagged(tmp_path: Path) -> 
 def test_train_and_eval_rows_merge_by_step(sweep: Path) -> None:
     run = load_run(sweep / "0")
     assert list(run.metrics.index) == list(range(STEPS + 1))
-    assert run.metrics.loc[5, "rollout/success"] == pytest.approx(success_at(5, 0, "parallel"))
-    assert run.metrics.loc[5, "eval/success"] == pytest.approx(success_at(5, 0, "parallel") / 2)
-    assert math.isnan(run.metrics.loc[4, "eval/success"])
+    assert run.metrics.loc[5, SUCCESS] == pytest.approx(success_at(5, 0, "parallel"))
+    assert run.metrics.loc[5, EVAL_SUCCESS] == pytest.approx(success_at(5, 0, "parallel") / 2)
+    assert math.isnan(run.metrics.loc[4, EVAL_SUCCESS])
 
 
 def test_runs_written_before_the_rollout_rename_load_under_the_new_names(tmp_path: Path) -> None:
     # Rollout statistics were train/* before issue 16; train/kept_groups and friends describe training and kept the
     # name; issue 18 moved train/lr to optim/lr with the optimizer settings.
-    assert LEGACY_METRICS["train/entropy"] == "rollout/entropy"
+    assert LEGACY_METRICS["train/entropy"] == ENTROPY
     assert len([old for old, new in LEGACY_METRICS.items() if new.startswith("rollout/")]) == 11
     assert "train/kept_groups" not in LEGACY_METRICS
-    assert LEGACY_METRICS["train/lr"] == "optim/lr"
+    assert LEGACY_METRICS["train/lr"] == LR
     old = write_run(tmp_path / "old", {"seed": 0})
     path = old / "metrics.jsonl"
     rows = [json.loads(line) for line in path.read_text().splitlines()]
@@ -350,15 +417,15 @@ def test_runs_written_before_the_rollout_rename_load_under_the_new_names(tmp_pat
     path.write_text("".join(json.dumps(r) + "\n" for r in legacy))
     metrics = load_run(old).metrics
     assert not any(c.startswith("train/") and c != "train/kept_groups" for c in metrics.columns)
-    assert metrics.loc[1, "optim/lr"] == 1e-4
-    assert metrics.loc[5, "rollout/success"] == pytest.approx(success_at(5, 0, "parallel"))
+    assert metrics.loc[1, LR] == 1e-4
+    assert metrics.loc[5, SUCCESS] == pytest.approx(success_at(5, 0, "parallel"))
     # A revived run of an old parent holds both names: the parent's rows fill in the new column.
     mixed = legacy[:6] + rows[6:]
     path.write_text("".join(json.dumps(r) + "\n" for r in mixed))
     metrics = load_run(old).metrics
     assert "train/success" not in metrics.columns
-    assert metrics["rollout/success"].notna().all()
-    assert metrics.loc[2, "rollout/success"] == pytest.approx(success_at(2, 0, "parallel"))
+    assert metrics[SUCCESS].notna().all()
+    assert metrics.loc[2, SUCCESS] == pytest.approx(success_at(2, 0, "parallel"))
 
 
 def test_exact_policy_metrics_get_their_plot_and_lead_the_table(tmp_path: Path) -> None:
@@ -366,14 +433,18 @@ def test_exact_policy_metrics_get_their_plot_and_lead_the_table(tmp_path: Path) 
     path = run / "metrics.jsonl"
     rows = [json.loads(line) for line in path.read_text().splitlines()]
     for r in rows:
-        if "rollout/success" in r:
+        if SUCCESS in r:
             r.update({"policy/target_mass": 0.5, "policy/effective_solutions": 3.0, "policy/coverage@64": 0.1})
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     files = build_report([run], tmp_path / "report")
     assert "policy" in files["plots"]
     assert "heatmap" not in files["plots"]  # no policy_probs.jsonl
-    assert analyse([run]).headline == ["policy/effective_solutions", "policy/target_mass", "eval/success",
-                                       "eval/pass@16"]  # fmt: skip
+    assert analyse([run]).headline == [
+        "policy/effective_solutions",
+        "policy/target_mass",
+        EVAL_SUCCESS,
+        "eval/pass@16",
+    ]
 
 
 def test_truncated_last_line_is_tolerated(sweep: Path) -> None:
@@ -385,7 +456,7 @@ def test_truncated_last_line_is_tolerated(sweep: Path) -> None:
 def test_eval_run_metrics_json_is_one_row(tmp_path: Path, sweep: Path) -> None:
     ev = tmp_path / "eval"
     ev.mkdir()
-    (ev / "metrics.json").write_text(json.dumps({"eval/success": 0.5, **{f"eval/pass@{k}": 0.5 for k in KS}}))
+    (ev / "metrics.json").write_text(json.dumps({EVAL_SUCCESS: 0.5, **{f"eval/pass@{k}": 0.5 for k in KS}}))
     (ev / "config.yaml").write_text(
         yaml.safe_dump({"task": {"name": "path"}, "sampler": {"name": "parallel"}, "seed": 0})
     )

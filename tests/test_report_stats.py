@@ -71,9 +71,17 @@ def test_difference_paired_by_seed_or_unpaired() -> None:
 
 @pytest.mark.parametrize(
     ("value", "text"),
-    [(1e-4, "0.0001"), (3e-4, "0.0003"), (0.5123, "0.512"), (12.93, "12.9"), (1234.5, "1,234"), (0.0, "0"),
-     (2e-6, "2.00e-06"), (float("nan"), "–")],
-)  # fmt: skip
+    [
+        (1e-4, "0.0001"),
+        (3e-4, "0.0003"),
+        (0.5123, "0.512"),
+        (12.93, "12.9"),
+        (1234.5, "1,234"),
+        (0.0, "0"),
+        (2e-6, "2.00e-06"),
+        (float("nan"), "–"),
+    ],
+)
 def test_small_numbers_read(value: float, text: str) -> None:
     assert format_value(value) == text
 
@@ -93,8 +101,12 @@ def test_compare_groups_matches_difference_interval_metric_by_metric() -> None:
     from sesa_cli.report.tables import compare_groups
 
     rng = np.random.default_rng(3)
-    rows = [(g, str(s), f"{g}{s}", m, float(rng.random()), 0.0) for g in ("A", "B") for s in range(5)
-            for m in ("m1", "m2", "m3")]  # fmt: skip
+    rows = [
+        (g, str(s), f"{g}{s}", m, float(rng.random()), 0.0)
+        for g in ("A", "B")
+        for s in range(5)
+        for m in ("m1", "m2", "m3")
+    ]
     rows = [r for r in rows if not (r[0] == "B" and r[1] == "4" and r[3] == "m3")]  # m3: B lacks seed 4: unpaired
     per_run = pd.DataFrame(rows, columns=["group", "seed", "run", "metric", "final", "best"])
     table = compare_groups(per_run, "A", ["B"]).set_index("metric")

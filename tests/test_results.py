@@ -68,21 +68,33 @@ def fake_claims(root: Path, seeds: tuple[int, ...] = SEEDS) -> None:
     for variant in ("paper", "drop_negatives", "weight_negatives", "on_policy_baseline"):
         for stage1 in ("solution", "sketch"):
             for seed in seeds:
-                overrides = {"experiment": "discovery", "sampler": "sequential", "sampler.off_policy": variant,
-                             "sampler.stage1": stage1, "seed": seed}  # fmt: skip
+                overrides = {
+                    "experiment": "discovery",
+                    "sampler": "sequential",
+                    "sampler.off_policy": variant,
+                    "sampler.stage1": stage1,
+                    "seed": seed,
+                }
                 write_run(root / "discovery" / str(job), overrides, policy=True)
                 job += 1
     for job in range(len(seeds)):
         parent = root / "collapse" / str(job)
         write_revival(root / "revive_parallel" / str(job), parent, at=6, overrides={"sampler": "parallel"})
-        write_revival(root / "revive_sequential" / str(job), parent, at=6,
-                      overrides={"sampler": "sequential", "sampler.off_policy": "drop_negatives",
-                                 "sampler.stage1": "solution"})  # fmt: skip
+        write_revival(
+            root / "revive_sequential" / str(job),
+            parent,
+            at=6,
+            overrides={"sampler": "sequential", "sampler.off_policy": "drop_negatives", "sampler.stage1": "solution"},
+        )
     job = 0
     for sampler in ("parallel", "sequential"):
         for seed in seeds:
-            write_run(root / "frozenlake" / str(job), {"experiment": "frozenlake_tiny", "sampler": sampler,
-                                                       "seed": seed}, task="frozenlake", coverage=False)  # fmt: skip
+            write_run(
+                root / "frozenlake" / str(job),
+                {"experiment": "frozenlake_tiny", "sampler": sampler, "seed": seed},
+                task="frozenlake",
+                coverage=False,
+            )
             job += 1
 
 
@@ -152,8 +164,9 @@ def test_resume_runs_only_what_is_missing(tmp_path: Path, monkeypatch: pytest.Mo
     notes = R.run_sweep(session, R._sweep("discovery"), root / "session.log")
     assert len(calls) == 1
     # job 3 of the fake sweep: off_policy=paper, stage1=sketch, seed 1
-    assert sorted(calls[0][3:-3]) == sorted(["experiment=discovery", "sampler.off_policy=paper",
-                                             "sampler.stage1=sketch", "seed=1"])  # fmt: skip
+    assert sorted(calls[0][3:-3]) == sorted(
+        ["experiment=discovery", "sampler.off_policy=paper", "sampler.stage1=sketch", "seed=1"]
+    )
     assert calls[0][-1] == f"hydra.sweep.dir={root / 'discovery.retry1'}"
     assert not (root / "discovery" / "3").exists()
     assert len(list((root / "discovery").glob(".3.incomplete.*"))) == 1

@@ -26,15 +26,25 @@ def _rows(run: Path) -> list[dict]:
 
 @pytest.mark.parametrize(
     ("sampler", "kl_coef", "extra"),
-    [("parallel", 0.05, []), ("sequential", 0.05, []), ("sequential", 0.0, []),
-     ("parallel", 0.05, ["model.lora=true", "model.lora_rank=4"])],  # LoRA: the reference is the adapter-free base
+    [
+        ("parallel", 0.05, []),
+        ("sequential", 0.05, []),
+        ("sequential", 0.0, []),
+        ("parallel", 0.05, ["model.lora=true", "model.lora_rank=4"]),
+    ],  # LoRA: the reference is the adapter-free base
     ids=["parallel-kl", "sequential-kl", "sequential", "parallel-kl-lora"],
-)  # fmt: skip
+)
 def test_stopped_and_revived_equals_uninterrupted(tmp_path, monkeypatch, tiny_overrides, sampler, kl_coef, extra):
     whole, revived = tmp_path / "whole", tmp_path / "revived"
     settings = [*tiny_overrides, *SMALL, f"sampler={sampler}", f"algo.kl_coef={kl_coef}", "seed=5", *extra]
-    argv = ["train", *settings, "train.steps=8", "train.checkpoint_every=4", "train.eval_every=4",
-            f"hydra.run.dir={whole}"]  # fmt: skip
+    argv = [
+        "train",
+        *settings,
+        "train.steps=8",
+        "train.checkpoint_every=4",
+        "train.eval_every=4",
+        f"hydra.run.dir={whole}",
+    ]
     assert run_cli(argv, monkeypatch) == 0
     argv = ["revive", f"ckpt={whole}", "step=4", "more_steps=4", f"hydra.run.dir={revived}"]
     assert run_cli(argv, monkeypatch) == 0

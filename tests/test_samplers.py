@@ -38,8 +38,9 @@ def test_kth_solution_is_conditioned_on_exactly_the_earlier_ones(path_setup):
 
 
 def test_kth_sketch_context_holds_exactly_the_earlier_sketches(path_setup):
-    sampler, task, policy = _sampler(path_setup, name="sequential", stage1="sketch", group_size=4,
-                                     solutions_per_sketch=2, sketch_max_tokens=8)  # fmt: skip
+    sampler, task, policy = _sampler(
+        path_setup, name="sequential", stage1="sketch", group_size=4, solutions_per_sketch=2, sketch_max_tokens=8
+    )
     groups = sampler.sample([None, None], torch.Generator().manual_seed(0))
     head = sampler.encode_prompt(task.sketch_head(None))
     for group in groups:

@@ -44,8 +44,9 @@ def test_every_room_is_solvable_and_the_plan_solves_the_env(dim, boxes, count, s
         assert score.reward >= 10.0 - 0.1 * len(inst.solution) + 1.0 - 1e-9  # the +10 and at least one +1
         assert text.startswith(task.prompt(inst))
         # The solver finds nothing shorter from the initial state (breadth-first = shortest).
-        shorter = solve(inst.floor, frozenset(inst.targets), frozenset(inst.boxes), inst.player,
-                        len(inst.solution) - 1)  # fmt: skip
+        shorter = solve(
+            inst.floor, frozenset(inst.targets), frozenset(inst.boxes), inst.player, len(inst.solution) - 1
+        )
         assert shorter is None
 
 

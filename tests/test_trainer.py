@@ -54,8 +54,9 @@ def test_update_raises_the_logprob_of_rewarded_samples(path_setup, tmp_path, sam
 def test_identical_contexts_give_weight_one_and_equal_gradients(path_setup, tmp_path):
     grads = {}
     for mode in ("prompt", "conditioned", "is"):
-        trainer = _trainer(path_setup, tmp_path / mode, task_kw={"num_targets": 32}, name="parallel",
-                           loss_context=mode)  # fmt: skip
+        trainer = _trainer(
+            path_setup, tmp_path / mode, task_kw={"num_targets": 32}, name="parallel", loss_context=mode
+        )
         trainer.generator.manual_seed(0)
         groups, _ = trainer._draw_batch()
         inputs = trainer.loss_inputs(groups)
@@ -137,8 +138,11 @@ def test_lr_schedules_warm_up_then_decay_over_the_run(path_setup, tmp_path):
     trainer = _trainer(path_setup, tmp_path)
 
     def scales(schedule: str) -> list[float]:
-        trainer.cfg = replace(trainer.cfg, train=replace(trainer.cfg.train, steps=10),
-                              optim=replace(trainer.cfg.optim, warmup_steps=2, lr_schedule=schedule))  # fmt: skip
+        trainer.cfg = replace(
+            trainer.cfg,
+            train=replace(trainer.cfg.train, steps=10),
+            optim=replace(trainer.cfg.optim, warmup_steps=2, lr_schedule=schedule),
+        )
         out = []
         for step in range(12):
             trainer.step = step

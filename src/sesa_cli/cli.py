@@ -19,16 +19,12 @@ from typing import NoReturn
 
 from sesa_cli import __version__
 
-# command -> (module under sesa_cli.commands, one-line help, issue that builds it if not built yet)
-COMMANDS: dict[str, tuple[str, str, int | None]] = {
-    "train": ("train", "RL training of a policy on a task; writes a run dir with metrics and checkpoints", None),
-    "eval": ("eval", "evaluate a checkpoint or base model: success, pass@k, coverage, distinct, entropy", None),
-    "revive": (
-        "revive",
-        "continue a (collapsed) run from a checkpoint with new settings, e.g. sampler=sequential",
-        None,
-    ),
-    "diversity-report": ("diversity_report", "compare runs: tables and plots of success, diversity, entropy", None),
+# command -> (module under sesa_cli.commands, one-line help)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "train": ("train", "RL training of a policy on a task; writes a run dir with metrics and checkpoints"),
+    "eval": ("eval", "evaluate a checkpoint or base model: success, pass@k, coverage, distinct, entropy"),
+    "revive": ("revive", "continue a (collapsed) run from a checkpoint with new settings, e.g. sampler=sequential"),
+    "diversity-report": ("diversity_report", "compare runs: tables and plots of success, diversity, entropy"),
 }
 
 USAGE = "usage: sesa {" + ",".join(COMMANDS) + "} [overrides ...] [hydra flags: -m, --cfg job, --help, ...]"
@@ -36,11 +32,15 @@ USAGE = "usage: sesa {" + ",".join(COMMANDS) + "} [overrides ...] [hydra flags: 
 
 def print_help() -> None:
     lines = [USAGE, "", "sesa: RL for language-model policies with sequential sampling (SESA)", "", "commands:"]
-    for name, (_, text, issue) in COMMANDS.items():
-        lines.append(f"  {name:<18} {text}" + (f" [not built yet: issue #{issue}]" if issue else ""))
-    lines += ["", "`sesa <command> --help` shows the command's config groups and options.",
-              "examples:", "  sesa train task=path sampler=sequential",
-              "  sesa train -m task=path sampler=parallel,sequential seed=0,1"]  # fmt: skip
+    for name, (_, text) in COMMANDS.items():
+        lines.append(f"  {name:<18} {text}")
+    lines += [
+        "",
+        "`sesa <command> --help` shows the command's config groups and options.",
+        "examples:",
+        "  sesa train task=path sampler=sequential",
+        "  sesa train -m task=path sampler=parallel,sequential seed=0,1",
+    ]
     print("\n".join(lines))
 
 
@@ -114,9 +114,7 @@ def dispatch(args: list[str]) -> None:
         print(USAGE, file=sys.stderr)
         close = difflib.get_close_matches(name, COMMANDS, n=1)
         fail(f"unknown command {name!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
-    module_name, _, issue = COMMANDS[name]
-    if issue is not None:
-        fail(f"not built yet (issue #{issue})", name)
+    module_name, _ = COMMANDS[name]
     from sesa_cli.deprecations import rename_overrides
 
     rest, notices = rename_overrides(args[1:])

@@ -128,13 +128,25 @@ class ModelConfig:
     and prefill memory of real models (countdown's 16 x 64 evaluation rows with SmolLM2 would need > 10 GB)."""
 
     def __post_init__(self) -> None:
-        raise_if([
-            *at_least(self, "model", 1, "hidden_size", "num_layers", "num_heads", "intermediate_size",
-                       "max_position_embeddings", "warm_start_batch_size", "warm_start_corpus_size"),
-            *at_least(self, "model", 0, "warm_start_steps"),
-            *at_least(self, "model", 2, "warm_start_block"),  # next-token targets need two tokens
-            *positive(self, "model", "warm_start_lr", "lora_alpha"),
-        ])  # fmt: skip
+        raise_if(
+            [
+                *at_least(
+                    self,
+                    "model",
+                    1,
+                    "hidden_size",
+                    "num_layers",
+                    "num_heads",
+                    "intermediate_size",
+                    "max_position_embeddings",
+                    "warm_start_batch_size",
+                    "warm_start_corpus_size",
+                ),
+                *at_least(self, "model", 0, "warm_start_steps"),
+                *at_least(self, "model", 2, "warm_start_block"),  # next-token targets need two tokens
+                *positive(self, "model", "warm_start_lr", "lora_alpha"),
+            ]
+        )
         _choice(self.dtype, "model.dtype", ("float32", "bfloat16"))
         _choice(self.prompt_style, "model.prompt_style", ("compact", "chat"))
         if self.max_batch_rows < 0:
@@ -172,8 +184,15 @@ class TaskConfig:
 # ------------------------------------------------------------------------------------------------------- sampler
 OFF_POLICY_VARIANTS = ("paper", "drop_negatives", "weight_negatives", "on_policy_baseline")
 """``sampler.off_policy`` values (documented on the field)."""
-SEQUENTIAL_ONLY = ("stage1", "sketch_max_tokens", "solutions_per_sketch", "loss_context", "is_clip", "train_sketches",
-                   "off_policy")  # fmt: skip
+SEQUENTIAL_ONLY = (
+    "stage1",
+    "sketch_max_tokens",
+    "solutions_per_sketch",
+    "loss_context",
+    "is_clip",
+    "train_sketches",
+    "off_policy",
+)
 """``sampler.*`` fields that ``sampler=parallel`` never reads: every parallel row is drawn and scored under the plain
 prompt. Set on the command line of a run that samples in parallel they are an error (sesa_cli/commands/validate.py),
 not silently ignored; recipes and parent runs may carry them (a revived sequential run switched to parallel keeps its
@@ -312,8 +331,11 @@ class AlgoConfig:
         problems = at_least(
             self, "algo", 0, "kl_coef", "adv_eps", "norm_constant", "max_resample_rounds", "kl_cov_coef"
         )
-        problems += [f"algo.{n}={getattr(self, n)} must be in [0, 1]" for n in ("clip_cov_ratio", "kl_cov_ratio")
-                     if not 0 <= getattr(self, n) <= 1]  # fmt: skip
+        problems += [
+            f"algo.{n}={getattr(self, n)} must be in [0, 1]"
+            for n in ("clip_cov_ratio", "kl_cov_ratio")
+            if not 0 <= getattr(self, n) <= 1
+        ]
         if self.clip_cov_lb > self.clip_cov_ub:
             problems.append(f"algo.clip_cov_lb={self.clip_cov_lb} must be <= algo.clip_cov_ub={self.clip_cov_ub}")
         raise_if(problems)
@@ -467,8 +489,6 @@ class TrainConfig:
     """The one seed: python, numpy and torch generators, training instances and (path task) targets."""
     device: str = "cpu"
     """Torch device."""
-    run_dir: str | None = None
-    """Where the run writes; set by the command from Hydra's output dir."""
 
     def __post_init__(self) -> None:
         if self.optim.warmup_steps >= self.train.steps:
@@ -534,8 +554,6 @@ class DiversityReportConfig:
     metrics: list[str] = field(default_factory=list)
     """Headline metrics, e.g. ``metrics=[policy/target_mass,eval/success]``; empty: chosen from what the runs
     logged (the exact policy's spread and target mass where the task has them, validation success, episode length)."""
-    run_dir: str | None = None
-    """Where the report is written; set by the command from Hydra's output dir."""
 
 
 def to_object(cfg: Any) -> Any:

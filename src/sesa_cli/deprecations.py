@@ -46,7 +46,7 @@ def rename_overrides(overrides: list[str]) -> tuple[list[str], list[str]]:
     return out, notices
 
 
-def upgrade_config(config: dict[str, Any]) -> dict[str, Any]:
+def upgrade_config(config: dict[Any, Any]) -> dict[Any, Any]:
     """A resolved run config (``config.yaml`` as a nested dict) with the :data:`RENAMED_KEYS` moved to their current
     places; a current key already present wins. Run dirs written before a rename reload under the current names."""
     config = copy.deepcopy(config)

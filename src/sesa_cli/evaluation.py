@@ -173,11 +173,13 @@ class ExactPolicy:
         instances = []
         for index, keys, p, target in zip(self.indices, self.keys, probs, self.targets, strict=True):
             shown = target | (p >= min_prob)
-            instances.append({
-                "instance": index,
-                "targets": [key for key, t in zip(keys, target, strict=True) if t],
-                "probs": {key: float(v) for key, v, keep in zip(keys, p, shown, strict=True) if keep},
-            })  # fmt: skip
+            instances.append(
+                {
+                    "instance": index,
+                    "targets": [key for key, t in zip(keys, target, strict=True) if t],
+                    "probs": {key: float(v) for key, v, keep in zip(keys, p, shown, strict=True) if keep},
+                }
+            )
         return {"step": step, "instances": instances}
 
 

@@ -197,7 +197,7 @@ def read_trainer_state(ckpt: Path, training: bool = False) -> dict[str, Any]:
     wanted: dict[str, type] = {"step": int, **({"next_instance": int, "collapse": dict} if training else {})}
     for key, kind in wanted.items():
         value = state.get(key)
-        if not isinstance(value, kind) or isinstance(value, bool) or (kind is int and value < 0):
+        if not isinstance(value, kind) or isinstance(value, bool) or (isinstance(value, int) and value < 0):
             what = "a non-negative integer" if kind is int else "an object"
             raise ConfigError(f"{path}: {key!r} is {'missing' if key not in state else repr(value)}, not {what}")
     return state

@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -31,8 +31,8 @@ from sesa_cli.evaluation import (
     summarize,
     validation_instances,
 )
-from sesa_cli.models.loading import Policy
 from sesa_cli.models.lora import is_lora, reference
+from sesa_cli.models.policy import Policy
 from sesa_cli.rollout.samplers import ParallelSampler, Rollout, make_sampler
 from sesa_cli.rollout.scoring import ScoringBatch, build_batch, completion_logps
 from sesa_cli.runs import RunDir
@@ -48,6 +48,9 @@ from sesa_cli.update import (
     updates_per_batch,
     weighs_rows,
 )
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +71,7 @@ class Trainer:
         policy: Policy,
         run: RunDir,
         dist: SingleProcess | None = None,
-        reference: torch.nn.Module | None = None,
+        reference: PreTrainedModel | None = None,
     ) -> None:
         """``reference``: the KL reference model when it is not the policy as given (a revived run passes its
         lineage's base, see sesa_cli.models.reference); None = a frozen copy of ``policy``, the run's start."""
@@ -91,11 +94,12 @@ class Trainer:
             lr=cfg.optim.lr,
             weight_decay=cfg.optim.weight_decay,
         )
-        self.ref_model = None
+        self.ref_model: PreTrainedModel | None = None
         if cfg.algo.kl_coef > 0 and not is_lora(self.model):
             # LoRA needs no copy: its reference is the same model with the adapter disabled (see _ref_logps).
             ref = reference if reference is not None else copy.deepcopy(self.model)
-            self.ref_model = ref.eval().requires_grad_(False)
+            ref.eval().requires_grad_(False)
+            self.ref_model = ref
         self.generator = torch.Generator().manual_seed(self.dist.seed(cfg.seed))
         self.step = 0
         self.next_instance = 0
@@ -173,12 +177,16 @@ class Trainer:
                 logps, ents = self._minibatch_logps(sub, live, None if old is None else old[chunk])
                 old_sub = old[chunk] if several and old is not None else logps.detach()
                 loss, m = algos.compute_loss(
-                    logps, old_sub, advantages[chunk], sub.response_mask, algo,
+                    logps,
+                    old_sub,
+                    advantages[chunk],
+                    sub.response_mask,
+                    algo,
                     ref_logps=None if ref is None else ref[chunk],
                     entropies=ents if algo.entropy_coef > 0 else None,
                     seq_weights=None if seq_weights is None else seq_weights[chunk],
                     norm_constant=self.norm_constant,
-                )  # fmt: skip
+                )
                 if not self._finite(loss):
                     continue
                 lr = optim.lr * self.lr_scale()

@@ -112,7 +112,8 @@ def rloo(rewards: Tensor, cfg: AlgoConfig, on_policy: Tensor | None = None) -> T
 def compute_advantages(rewards: Tensor, cfg: AlgoConfig, on_policy: Tensor | None = None) -> Tensor:
     """Advantages of the estimator ``cfg.advantage``: rewards (n_groups, group) -> advantages (n_groups, group).
     ``on_policy`` (bool, (n_groups, group)): take the baseline from on-policy rollouts only (module docstring)."""
-    return get(ADVANTAGES, cfg.advantage, "algo.advantage")(rewards, cfg, on_policy=on_policy)
+    advantages: Tensor = get(ADVANTAGES, cfg.advantage, "algo.advantage")(rewards, cfg, on_policy=on_policy)
+    return advantages
 
 
 def no_on_policy_groups(on_policy: Tensor) -> Tensor:

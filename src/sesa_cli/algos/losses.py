@@ -52,7 +52,8 @@ def kl_penalty(logps: Tensor, ref_logps: Tensor, estimator: str) -> Tensor:
     logps, ref_logps: (batch, seq) -> (batch, seq). Gradients flow into both arguments; detach ``ref_logps``
     yourself if it is a constant (:func:`~sesa_cli.algos.compute_loss` does).
     """
-    return get(KL_ESTIMATORS, estimator, "algo.kl_estimator")(logps, ref_logps)
+    kl: Tensor = get(KL_ESTIMATORS, estimator, "algo.kl_estimator")(logps, ref_logps)
+    return kl
 
 
 # ------------------------------------------------------------------------------------------------------ helpers

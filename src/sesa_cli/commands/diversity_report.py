@@ -36,8 +36,14 @@ def run(cfg: DiversityReportConfig, out_dir: Path) -> dict[str, Any]:
     console = Console()
     console.print(report.intro())
     for title, headers, rows in console_tables(report):
-        table = Table(*headers, title=title, box=box.SIMPLE_HEAD, show_edge=False, title_justify="left",
-                      min_width=min(len(title), 80))  # fmt: skip
+        table = Table(
+            *headers,
+            title=title,
+            box=box.SIMPLE_HEAD,
+            show_edge=False,
+            title_justify="left",
+            min_width=min(len(title), 80),
+        )
         for row in rows:
             table.add_row(*row)
         console.print()

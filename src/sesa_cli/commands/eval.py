@@ -26,8 +26,9 @@ register_configs()
 
 
 def run(cfg: EvalConfig, run_dir: Path, overrides: list[str] | None = None) -> dict[str, Any]:
-    """Evaluate and write ``samples.jsonl`` + ``metrics.json`` (+ ``policy_probs.jsonl`` where the task has exact
-    policy metrics) under ``run_dir``; return the metrics."""
+    """Evaluate and write ``config.yaml``, ``run.json``, ``samples.jsonl`` + ``metrics.json`` (+
+    ``policy_probs.jsonl`` where the task has exact policy metrics) under ``run_dir``; return the metrics. Called
+    alone it leaves the same run dir as the Hydra app (which adds only Hydra's own ``.hydra/`` and log file)."""
     from sesa_cli.runs import RunDir, atomic_write_text, check_checkpoint, resolve_checkpoint
 
     ckpt = resolve_checkpoint(cfg.ckpt) if cfg.ckpt else None
@@ -52,6 +53,7 @@ def run(cfg: EvalConfig, run_dir: Path, overrides: list[str] | None = None) -> d
 
     seed_everything(cfg.seed)
     run = RunDir(run_dir)
+    run.write_config(resolved_yaml(cfg))
     task = make_task(cfg.task, cfg.seed)
     policy = load_checkpoint(ckpt, cfg.model, task, cfg.device) if ckpt else load_policy(cfg.model, task, cfg.device)
     run.write_run_info("eval", overrides or [], parent=str(ckpt) if ckpt else None)
@@ -115,9 +117,11 @@ def chain_table(health: Any) -> Any:
         "sum is the distinct valid items per chain); cut: hit the length limit without the stop"
         + ("; followed: share of stage-II solutions that follow their sketch" if health.sketches else "")
     )
-    rows = [("valid", health.valid, f"{scalars['valid']:.2f}"),
-            ("new", health.new, f"{health.distinct:.2f} distinct"),
-            ("cut", health.cut, f"{scalars['cut']:.2f}")]  # fmt: skip
+    rows = [
+        ("valid", health.valid, f"{scalars['valid']:.2f}"),
+        ("new", health.new, f"{health.distinct:.2f} distinct"),
+        ("cut", health.cut, f"{scalars['cut']:.2f}"),
+    ]
     if health.sketches:
         followed = scalars.get("followed")
         rows.append(("followed", health.followed, "-" if followed is None else f"{followed:.2f}"))
@@ -133,7 +137,4 @@ def main(cfg: DictConfig) -> None:
     with user_errors("eval"):
         joblib_cpu_budget()
         run_dir, overrides = hydra_context()
-        config = command_config("eval", cfg, overrides)
-        run_dir.mkdir(parents=True, exist_ok=True)
-        (run_dir / "config.yaml").write_text(resolved_yaml(config))
-        run(config, run_dir, overrides)
+        run(command_config("eval", cfg, overrides), run_dir, overrides)

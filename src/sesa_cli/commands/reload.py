@@ -49,12 +49,12 @@ def reload_config(config_name: str, parent_config: Path, overrides: list[str]) -
     if not parent_config.is_file():
         raise ConfigError(f"{parent_config} is missing: the checkpoint's run config cannot be reloaded")
     try:
-        parent = OmegaConf.to_container(OmegaConf.load(parent_config), resolve=True)
+        loaded = OmegaConf.to_container(OmegaConf.load(parent_config), resolve=True)
     except Exception as exc:  # noqa: BLE001  (yaml's and OmegaConf's many error types: the file is damaged)
         raise ConfigError(f"{parent_config} is not a valid run config ({first_line(exc)})") from None
-    if not isinstance(parent, dict):
-        raise ConfigError(f"{parent_config} holds a {type(parent).__name__}, not a mapping of config keys")
-    parent = upgrade_config(parent)  # a run written before a config key was renamed
+    if not isinstance(loaded, dict):
+        raise ConfigError(f"{parent_config} holds a {type(loaded).__name__}, not a mapping of config keys")
+    parent = upgrade_config(loaded)  # a run written before a config key was renamed
     for group in GROUPS:
         if group in parent and not (isinstance(parent[group], dict) and isinstance(parent[group].get("name"), str)):
             raise ConfigError(f"{parent_config}: {group!r} must be a mapping with a 'name'")
@@ -84,7 +84,7 @@ def reload_config(config_name: str, parent_config: Path, overrides: list[str]) -
 
         raise ConfigError(f"{parent_config}: {explain(exc, config_name, choices)}") from None
     for key, value in parent.items():
-        if key not in schema_keys or key in ("run_dir", "ckpt", "step", "more_steps"):
+        if key not in schema_keys or key in ("ckpt", "step", "more_steps"):
             continue
         if key in user_groups:
             option = cfg[key]["name"]

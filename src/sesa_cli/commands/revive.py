@@ -85,8 +85,14 @@ def run(cfg: ReviveConfig, run_dir: Path, overrides: list[str] | None = None) ->
         reference = check_rebuilt(reference, base, parent_run)
     run = RunDir(run_dir) if dist.is_main else ReplicaRunDir(run_dir)
     run.write_config(resolved_yaml(cfg))
-    run.write_run_info("revive", overrides or [], parent=str(ckpt), parent_step=start, parent_run=str(parent_run),
-                       kl_reference=reference)  # fmt: skip
+    run.write_run_info(
+        "revive",
+        overrides or [],
+        parent=str(ckpt),
+        parent_step=start,
+        parent_run=str(parent_run),
+        kl_reference=reference,
+    )
     for row in history:
         run.log_metrics({**row, "revive/parent": 1})
     for record in read_metrics(parent_run / "policy_probs.jsonl"):

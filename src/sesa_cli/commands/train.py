@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import hydra
 from omegaconf import DictConfig
@@ -20,12 +20,20 @@ from sesa_cli.commands.schemas import register_configs
 from sesa_cli.config import TrainConfig, conf_dir, to_object
 from sesa_cli.metric_keys import key
 
+if TYPE_CHECKING:
+    from sesa_cli.trainer import Trainer
+
 log = logging.getLogger("sesa.train")
 register_configs()
 
 
-def run(cfg: TrainConfig, run_dir: Path, overrides: list[str] | None = None, resolved: str | None = None,
-        show_progress: bool = True) -> dict[str, Any]:  # fmt: skip
+def run(
+    cfg: TrainConfig,
+    run_dir: Path,
+    overrides: list[str] | None = None,
+    resolved: str | None = None,
+    show_progress: bool = True,
+) -> dict[str, Any]:
     """Train as configured, writing everything under ``run_dir``; returns the final metrics."""
     from sesa_cli.distributed import replicas
     from sesa_cli.models.loading import load_base, load_policy
@@ -49,7 +57,7 @@ def run(cfg: TrainConfig, run_dir: Path, overrides: list[str] | None = None, res
     return fit(trainer, run_dir, show_progress and dist.is_main)
 
 
-def fit(trainer: Any, run_dir: Path, show_progress: bool = True) -> dict[str, Any]:
+def fit(trainer: Trainer, run_dir: Path, show_progress: bool = True) -> dict[str, Any]:
     """Run a prepared trainer with the live display; print the final table."""
     from sesa_cli.evaluation import describe_protocol
     from sesa_cli.progress import TrainProgress, final_table
@@ -65,13 +73,21 @@ def fit(trainer: Any, run_dir: Path, show_progress: bool = True) -> dict[str, An
     log.info(
         "run dir %s | task=%s sampler=%s%s algo=%s | %s params%s | %d prompts x %d = %d rollouts/step%s, <= %d new "
         "tokens each | steps %d..%d",
-        run_dir, cfg.task.name, cfg.sampler.name,
-        f"({stage1})" if stage1 else "", cfg.algo.name, f"{n_params:,}",
+        run_dir,
+        cfg.task.name,
+        cfg.sampler.name,
+        f"({stage1})" if stage1 else "",
+        cfg.algo.name,
+        f"{n_params:,}",
         f" ({n_trainable:,} trainable)" if n_trainable != n_params else "",
-        cfg.train.batch_size, cfg.sampler.group_size, per_step,
+        cfg.train.batch_size,
+        cfg.sampler.group_size,
+        per_step,
         f" over {world} processes ({trainer.local_batch} prompts each)" if world > 1 else "",
-        cfg.task.max_new_tokens, trainer.step + 1, cfg.train.steps,
-    )  # fmt: skip
+        cfg.task.max_new_tokens,
+        trainer.step + 1,
+        cfg.train.steps,
+    )
     from sesa_cli.cli import ctrl_c_raises
 
     with TrainProgress(cfg.train.steps, trainer.step, show_progress, cfg.train.log_every) as progress, ctrl_c_raises():

@@ -21,13 +21,14 @@ def _split_sweeps(overrides: list[str]) -> list[list[str]]:
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     parsed = OverridesParser.create().parse_overrides(overrides)
-    base, sweeps = [], []
-    for ov in parsed:
+    base: list[str] = []
+    sweeps: list[list[str]] = []
+    for line, ov in zip(overrides, parsed, strict=True):
         if ov.is_sweep_override():
             key = ov.get_key_element()
             sweeps.append([f"{key}={v}" for v in ov.sweep_string_iterator()])
         else:
-            base.append(ov.input_line)
+            base.append(line)  # the override as typed (Hydra's ov.input_line)
     if not sweeps:
         return [base]
     firsts = [values[0] for values in sweeps]
@@ -78,8 +79,10 @@ def sequential_only_problem(overrides: list[str], samplers: set[str]) -> str | N
     if not found or "sequential" in samplers:
         return None
     uses = " and ".join(f"sampler={name}" for name in sorted(samplers))
-    return (f"{', '.join(found)} only {'applies' if len(found) == 1 else 'apply'} to sampler=sequential, and this "
-            f"run uses {uses}: drop {'it' if len(found) == 1 else 'them'} or choose sampler=sequential")  # fmt: skip
+    return (
+        f"{', '.join(found)} only {'applies' if len(found) == 1 else 'apply'} to sampler=sequential, and this "
+        f"run uses {uses}: drop {'it' if len(found) == 1 else 'them'} or choose sampler=sequential"
+    )
 
 
 def _valid_keys(config_name: str, overrides: list[str], parent: str, bad: str) -> list[str]:

@@ -84,7 +84,10 @@ def export(gguf: Path, out_dir: Path) -> None:
     model.generation_config.save_pretrained(out_dir)
     tokenizer.save_pretrained(out_dir)
     save_model(model, str(out_dir / "model.safetensors"), metadata={"format": "pt"})
-    info = {"gguf": str(gguf), "params": sum(p.numel() for p in model.parameters()),
-            "seconds": round(time.perf_counter() - t0, 1)}  # fmt: skip
+    info = {
+        "gguf": str(gguf),
+        "params": sum(p.numel() for p in model.parameters()),
+        "seconds": round(time.perf_counter() - t0, 1),
+    }
     (out_dir / "export.json").write_text(json.dumps(info, indent=2))
     log.info("exported %s params in %.1fs -> %s", f"{info['params']:,}", info["seconds"], out_dir)

@@ -26,7 +26,7 @@ from sesa_cli.tasks.base import Task
 def _finish(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, source: Path, device: str) -> Policy:
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
-    model.to(device).eval()
+    model.to(device).eval()  # type: ignore[arg-type]  # transformers' annotation of `to` loses torch's signature
     return Policy(model=model, tokenizer=tokenizer, source=source)
 
 

@@ -23,7 +23,7 @@ def add_lora(model: PreTrainedModel, cfg: ModelConfig) -> PreTrainedModel:
 
     config = LoraConfig(
         r=cfg.lora_rank,
-        lora_alpha=cfg.lora_alpha,
+        lora_alpha=cfg.lora_alpha,  # type: ignore[arg-type]  # peft annotates an int; it only computes alpha / r
         lora_dropout=cfg.lora_dropout,
         target_modules=list(cfg.lora_target_modules),
         task_type="CAUSAL_LM",
@@ -52,7 +52,7 @@ def is_lora(model: torch.nn.Module) -> bool:
 
 
 @contextlib.contextmanager
-def reference(model: torch.nn.Module) -> Iterator[torch.nn.Module]:
+def reference(model: PreTrainedModel) -> Iterator[PreTrainedModel]:
     """The KL reference policy of a LoRA model: the same model with its adapter disabled (no weight copy)."""
     with model.disable_adapter():  # type: ignore[operator]
         yield model

@@ -64,8 +64,11 @@ def check_rebuilt(record: dict[str, str] | None, base: Any, parent_run: Path) ->
     checked."""
     rebuilt = describe(base)
     if record is None:
-        log.warning("%s records no KL reference (an older run): using the base rebuilt from its config, %s, "
-                    "unverified", parent_run / "run.json", rebuilt["base"])  # fmt: skip
+        log.warning(
+            "%s records no KL reference (an older run): using the base rebuilt from its config, %s, unverified",
+            parent_run / "run.json",
+            rebuilt["base"],
+        )
         return rebuilt
     if rebuilt["sha256"] != record["sha256"]:
         raise ConfigError(

@@ -117,8 +117,15 @@ def warm_start(cfg: ModelConfig, task: Task, out_dir: Path) -> None:
     block = min(cfg.warm_start_block, cfg.max_position_embeddings)
     data = _pack_corpus(tokenizer, lines, block)
     n_params = sum(p.numel() for p in model.parameters())
-    log.info("warm start: %s params, %d corpus lines in %d blocks of %d tokens, %d steps of %d blocks",
-             f"{n_params:,}", len(lines), len(data), block, cfg.warm_start_steps, cfg.warm_start_batch_size)  # fmt: skip
+    log.info(
+        "warm start: %s params, %d corpus lines in %d blocks of %d tokens, %d steps of %d blocks",
+        f"{n_params:,}",
+        len(lines),
+        len(data),
+        block,
+        cfg.warm_start_steps,
+        cfg.warm_start_batch_size,
+    )
 
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.warm_start_lr, weight_decay=0.01, betas=(0.9, 0.98))
     steps = cfg.warm_start_steps
@@ -133,8 +140,13 @@ def warm_start(cfg: ModelConfig, task: Task, out_dir: Path) -> None:
     gen = torch.Generator().manual_seed(0)
     losses: list[float] = []
     model.train()
-    columns = (TextColumn("warm start"), BarColumn(), TextColumn("{task.completed}/{task.total} loss {task.fields[loss]}"),
-               TimeElapsedColumn(), TimeRemainingColumn())  # fmt: skip
+    columns = (
+        TextColumn("warm start"),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total} loss {task.fields[loss]}"),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+    )
     with Progress(*columns, transient=True) as progress:
         bar = progress.add_task("warm", total=steps, loss="-")
         for _step in range(steps):

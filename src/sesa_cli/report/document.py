@@ -204,19 +204,40 @@ def _markdown(report: Report) -> str:
     parts = ["# sesa diversity report", "", report.intro(), ""]
     if report.notes:
         parts += ["## Notes", "", *(f"- {note}" for note in report.notes), ""]
-    parts += ["## Headline", "", f"Final values: mean over seeds [95% interval]. {METHOD}", "",
-              markdown_table(report.headline_frame(), index=False), ""]  # fmt: skip
+    parts += [
+        "## Headline",
+        "",
+        f"Final values: mean over seeds [95% interval]. {METHOD}",
+        "",
+        markdown_table(report.headline_frame(), index=False),
+        "",
+    ]
     difference = report.difference_frame()
     if difference is not None:
         parts += [f"### {report.difference_title()}", "", markdown_table(difference, index=False), ""]
     parts += ["## Plots", ""]
     for name, path in report.plots.items():
         parts += [f"![{name}]({path.name})", "", _PLOT_CAPTIONS[name], ""]
-    parts += ["## All metrics", "", "### Final values", "", _FINAL, "",
-              markdown_table(wide_table(report.groups, "final", labels=report.labels)), "",
-              "### Best values", "", _BEST, "",
-              markdown_table(wide_table(report.groups, "best", labels=report.labels)), "",
-              "## Runs", "", markdown_table(runs_table(report), index=False), ""]  # fmt: skip
+    parts += [
+        "## All metrics",
+        "",
+        "### Final values",
+        "",
+        _FINAL,
+        "",
+        markdown_table(wide_table(report.groups, "final", labels=report.labels)),
+        "",
+        "### Best values",
+        "",
+        _BEST,
+        "",
+        markdown_table(wide_table(report.groups, "best", labels=report.labels)),
+        "",
+        "## Runs",
+        "",
+        markdown_table(runs_table(report), index=False),
+        "",
+    ]
     return "\n".join(parts)
 
 
@@ -238,7 +259,8 @@ summary { cursor: pointer; font-weight: 600; }
 
 def _html(report: Report) -> str:
     def table(frame: pd.DataFrame, index: bool = True) -> str:
-        return "<div class='scroll'>" + frame.to_html(index=index, border=0, escape=True, na_rep="") + "</div>"
+        body: str = frame.to_html(index=index, border=0, escape=True, na_rep="")
+        return "<div class='scroll'>" + body + "</div>"
 
     parts = [
         "<!DOCTYPE html>",
@@ -287,16 +309,18 @@ def runs_table(report: Report) -> pd.DataFrame:
     rows = []
     for run in report.runs:
         env = run.environment
-        rows.append({
-            "group": report.labels[run.group],
-            "seed": run.seed if run.seed is not None else "",
-            "command": run.info.get("command", ""),
-            "last step": int(run.metrics.index.max()),
-            "revived at": "" if run.parent_step is None else run.parent_step,
-            "threads": env.get("torch threads", ""),
-            "versions": " ".join(f"{k} {v}" for k, v in env.items() if k != "torch threads"),
-            "run": str(run.path),
-        })  # fmt: skip
+        rows.append(
+            {
+                "group": report.labels[run.group],
+                "seed": run.seed if run.seed is not None else "",
+                "command": run.info.get("command", ""),
+                "last step": int(run.metrics.index.max()),
+                "revived at": "" if run.parent_step is None else run.parent_step,
+                "threads": env.get("torch threads", ""),
+                "versions": " ".join(f"{k} {v}" for k, v in env.items() if k != "torch threads"),
+                "run": str(run.path),
+            }
+        )
     frame = pd.DataFrame(rows)
     empty = [c for c in ("seed", "command", "revived at", "threads", "versions") if not frame[c].astype(bool).any()]
     return frame.drop(columns=empty)
@@ -335,12 +359,19 @@ def write_report(report: Report, out_dir: Path) -> ReportFiles:
     return ReportFiles(markdown=markdown_path, html=html_path, plots=report.plots, notes=report.notes, **files)
 
 
-def write_tables(report: Report, out_dir: Path) -> dict[str, Path | None]:
+class TableFiles(TypedDict):
+    """The CSVs of :func:`write_tables` (fields as in :class:`ReportFiles`)."""
+
+    summary: Path
+    groups: Path
+    compare: Path | None
+
+
+def write_tables(report: Report, out_dir: Path) -> TableFiles:
     """summary.csv, groups.csv and (when groups are compared) compare.csv."""
-    paths: dict[str, Path | None] = {"summary": out_dir / "summary.csv", "groups": out_dir / "groups.csv"}
+    paths = TableFiles(summary=out_dir / "summary.csv", groups=out_dir / "groups.csv", compare=None)
     report.per_run.to_csv(paths["summary"], index=False)
     report.groups.to_csv(paths["groups"], index=False)
-    paths["compare"] = None
     if report.compare is not None:
         paths["compare"] = out_dir / "compare.csv"
         report.compare.to_csv(paths["compare"], index=False)
@@ -351,7 +382,10 @@ def draw_figures(report: Report, out_dir: Path) -> tuple[dict[str, Path], dict[s
     """The heatmap (tasks with exact policy metrics) and the curve plots; returns (written, skipped with reason)."""
     layout = Layout.of(report.runs)
     written: dict[str, Path] = {}
-    panels = [report.baseline, *report.compare["group"].unique()[:1]] if report.baseline else list(layout.groups)
+    if report.baseline and report.compare is not None:  # set together by analyse()
+        panels = [report.baseline, *report.compare["group"].unique()[:1]]
+    else:
+        panels = list(layout.groups)
     heatmap = draw_heatmaps(pick_runs(layout.groups, panels[:2]), layout.colors, out_dir / "heatmap.png")
     if heatmap is not None:
         written["heatmap"] = heatmap
@@ -364,14 +398,19 @@ def console_tables(report: Report) -> list[tuple[str, list[str], list[list[str]]
     groups by number, then per headline metric one row per group with its final mean and 95% interval, and the
     difference to the baseline where groups are compared."""
     numbered = {g: label.partition(" ")[0] for g, label in report.labels.items()}
-    out = [("groups", ["#", "group", "seeds"],
-            [[numbered[g], label.partition(" ")[2], str(_n(report, g))] for g, label in report.labels.items()])]  # fmt: skip
+    out = [
+        (
+            "groups",
+            ["#", "group", "seeds"],
+            [[numbered[g], label.partition(" ")[2], str(_n(report, g))] for g, label in report.labels.items()],
+        )
+    ]
     groups = report.groups.set_index(["group", "metric"])
     compare = report.compare.set_index(["group", "metric"]) if report.compare is not None else None
     for metric in report.headline:
         headers = ["#", "mean", "95% interval"]
-        if compare is not None:
-            headers += [f"− {numbered[report.baseline]}", "95% interval"]  # type: ignore[index]
+        if compare is not None and report.baseline is not None:  # set together by analyse()
+            headers += [f"− {numbered[report.baseline]}", "95% interval"]
         rows = []
         for group in report.labels:
             if (group, metric) not in groups.index:

@@ -15,12 +15,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from sesa_cli.report.runs import Run, short_label
 from sesa_cli.runs import read_metrics
+
+if TYPE_CHECKING:
+    from matplotlib.collections import QuadMesh
 
 POLICY_PROBS = "policy_probs.jsonl"
 FLOOR = 1e-3
@@ -110,7 +113,6 @@ def draw_heatmaps(runs: Sequence[Run], colors: dict[str, str], path: Path) -> Pa
     fig = Figure(figsize=(fig_w, fig_h))
     norm = LogNorm(vmin=FLOOR, vmax=1.0)
     x = label_w
-    image = None
     for i, probs in enumerate(loaded):
         rows = order if order is not None else _order([probs])
         ax = fig.add_axes((x / fig_w, bottom / fig_h, panel_w / fig_w, plot_h / fig_h))
@@ -119,8 +121,9 @@ def draw_heatmaps(runs: Sequence[Run], colors: dict[str, str], path: Path) -> Pa
     cax = fig.add_axes(((fig_w - cbar_w + 0.15) / fig_w, bottom / fig_h, 0.15 / fig_w, plot_h / fig_h))
     fig.colorbar(image, cax=cax, label="probability")
     seeds = sorted({p.run.seed or "?" for p in loaded})
-    fig.suptitle(f"Where the policy's mass goes: each target's probability (seed {', '.join(seeds)})",
-                 y=1 - 0.25 / fig_h)  # fmt: skip
+    fig.suptitle(
+        f"Where the policy's mass goes: each target's probability (seed {', '.join(seeds)})", y=1 - 0.25 / fig_h
+    )
     fig.savefig(path, dpi=100)
     return path
 
@@ -131,7 +134,7 @@ def _order(loaded: Sequence[Probs]) -> list[int]:
     return [*np.argsort(-np.asarray(final), kind="stable").tolist(), len(loaded[0].targets)]
 
 
-def _panel(ax: Any, probs: Probs, rows: list[int], norm: Any, show_labels: bool, color: str) -> Any:
+def _panel(ax: Any, probs: Probs, rows: list[int], norm: Any, show_labels: bool, color: str) -> QuadMesh:
     steps = probs.steps.astype(float)
     if len(steps) > 1:
         mids = (steps[1:] + steps[:-1]) / 2
@@ -139,7 +142,7 @@ def _panel(ax: Any, probs: Probs, rows: list[int], norm: Any, show_labels: bool,
     else:
         edges = np.array([steps[0] - 0.5, steps[0] + 0.5])
     values = np.clip(probs.values[rows], FLOOR, 1.0)
-    image = ax.pcolormesh(edges, np.arange(len(rows) + 1), values, norm=norm, cmap="viridis", shading="flat")
+    image: QuadMesh = ax.pcolormesh(edges, np.arange(len(rows) + 1), values, norm=norm, cmap="viridis", shading="flat")
     ax.set_ylim(len(rows), 0)
     ax.axhline(len(rows) - 1, color="white", lw=1.5)
     labels = [probs.targets[r] if r < len(probs.targets) else ELSEWHERE for r in rows]

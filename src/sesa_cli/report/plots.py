@@ -207,8 +207,16 @@ def _curves(runs: Sequence[Run], metric: str, layout: Layout, window: int, inher
     return pd.concat(series, axis=1).sort_index()
 
 
-def _draw_band(ax: Any, frame: pd.DataFrame, color: str, style: str, marker: str | None, lw: float = 1.6,
-               clip: tuple[float, float] = (-np.inf, np.inf), label: str | None = None) -> None:  # fmt: skip
+def _draw_band(
+    ax: Any,
+    frame: pd.DataFrame,
+    color: str,
+    style: str,
+    marker: str | None,
+    lw: float = 1.6,
+    clip: tuple[float, float] = (-np.inf, np.inf),
+    label: str | None = None,
+) -> None:
     """Mean over the columns (seeds) as a line, the bootstrap interval of the mean as a band where at least two
     seeds have a value."""
     x = frame.index.to_numpy()
@@ -265,8 +273,9 @@ def _mark_collapse(ax: Any, runs: Sequence[Run], metric: str, layout: Layout, wi
             ax.plot([step - layout.offset(run)], [y], marker="x", color=layout.colors[run.group], ms=8, mew=2)
 
 
-def figure(ncols: int, n_legend: int, legend_chars: int, caption: str,
-           panel_size: tuple[float, float] = PANEL_SIZE) -> tuple[Any, list[Any], int, str]:  # fmt: skip
+def figure(
+    ncols: int, n_legend: int, legend_chars: int, caption: str, panel_size: tuple[float, float] = PANEL_SIZE
+) -> tuple[Any, list[Any], int, str]:
     """A one-row figure with fixed-size panels and room for a legend below.
 
     Returns (figure, axes, legend columns, the caption wrapped to the figure width).

@@ -50,12 +50,27 @@ STAGE1 = "sampler.stage1=solution,sketch"
 REVIVE = ("step=auto", "more_steps=60", "train.checkpoint_every=0")
 # --smoke: the test suite's small world (tests/conftest.py) and a few steps; a 3-step run does not collapse, so the
 # revivals start from the last checkpoint.
-SMOKE_PATH = ("model.warm_start_steps=150", "model.warm_start_corpus_size=4000", "task.regions=4", "task.cities=4",
-              "task.districts=4", "task.list_max=8", "train.steps=3", "eval.samples=8", "train.policy_every=1",
-              "train.checkpoint_every=1")  # fmt: skip
+SMOKE_PATH = (
+    "model.warm_start_steps=150",
+    "model.warm_start_corpus_size=4000",
+    "task.regions=4",
+    "task.cities=4",
+    "task.districts=4",
+    "task.list_max=8",
+    "train.steps=3",
+    "eval.samples=8",
+    "train.policy_every=1",
+    "train.checkpoint_every=1",
+)
 SMOKE_REVIVE = ("step=last", "more_steps=2", "train.checkpoint_every=0")
-SMOKE_FROZENLAKE = ("model.warm_start_steps=150", "model.warm_start_corpus_size=4000", "train.steps=3",
-                    "eval.instances=4", "eval.samples=4", "task.warm_start_captions=0")  # fmt: skip
+SMOKE_FROZENLAKE = (
+    "model.warm_start_steps=150",
+    "model.warm_start_corpus_size=4000",
+    "train.steps=3",
+    "eval.instances=4",
+    "eval.samples=4",
+    "task.warm_start_captions=0",
+)
 
 
 @dataclass(frozen=True)
@@ -79,11 +94,22 @@ SWEEPS = (
     Sweep("collapse", "train", ("experiment=collapse_revival",), "collapse_revival", SMOKE_PATH),
     Sweep("discovery", "train", ("experiment=discovery", VARIANTS, STAGE1), "discovery", SMOKE_PATH),
     Sweep("revive_parallel", "revive", (*REVIVE, "sampler=parallel"), "collapse_revival", SMOKE_REVIVE, "collapse"),
-    Sweep("revive_sequential", "revive", (*REVIVE, "sampler=sequential", VARIANTS, STAGE1), "collapse_revival",
-          SMOKE_REVIVE, "collapse"),
-    Sweep("frozenlake", "train", ("experiment=frozenlake_tiny", "sampler=parallel,sequential"), "frozenlake_tiny",
-          SMOKE_FROZENLAKE),
-)  # fmt: skip
+    Sweep(
+        "revive_sequential",
+        "revive",
+        (*REVIVE, "sampler=sequential", VARIANTS, STAGE1),
+        "collapse_revival",
+        SMOKE_REVIVE,
+        "collapse",
+    ),
+    Sweep(
+        "frozenlake",
+        "train",
+        ("experiment=frozenlake_tiny", "sampler=parallel,sequential"),
+        "frozenlake_tiny",
+        SMOKE_FROZENLAKE,
+    ),
+)
 
 
 @dataclass(frozen=True)
@@ -99,20 +125,41 @@ class Claim:
 
 
 CLAIMS = (
-    Claim("I", "Parallel sampling collapses", ("collapse",), (),
-          "GRPO with i.i.d. sampling on the path task, from the warm-started base: where the exact plain-prompt "
-          "policy puts its mass at the end of training."),
-    Claim("II", "Sequential sampling keeps discovering, from scratch", ("collapse", "discovery"), ("parallel", "*"),
-          "The same training with the sequential sampler, each off-policy loss variant and both stage-1 forms, "
-          "against the parallel runs of claim I (paired by seed: a seed fixes the targets and the base)."),
-    Claim("III", "Revival from a collapsed checkpoint", ("revive_parallel", "revive_sequential"), ("parallel", "*"),
-          "60 more steps from each seed's first checkpoint the collapse monitor flagged (claim I's runs), with "
-          "parallel sampling or with the sequential sampler (each variant and form); paired by seed."),
-    Claim("IV", "The agent task: FrozenLake", ("frozenlake",), ("parallel", "sequential"),
-          "The default `sesa train` run (experiment=frozenlake_tiny names it: non-slippery corner maps, 150 steps) "
-          "with parallel sampling and with the sequential sampler's default settings (first-turn sketches, "
-          "drop_negatives); validation on 64 maps x 16 samples.", ("agent", "sampling")),
-)  # fmt: skip
+    Claim(
+        "I",
+        "Parallel sampling collapses",
+        ("collapse",),
+        (),
+        "GRPO with i.i.d. sampling on the path task, from the warm-started base: where the exact plain-prompt "
+        "policy puts its mass at the end of training.",
+    ),
+    Claim(
+        "II",
+        "Sequential sampling keeps discovering, from scratch",
+        ("collapse", "discovery"),
+        ("parallel", "*"),
+        "The same training with the sequential sampler, each off-policy loss variant and both stage-1 forms, "
+        "against the parallel runs of claim I (paired by seed: a seed fixes the targets and the base).",
+    ),
+    Claim(
+        "III",
+        "Revival from a collapsed checkpoint",
+        ("revive_parallel", "revive_sequential"),
+        ("parallel", "*"),
+        "60 more steps from each seed's first checkpoint the collapse monitor flagged (claim I's runs), with "
+        "parallel sampling or with the sequential sampler (each variant and form); paired by seed.",
+    ),
+    Claim(
+        "IV",
+        "The agent task: FrozenLake",
+        ("frozenlake",),
+        ("parallel", "sequential"),
+        "The default `sesa train` run (experiment=frozenlake_tiny names it: non-slippery corner maps, 150 steps) "
+        "with parallel sampling and with the sequential sampler's default settings (first-turn sketches, "
+        "drop_negatives); validation on 64 maps x 16 samples.",
+        ("agent", "sampling"),
+    ),
+)
 
 
 # ------------------------------------------------------------------------------------------------ the jobs
@@ -220,8 +267,16 @@ def _identity(run_dir: Path, keys: Sequence[str]) -> tuple[str, ...] | None:
 def command(session: Session, sweep: Sweep, axes: dict[str, list[str]], sweep_dir: Path) -> list[str]:
     """The ``sesa`` argv of a multirun of ``sweep`` over ``axes`` (its swept keys and the seed or ckpt axis)."""
     fixed, _ = _axes(session.overrides(sweep))
-    return ["sesa", sweep.command, "-m", *fixed, *(f"{k}={','.join(v)}" for k, v in axes.items()),
-            "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", f"hydra.sweep.dir={sweep_dir}"]  # fmt: skip
+    return [
+        "sesa",
+        sweep.command,
+        "-m",
+        *fixed,
+        *(f"{k}={','.join(v)}" for k, v in axes.items()),
+        "hydra/launcher=joblib",
+        "hydra.launcher.n_jobs=2",
+        f"hydra.sweep.dir={sweep_dir}",
+    ]
 
 
 def recipe_command(sweep: Sweep) -> list[str]:
@@ -249,8 +304,11 @@ def run_sweep(session: Session, sweep: Sweep, log: Path) -> list[str]:
     ckpts = session.checkpoints(sweep)
     notes = []
     if ckpts is not None:
-        notes += [f"{sweep.name}: no complete {sweep.parent} run of seed {s} to revive"
-                  for s in session.seeds if s not in ckpts]  # fmt: skip
+        notes += [
+            f"{sweep.name}: no complete {sweep.parent} run of seed {s} to revive"
+            for s in session.seeds
+            if s not in ckpts
+        ]
     expected = session.jobs(sweep, ckpts)
     done = [tuple(job.values()) for job, _ in session.complete(sweep)]
     missing = [job for job in expected if tuple(job.values()) not in done]
@@ -266,7 +324,7 @@ def run_sweep(session: Session, sweep: Sweep, log: Path) -> list[str]:
     batches: dict[tuple[str, ...], list[tuple[tuple[str, str], ...]]] = {}
     for setting, values in lacking.items():
         batches.setdefault(tuple(values), []).append(setting)
-    for values, settings in batches.items():
+    for seeds_or_ckpts, settings in batches.items():
         product = {k: list(dict.fromkeys(dict(s)[k] for s in settings)) for k, _ in settings[0]}
         if len(settings) == math.prod(len(v) for v in product.values()):
             multiruns = [product]
@@ -274,7 +332,7 @@ def run_sweep(session: Session, sweep: Sweep, log: Path) -> list[str]:
             multiruns = [{k: [v] for k, v in setting} for setting in settings]
         for swept in multiruns:
             sweep_dir = _next_sweep_dir(session.root, sweep)
-            _run(command(session, sweep, {**swept, axis: list(values)}, sweep_dir), log, sweep.name)
+            _run(command(session, sweep, {**swept, axis: list(seeds_or_ckpts)}, sweep_dir), log, sweep.name)
     done = [tuple(job.values()) for job, _ in session.complete(sweep)]
     notes += [f"{sweep.name}: job {job} did not finish" for job in expected if tuple(job.values()) not in done]
     return notes
@@ -311,8 +369,15 @@ def _run(argv: list[str], log: Path, name: str) -> None:
     seconds = time.time() - start
     timing = log.with_name("session.json")
     record = json.loads(timing.read_text()) if timing.is_file() else {"sweeps": []}
-    record["sweeps"].append({"sweep": name, "argv": argv, "seconds": round(seconds, 1), "exit_code": code,
-                             "finished": time.strftime("%Y-%m-%dT%H:%M:%S")})  # fmt: skip
+    record["sweeps"].append(
+        {
+            "sweep": name,
+            "argv": argv,
+            "seconds": round(seconds, 1),
+            "exit_code": code,
+            "finished": time.strftime("%Y-%m-%dT%H:%M:%S"),
+        }
+    )
     timing.write_text(json.dumps(record, indent=2))
     print(f"[results] {name}: exit {code} after {seconds / 60:.1f} min", flush=True)
 
@@ -336,8 +401,11 @@ def _claim_section(session: Session, claim: Claim, runs: list[Path], figures: Pa
     lines = [f"## {claim.key}. {claim.title}", "", claim.text, ""]
     recipes = dict.fromkeys(_sweep(name).recipe for name in claim.sweeps)
     named = ", ".join(f"`conf/experiment/{r}.yaml`" for r in recipes)
-    lines += [f"Recipe{'s' * (len(recipes) > 1)}: {named}. The sweeps and the report, as the header comments give them:",
-              "", "```"]  # fmt: skip
+    lines += [
+        f"Recipe{'s' * (len(recipes) > 1)}: {named}. The sweeps and the report, as the header comments give them:",
+        "",
+        "```",
+    ]
     lines += [f"OMP_NUM_THREADS=1 {' '.join(recipe_command(_sweep(name)))}" for name in claim.sweeps]
     lines += [report_command(claim), "```", ""]
     for name in claim.sweeps:
@@ -412,8 +480,14 @@ def _preamble(session: Session, runs: Sequence[Path], notes: Sequence[str]) -> l
 
 def _git_commit() -> str | None:
     try:
-        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False,
-                             timeout=5, cwd=Path(__file__).parent)  # fmt: skip
+        out = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=5,
+            cwd=Path(__file__).parent,
+        )
     except (OSError, subprocess.SubprocessError):
         return None
     return out.stdout.strip() or None
@@ -422,8 +496,9 @@ def _git_commit() -> str | None:
 # ------------------------------------------------------------------------------------------------- command
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m sesa_cli.report.results", description=__doc__.split("\n")[0])
-    parser.add_argument("--root", type=Path, help="where the sweeps go (default outputs/claims; --smoke: "
-                        "outputs/claims-smoke)")  # fmt: skip
+    parser.add_argument(
+        "--root", type=Path, help="where the sweeps go (default outputs/claims; --smoke: outputs/claims-smoke)"
+    )
     parser.add_argument("--docs", type=Path, help="where results.md goes (default docs; --smoke: <root>/docs)")
     parser.add_argument("--seeds", default=None, help="comma-separated (default 0,1,2,3,4; --smoke: 0,1)")
     parser.add_argument("--claims", default=",".join(c.key for c in CLAIMS), help="which claims (default all)")

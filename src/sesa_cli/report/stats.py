@@ -59,7 +59,7 @@ def bootstrap_interval(
         rows = np.flatnonzero(present[:, cols[0]])
         if len(rows) == 0:
             continue
-        block = values[np.ix_(rows, cols)]  # (n, c)
+        block = values[np.ix_(rows, np.asarray(cols))]  # (n, c)
         mean[cols] = block.mean(axis=0)
         if len(rows) < 2:
             continue

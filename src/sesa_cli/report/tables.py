@@ -28,19 +28,43 @@ from sesa_cli.report.runs import Run
 from sesa_cli.report.stats import bootstrap_interval, difference_interval, format_interval
 
 SUMMARY_COLUMNS = ("group", "seed", "run", "metric", "final", "best")
-GROUP_COLUMNS = ("group", "metric", "n_seeds", "final_mean", "final_low", "final_high", "final_std",
-                 "best_mean", "best_low", "best_high")  # fmt: skip
+GROUP_COLUMNS = (
+    "group",
+    "metric",
+    "n_seeds",
+    "final_mean",
+    "final_low",
+    "final_high",
+    "final_std",
+    "best_mean",
+    "best_low",
+    "best_high",
+)
 COMPARE_COLUMNS = ("baseline", "group", "metric", "n_baseline", "n_group", "difference", "low", "high", "paired")
 
 _PREFIX_ORDER = {"policy": 0, "rollout": 1, "eval": 2, "train": 3, "optim": 4, "collapse": 5, "time": 6}
 _NAME_ORDER = {
     name: i
     for i, name in enumerate(
-        ("effective_solutions", "target_mass", "solutions_above_1pct", "solution_entropy", "valid_mass", "success",
-         "greedy_success", "turns", "reward_mean", "reward_std", "entropy", "coverage", "distinct", "distinct_correct",
-         "pass")
+        (
+            "effective_solutions",
+            "target_mass",
+            "solutions_above_1pct",
+            "solution_entropy",
+            "valid_mass",
+            "success",
+            "greedy_success",
+            "turns",
+            "reward_mean",
+            "reward_std",
+            "entropy",
+            "coverage",
+            "distinct",
+            "distinct_correct",
+            "pass",
+        )
     )
-}  # fmt: skip
+}
 _AT_K = re.compile(r"^(.*)@(\d+)$")
 
 # The metrics a report leads with, in order, where the runs logged them (the first HEADLINE_COUNT present): the exact
@@ -114,8 +138,9 @@ def summarize(runs: Sequence[Run]) -> pd.DataFrame:
         for metric in sorted(own.columns, key=metric_sort_key):
             values = own[metric].dropna()
             if not values.empty:
-                records.append((run.group, run.seed or "", str(run.path), metric, float(values.iloc[-1]),
-                                float(values.max())))  # fmt: skip
+                records.append(
+                    (run.group, run.seed or "", str(run.path), metric, float(values.iloc[-1]), float(values.max()))
+                )
     frame = pd.DataFrame.from_records(records, columns=list(SUMMARY_COLUMNS))
     group_order = {g: i for i, g in enumerate(dict.fromkeys(run.group for run in runs))}
     order = frame["group"].map(group_order)
@@ -142,10 +167,14 @@ def group_summary(per_run: pd.DataFrame) -> pd.DataFrame:
             "group": group,
             "metric": final.columns,
             "n_seeds": final.notna().sum().to_numpy(),
-            "final_mean": mean[:m], "final_low": low[:m], "final_high": high[:m],
+            "final_mean": mean[:m],
+            "final_low": low[:m],
+            "final_high": high[:m],
             "final_std": final.std(ddof=1).to_numpy(),
-            "best_mean": mean[m:], "best_low": low[m:], "best_high": high[m:],
-        }  # fmt: skip
+            "best_mean": mean[m:],
+            "best_low": low[m:],
+            "best_high": high[m:],
+        }
         parts.append(pd.DataFrame(columns))
     if not parts:
         return pd.DataFrame(columns=list(GROUP_COLUMNS))
@@ -211,8 +240,12 @@ def difference_table(compare: pd.DataFrame, metrics: Sequence[str], labels: dict
     return table
 
 
-def wide_table(groups: pd.DataFrame, stat: str = "final", metrics: Sequence[str] | None = None,
-               labels: dict[str, str] | None = None) -> pd.DataFrame:  # fmt: skip
+def wide_table(
+    groups: pd.DataFrame,
+    stat: str = "final",
+    metrics: Sequence[str] | None = None,
+    labels: dict[str, str] | None = None,
+) -> pd.DataFrame:
     """Rows = metrics, columns = groups (``labels`` renames them), cells ``mean [low, high]`` of ``stat``
     (``"final"`` or ``"best"``). Column headers carry the group's largest ``n_seeds``."""
     if stat not in ("final", "best"):

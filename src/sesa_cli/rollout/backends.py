@@ -63,10 +63,12 @@ class HFBackend:
             past_key_values=state.cache,
             use_cache=True,
         )
-        return out.last_hidden_state
+        hidden: torch.Tensor = out.last_hidden_state
+        return hidden
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        return self.lm_head(hidden)
+        logits: torch.Tensor = self.lm_head(hidden)
+        return logits
 
 
 BACKENDS = {"hf": HFBackend}

@@ -146,7 +146,9 @@ class Session:
             [max_new_tokens] * b if isinstance(max_new_tokens, int) else list(max_new_tokens), device=dev
         )
         shared = not stop_ids or isinstance(stop_ids[0], int)
-        per_row = [list(stop_ids)] * b if shared else [list(s) for s in stop_ids]  # type: ignore[arg-type,union-attr]
+        per_row: list[list[int]] = (
+            [list(stop_ids)] * b if shared else [list(s) for s in stop_ids]  # type: ignore[arg-type]
+        )
         width = max(1, *(len(s) for s in per_row))
         stops = torch.full((b, width), -1, dtype=torch.long, device=dev)
         for i, s in enumerate(per_row):

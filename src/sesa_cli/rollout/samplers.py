@@ -270,11 +270,11 @@ class SequentialSampler(Sampler):
         def draw_sketches(session: Session) -> list[Completion]:
             return session.sample(self.sketch_max_tokens, self.stop_ids, self.params, generator)
 
-        chains = self._chain(heads, draw_sketches, lambda c: c)
+        sketch_chains = self._chain(heads, draw_sketches, lambda c: c)
         # stage II: every sketch expanded into m solutions (episodes for multi-turn tasks), all in parallel
         m = self.cfg.solutions_per_sketch
         rows, row_inst, meta = [], [], []
-        for g, chain in enumerate(chains):
+        for g, chain in enumerate(sketch_chains):
             for sketch_ctx, sketch_comp, forced in chain:
                 sketch = self.policy.decode(sketch_comp.ids)
                 solve_ids = self.encode_prompt(task.solve_prompt(instances[g], sketch))

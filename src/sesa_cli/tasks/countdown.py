@@ -155,9 +155,14 @@ class CountdownTask(RagenTask):
 
     def warm_start_key(self) -> dict[str, Any]:
         c = self.cfg
-        return {"name": self.name, "numbers": [c.min_numbers, c.max_numbers, c.min_number, c.max_number],
-                "targets": [c.min_target, c.max_target], "solvable_ops": c.solvable_ops, "list_max": c.list_max,
-                "v": 1}  # fmt: skip
+        return {
+            "name": self.name,
+            "numbers": [c.min_numbers, c.max_numbers, c.min_number, c.max_number],
+            "targets": [c.min_target, c.max_target],
+            "solvable_ops": c.solvable_ops,
+            "list_max": c.list_max,
+            "v": 1,
+        }
 
     # ---------------------------------------------------------------- instances
     def instance(self, split: str, index: int) -> CountdownInstance:
@@ -168,8 +173,16 @@ class CountdownTask(RagenTask):
         c = self.cfg
         assert c.max_number is not None  # both resolved in __post_init__
         assert c.max_target is not None
-        return _generate(stream, c.min_numbers, c.max_numbers, c.min_number, c.max_number, c.min_target,
-                         c.max_target, c.solvable_ops)  # fmt: skip
+        return _generate(
+            stream,
+            c.min_numbers,
+            c.max_numbers,
+            c.min_number,
+            c.max_number,
+            c.min_target,
+            c.max_target,
+            c.solvable_ops,
+        )
 
     # ---------------------------------------------------------------- prompts and scoring
     def _compact(self, inst: CountdownInstance, head: str) -> str:

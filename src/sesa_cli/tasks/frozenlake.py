@@ -38,8 +38,14 @@ from sesa_cli.tasks.grid import GridTask
 ACTIONS = ("Left", "Down", "Right", "Up")
 """Action names in gymnasium's order (0 = Left, 1 = Down, 2 = Right, 3 = Up); RAGEN ids 1..4."""
 _FORMATS = ("grid", "coord", "grid_coord")
-_VOCAB = (("P", "player"), ("_", "empty"), ("O", "hole"), ("G", "goal"), ("X", "player in hole"),
-          ("√", "player on goal"))  # fmt: skip
+_VOCAB = (
+    ("P", "player"),
+    ("_", "empty"),
+    ("O", "hole"),
+    ("G", "goal"),
+    ("X", "player in hole"),
+    ("√", "player on goal"),
+)
 
 
 @dataclass

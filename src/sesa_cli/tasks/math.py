@@ -141,7 +141,7 @@ class MathTask(RagenTask):
             raise ConfigError("task=math needs math-verify: pip install 'math-verify>=0.7'")
         self._rows: tuple[list[MathInstance], list[MathInstance]] | None = None
         self._data_hash = ""
-        if cfg.data:
+        if self.cfg.data:
             self._rows = self._load()
 
     def _load(self) -> tuple[list[MathInstance], list[MathInstance]]:
@@ -181,8 +181,9 @@ class MathTask(RagenTask):
     def instance(self, split: str, index: int) -> MathInstance:
         check_split(split)
         if self._rows is None:
-            return _generate(f"math/{split}/{self.seed}/{index}", self.cfg.terms, self.cfg.max_operand,
-                             self.cfg.operators)  # fmt: skip
+            return _generate(
+                f"math/{split}/{self.seed}/{index}", self.cfg.terms, self.cfg.max_operand, self.cfg.operators
+            )
         if split == "val":
             return self._rows[1][index % len(self._rows[1])]
         train = self._rows[0]

@@ -102,8 +102,13 @@ class PathTask(Task):
 
     def warm_start_key(self) -> dict[str, Any]:
         c = self.cfg
-        return {"name": self.name, "shape": [c.regions, c.cities, c.districts], "world": c.world_seed,
-                "list_max": c.list_max, "v": 3}  # fmt: skip
+        return {
+            "name": self.name,
+            "shape": [c.regions, c.cities, c.districts],
+            "world": c.world_seed,
+            "list_max": c.list_max,
+            "v": 3,
+        }
 
     # ---------------------------------------------------------------- instances
     def instance(self, split: str, index: int) -> Any:

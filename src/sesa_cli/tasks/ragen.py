@@ -125,8 +125,8 @@ class RagenTask(Task):
     def __init__(self, cfg: TaskConfig, seed: int = 0) -> None:
         super().__init__(cfg, seed)
         # stop/between depend on the style, so they are set per instance.
-        self.stop = CHAT_STOP if self.chat else COMPACT_STOP  # type: ignore[misc]
-        self.between = "\n" if self.chat else ""  # type: ignore[misc]
+        self.stop = CHAT_STOP if self.chat else COMPACT_STOP
+        self.between = "\n" if self.chat else ""
 
     def instruction(self) -> str:
         """The env instruction of the chat style."""

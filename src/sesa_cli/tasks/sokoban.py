@@ -36,8 +36,15 @@ from sesa_cli.tasks.grid import GridTask
 ACTIONS = ("Up", "Down", "Left", "Right")
 """RAGEN's action names (ids 1..4 = gym-sokoban's push-or-move actions)."""
 DELTAS = {"Up": (-1, 0), "Down": (1, 0), "Left": (0, -1), "Right": (0, 1)}
-_VOCAB = (("#", "wall"), ("_", "empty"), ("O", "target"), ("√", "box on target"), ("X", "box"), ("P", "player"),
-          ("S", "player on target"))  # fmt: skip
+_VOCAB = (
+    ("#", "wall"),
+    ("_", "empty"),
+    ("O", "target"),
+    ("√", "box on target"),
+    ("X", "box"),
+    ("P", "player"),
+    ("S", "player on target"),
+)
 # gym-sokoban's topology masks: the 1s become floor around the walker's position.
 _MASKS = (
     ((0, 0, 0), (1, 1, 1), (0, 0, 0)),

@@ -32,13 +32,20 @@ COMMANDS: dict[str, tuple[str, str, int | None]] = {
 }
 
 USAGE = "usage: sesa {" + ",".join(COMMANDS) + "} [overrides ...] [hydra flags: -m, --cfg job, --help, ...]"
+USAGES: dict[str, str] = {
+    "train": "sesa train [overrides ...]",
+    "eval": "sesa eval [ckpt=CHECKPOINT|RUN_DIR] [overrides ...]",
+    "revive": "sesa revive ckpt=RUN_DIR|CHECKPOINT [step=auto|last|N] [more_steps=N] [overrides ...]",
+    "diversity-report": "sesa diversity-report runs=[RUN_DIR|MULTIRUN_DIR,...] [compare=[...]] [metrics=[...]]",
+}
+"""Each command's own usage line: its ``--help`` starts with it, and a missing mandatory key quotes it."""
 
 
 def print_help() -> None:
     lines = [USAGE, "", "sesa: RL for language-model policies with sequential sampling (SESA)", "", "commands:"]
     for name, (_, text, issue) in COMMANDS.items():
         lines.append(f"  {name:<18} {text}" + (f" [not built yet: issue #{issue}]" if issue else ""))
-    lines += ["", "`sesa <command> --help` shows the command's config groups and options.",
+    lines += ["", "`sesa <command> --help` shows the command's config groups and every option, documented.",
               "examples:", "  sesa train task=path sampler=sequential",
               "  sesa train -m task=path sampler=parallel,sequential seed=0,1"]  # fmt: skip
     print("\n".join(lines))
@@ -119,6 +126,11 @@ def dispatch(args: list[str]) -> None:
         fail(f"not built yet (issue #{issue})", name)
     from sesa_cli.deprecations import rename_overrides
 
+    if any(a in ("-h", "--help") for a in args[1:]):  # the command's own help; Hydra's is --hydra-help
+        from sesa_cli.commands.help import command_help
+
+        print(command_help(name, [a for a in args[1:] if a not in ("-h", "--help")]))
+        return
     rest, notices = rename_overrides(args[1:])
     if os.environ.get("RANK", "0") == "0":  # once, not once per data-parallel replica
         for notice in notices:

@@ -144,6 +144,9 @@ def dispatch(args: list[str]) -> None:
     problem = validate_argv(module_name, rest)
     if problem:
         fail(problem, name)
+    if name in ("train", "revive", "eval") and ("-m" in rest or "--multirun" in rest):
+        # after the last job: the sweep dir and how to report on it (sesa_cli.commands.ending.SweepEnding)
+        rest = [*rest, "+hydra.callbacks.sesa_ending._target_=sesa_cli.commands.ending.SweepEnding"]
     module = import_module(f"sesa_cli.commands.{module_name}")
     # Keep argv[0] (the real `sesa` path): Hydra registers shell completion under it.
     sys.argv = [sys.argv[0], *rest]

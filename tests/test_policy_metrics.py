@@ -128,7 +128,7 @@ def test_the_live_view_shows_the_latest_policy_metrics_between_measurements():
     progress = TrainProgress(total=10, enabled=False, log_every=0)
 
     def info() -> str:
-        return progress.progress.tasks[0].fields["info"]
+        return progress.info
 
     progress.update(5, {"rollout/success": 0.5, "policy/target_mass": 0.25, "policy/effective_solutions": 3.0})
     assert "pi success 0.25" in info()

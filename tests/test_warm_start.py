@@ -30,7 +30,11 @@ PINNED = {
     "math": (["task=math"], "20febfae2d0b4489", "e09aea3316d3812e"),
     "frozenlake": (["task=frozenlake", *RAGEN_ON_TINY], "6747377d3df98db3", "1196630d04e9f00b"),
     "frozenlake_tiny": (["experiment=frozenlake_tiny"], "3cc1e1f4fbc6f571", "30a444554d5564b9"),
-    "frozenlake_chat": (["task=frozenlake", "task.style=chat", *RAGEN_ON_TINY], "76298010ea3856f8", "a94d8113e75929e6"),
+    "frozenlake_chat": (
+        ["task=frozenlake", "task.style=chat", *RAGEN_ON_TINY],
+        "76298010ea3856f8",
+        "a94d8113e75929e6",
+    ),
     "sokoban": (["task=sokoban"], "7e875fccce5070f7", "52d15b04bbbd0192"),
     "sokoban_chat": (["task=sokoban", "task.style=chat"], "012777530effd965", "034126f948d80c52"),
     "sudoku": (["task=sudoku"], "50afce21ac56eca8", "2359a53f74374388"),

@@ -28,6 +28,13 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 USAGE = "usage: sesa {" + ",".join(COMMANDS) + "} [overrides ...] [hydra flags: -m, --cfg job, --help, ...]"
+USAGES: dict[str, str] = {
+    "train": "sesa train [overrides ...]",
+    "eval": "sesa eval [ckpt=CHECKPOINT|RUN_DIR] [overrides ...]",
+    "revive": "sesa revive ckpt=RUN_DIR|CHECKPOINT [step=auto|last|N] [more_steps=N] [overrides ...]",
+    "diversity-report": "sesa diversity-report runs=[RUN_DIR|MULTIRUN_DIR,...] [compare=[...]] [metrics=[...]]",
+}
+"""Each command's own usage line: its ``--help`` starts with it, and a missing mandatory key quotes it."""
 
 
 def print_help() -> None:
@@ -36,7 +43,7 @@ def print_help() -> None:
         lines.append(f"  {name:<18} {text}")
     lines += [
         "",
-        "`sesa <command> --help` shows the command's config groups and options.",
+        "`sesa <command> --help` shows the command's config groups and every option, documented.",
         "examples:",
         "  sesa train task=path sampler=sequential",
         "  sesa train -m task=path sampler=parallel,sequential seed=0,1",
@@ -117,6 +124,11 @@ def dispatch(args: list[str]) -> None:
     module_name, _ = COMMANDS[name]
     from sesa_cli.deprecations import rename_overrides
 
+    if any(a in ("-h", "--help") for a in args[1:]):  # the command's own help; Hydra's is --hydra-help
+        from sesa_cli.commands.help import command_help
+
+        print(command_help(name, [a for a in args[1:] if a not in ("-h", "--help")]))
+        return
     rest, notices = rename_overrides(args[1:])
     if os.environ.get("RANK", "0") == "0":  # once, not once per data-parallel replica
         for notice in notices:
@@ -130,6 +142,9 @@ def dispatch(args: list[str]) -> None:
     problem = validate_argv(module_name, rest)
     if problem:
         fail(problem, name)
+    if name in ("train", "revive", "eval") and ("-m" in rest or "--multirun" in rest):
+        # after the last job: the sweep dir and how to report on it (sesa_cli.commands.ending.SweepEnding)
+        rest = [*rest, "+hydra.callbacks.sesa_ending._target_=sesa_cli.commands.ending.SweepEnding"]
     module = import_module(f"sesa_cli.commands.{module_name}")
     # Keep argv[0] (the real `sesa` path): Hydra registers shell completion under it.
     sys.argv = [sys.argv[0], *rest]

@@ -322,10 +322,9 @@ class AlgoConfig:
 
     def __post_init__(self) -> None:
         _choice(self.kl_estimator, "algo.kl_estimator", ("k1", "k2", "k3"))
-        if self.ppo_epochs < 1 or self.minibatches < 1:
-            raise ConfigError("algo.ppo_epochs and algo.minibatches must be >= 1")
-        if self.clip_low < 0 or self.clip_high < 0:
-            raise ConfigError("algo.clip_low and algo.clip_high must be >= 0")
+        raise_if(
+            at_least(self, "algo", 1, "ppo_epochs", "minibatches") + at_least(self, "algo", 0, "clip_low", "clip_high")
+        )
         if not 0 < self.rollout_filter_ratio <= 1:
             raise ConfigError("algo.rollout_filter_ratio must be in (0, 1]")
         problems = at_least(
@@ -402,12 +401,10 @@ class TrainLoopConfig:
     """Stop the run after this many consecutive non-finite losses (each one skips its update)."""
 
     def __post_init__(self) -> None:
-        if self.steps < 1 or self.batch_size < 1:
-            raise ConfigError("train.steps and train.batch_size must be >= 1")
-        for name in ("checkpoint_every", "eval_every", "sample_every", "log_every", "policy_every"):
-            if getattr(self, name) < 0:
-                raise ConfigError(f"train.{name} must be >= 0")
-        raise_if(at_least(self, "train", 1, "max_nonfinite"))
+        raise_if([
+            *at_least(self, "train", 1, "steps", "batch_size", "max_nonfinite"),
+            *at_least(self, "train", 0, "checkpoint_every", "eval_every", "sample_every", "log_every", "policy_every"),
+        ])  # fmt: skip
 
 
 # ---------------------------------------------------------------------------------------------------------- eval
@@ -489,8 +486,15 @@ class TrainConfig:
     """The one seed: python, numpy and torch generators, training instances and (path task) targets."""
     device: str = "cpu"
     """Torch device."""
+    threads: int = 0
+    """Torch intra-op threads (CPU); 0 = auto: ``OMP_NUM_THREADS`` when set, else the cores not busy when the command
+    starts (cores minus the 1-minute load average, rounded, at least 1). More threads than free cores slow every
+    step: each parallel op waits for all its threads to get a core (measured on 2 shared cores in issue 22). The count
+    a run used is in run.json (float sums split differently, so runs of one seed on other counts part ways)."""
 
     def __post_init__(self) -> None:
+        if self.threads < 0:
+            raise ConfigError(f"threads={self.threads} must be >= 0 (0 = auto)")
         if self.optim.warmup_steps >= self.train.steps:
             raise ConfigError(
                 f"optim.warmup_steps={self.optim.warmup_steps} must be < train.steps={self.train.steps} (the warm-up "
@@ -537,6 +541,15 @@ class EvalConfig:
     """Seed of the evaluation draws."""
     device: str = "cpu"
     """Torch device."""
+    threads: int = 0
+    """Torch intra-op threads (CPU); 0 = auto: ``OMP_NUM_THREADS`` when set, else the cores not busy when the command
+    starts (cores minus the 1-minute load average, rounded, at least 1). More threads than free cores slow every
+    step: each parallel op waits for all its threads to get a core (measured on 2 shared cores in issue 22). The count
+    a run used is in run.json (float sums split differently, so runs of one seed on other counts part ways)."""
+
+    def __post_init__(self) -> None:
+        if self.threads < 0:
+            raise ConfigError(f"threads={self.threads} must be >= 0 (0 = auto)")
 
 
 @dataclass

@@ -65,6 +65,23 @@ class RunDir:
         }
         atomic_write_text(self.path / "run.json", json.dumps(info, indent=2))
 
+    def mark_ended(self, status: str, reason: str | None = None, exit_code: int | None = None,
+                   command: str | None = None) -> None:  # fmt: skip
+        """Record in run.json how the command ended: ``status`` finished, failed or interrupted, with the ``reason``
+        and the command's ``exit_code`` when it did not finish (a run.json is written if the command failed before
+        its own). Commands that take a run dir read it back (:func:`ended_badly`)."""
+        path = self.path / "run.json"
+        try:
+            info = read_json_object(path) if path.is_file() else {}
+        except ConfigError:
+            info = {}
+        if command and "command" not in info:
+            info["command"] = command
+        info.update(status=status, ended=time.strftime("%Y-%m-%dT%H:%M:%S"))
+        if status != "finished":
+            info.update(reason=reason, exit_code=exit_code)
+        atomic_write_text(path, json.dumps(info, indent=2))
+
     # ---------------------------------------------------------------- metrics
     def log_metrics(self, row: dict[str, Any]) -> None:
         """Append one row (must contain "step") to metrics.jsonl, flushed at once."""
@@ -129,6 +146,10 @@ class ReplicaRunDir(RunDir):
         self.checkpoints = self.path / "checkpoints"
 
     def write_config(self, resolved_yaml: str) -> None:
+        pass
+
+    def mark_ended(self, status: str, reason: str | None = None, exit_code: int | None = None,
+                   command: str | None = None) -> None:  # fmt: skip
         pass
 
     def write_run_info(self, command: str, overrides: list[str], parent: str | None = None, **extra: Any) -> None:
@@ -333,6 +354,24 @@ def list_checkpoints(run_dir: Path) -> list[tuple[int, Path]]:
     return sorted(found)
 
 
+def ended_badly(run_dir: Path) -> str | None:
+    """How a run dir's command failed or was interrupted, from its run.json (``RunDir.mark_ended``): e.g. ``"a
+    failed run (exit code 2: task.data=x does not exist)"``; None for a finished, running or older run."""
+    path = Path(run_dir) / "run.json"
+    try:
+        info = read_json_object(path) if path.is_file() else {}
+    except ConfigError:
+        return None
+    status = info.get("status")
+    if status not in ("failed", "interrupted"):
+        return None
+    reason = f": {info['reason']}" if info.get("reason") else ""
+    return (
+        f"{'a failed' if status == 'failed' else 'an interrupted'} {info.get('command') or 'sesa'} run "
+        f"(exit code {info.get('exit_code')}{reason})"
+    )
+
+
 def resolve_checkpoint(path: str | Path) -> Path:
     """A checkpoint dir, or a run dir meaning its last checkpoint. One-line ConfigError otherwise."""
     p = Path(path).expanduser()
@@ -340,11 +379,14 @@ def resolve_checkpoint(path: str | Path) -> Path:
         raise ConfigError(f"checkpoint {p} does not exist")
     if (p / "trainer_state.json").is_file():
         return p
-    if (p / "checkpoints").is_dir() or (p / "metrics.jsonl").is_file():
-        ckpts = list_checkpoints(p)
-        if not ckpts:
-            raise ConfigError(f"run dir {p} has no checkpoints")
+    ckpts = list_checkpoints(p)
+    if ckpts:
         return ckpts[-1][1]
+    bad = ended_badly(p)
+    if bad:
+        raise ConfigError(f"run dir {p} is {bad} and has no checkpoint")
+    if (p / "checkpoints").is_dir() or (p / "metrics.jsonl").is_file() or (p / "run.json").is_file():
+        raise ConfigError(f"run dir {p} has no checkpoints")
     raise ConfigError(f"{p} is neither a sesa checkpoint (no trainer_state.json) nor a run dir")
 
 

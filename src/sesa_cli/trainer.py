@@ -1,10 +1,11 @@
 """The RL loop: sample groups -> score -> advantages -> clipped policy-gradient update -> metrics and checkpoints.
 
-No config parsing and no printing here beyond the ``on_step`` progress hook; the command layer owns both.
+No config parsing and no printing here beyond the ``on_step`` and ``phase`` progress hooks; the command layer owns both.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import logging
@@ -55,6 +56,11 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 StepHook = Callable[[int, dict[str, Any]], None]
+PhaseHook = Callable[[str], contextlib.AbstractContextManager[Any]]
+
+
+def _no_phase(label: str) -> contextlib.AbstractContextManager[Any]:
+    return contextlib.nullcontext()
 
 
 class NonFiniteLossError(RuntimeError):
@@ -395,12 +401,15 @@ class Trainer:
             self.generator.set_state(torch.load(rng, weights_only=True)["generator"])
 
     # ------------------------------------------------------------------ the loop
-    def fit(self, on_step: StepHook | None = None) -> dict[str, Any]:
-        """Train until train.steps; returns the last training row merged with the final evaluation."""
+    def fit(self, on_step: StepHook | None = None, phase: PhaseHook | None = None) -> dict[str, Any]:
+        """Train until train.steps; returns the last training row merged with the final evaluation. ``phase(label)``
+        wraps each evaluation and checkpoint (the command shows them as they run)."""
         tc = self.cfg.train
+        phase = phase or _no_phase
         last: dict[str, Any] = {}
         if tc.eval_before and self.step < tc.steps:
-            self.run.log_metrics(self.evaluate())
+            with phase(f"evaluation of the start (step {self.step})"):
+                self.run.log_metrics(self.evaluate())
         try:
             while self.step < tc.steps:
                 row = self.train_step()
@@ -408,22 +417,27 @@ class Trainer:
                 if tc.sample_every and self.step % tc.sample_every == 0:
                     self.run.dump_samples(self.step, sample_records(self._last_groups, self.policy.decode))
                 if tc.eval_every and self.step % tc.eval_every == 0 and self.step < tc.steps:
-                    ev = self.evaluate()
+                    with phase(f"evaluation (step {self.step})"):
+                        ev = self.evaluate()
                     self.run.log_metrics(ev)
                     row = {**row, **ev}
                 if tc.checkpoint_every and self.step % tc.checkpoint_every == 0 and self.step < tc.steps:
-                    self.save_checkpoint()
+                    with phase(f"checkpoint (step {self.step})"):
+                        self.save_checkpoint()
                 last = row
                 if on_step is not None:
                     on_step(self.step, row)
         except KeyboardInterrupt:
             if self.step > 0:
-                path = self.save_checkpoint()
+                with phase(f"checkpoint (step {self.step})"):
+                    path = self.save_checkpoint()
                 log.warning("interrupted: checkpoint saved to %s", path)
             raise
-        ev = self.evaluate()
+        with phase(f"final evaluation (step {self.step})"):
+            ev = self.evaluate()
         self.run.log_metrics(ev)
-        self.save_checkpoint()
+        with phase(f"checkpoint (step {self.step})"):
+            self.save_checkpoint()
         self.dist.barrier()
         return {**last, **ev}
 

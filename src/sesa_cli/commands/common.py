@@ -18,16 +18,43 @@ log = logging.getLogger("sesa")
 
 @contextlib.contextmanager
 def user_errors(command: str) -> Iterator[None]:
-    """Bad input -> one line on stderr and exit 2; Ctrl-C -> a clean exit 130 (the trainer saved a checkpoint)."""
+    """Bad input -> one line on stderr and exit 2; Ctrl-C -> a clean exit 130 (the trainer saved a checkpoint).
+    Either way, and on any other error, the run dir's run.json records how it ended (``RunDir.mark_ended``), so a
+    command that later meets the dir can say it is a failed run."""
+    from sesa_cli.progress import use_console
+
+    use_console()
     try:
         yield
     except ConfigError as exc:
+        _mark_run_dir(command, "failed", str(exc), 2)
         print(f"sesa {command}: error: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
     except KeyboardInterrupt:
         from sesa_cli.cli import interrupted
 
+        _mark_run_dir(command, "interrupted", "Ctrl-C", 130)
         interrupted(command)
+    except Exception as exc:  # Hydra prints the traceback and exits 1
+        from sesa_cli.config import first_line
+
+        _mark_run_dir(command, "failed", f"{type(exc).__name__}: {first_line(exc)}", 1)
+        raise
+
+
+def _mark_run_dir(command: str, status: str, reason: str, exit_code: int) -> None:
+    """Mark the running Hydra job's run dir as ended badly (rank 0 of a run command; best effort: the error being
+    reported matters more than the marker)."""
+    if command not in ("train", "revive", "eval") or os.environ.get("RANK", "0") != "0":
+        return
+    try:
+        run_dir, _ = hydra_context()
+        if run_dir.is_dir():
+            from sesa_cli.runs import RunDir
+
+            RunDir(run_dir).mark_ended(status, reason, exit_code, command=command)
+    except Exception:  # noqa: BLE001, S110  (no Hydra job, an unwritable dir: the error line still goes out)
+        pass
 
 
 def seed_everything(seed: int) -> None:
@@ -78,4 +105,32 @@ def joblib_cpu_budget() -> int | None:
     threads = max(1, cpus // n_jobs)
     torch.set_num_threads(threads)
     log.info("joblib sweep job: %d of %d cpus (n_jobs=%d)", threads, cpus, n_jobs)
+    return threads
+
+
+def torch_threads(requested: int = 0, budget: int | None = None) -> int:
+    """Set torch's intra-op thread count for this command and return it (run.json records it).
+
+    ``requested`` (the ``threads`` key) > 0 wins; then a joblib sweep job's share (``budget``, from
+    :func:`joblib_cpu_budget`); then ``OMP_NUM_THREADS``; else the cores not busy now: cores minus the 1-minute load
+    average, rounded, at least 1. On a machine whose cores other jobs keep busy, a thread per core makes every
+    parallel op wait until all its threads get a core, which slowed the warm start far more than the load alone
+    (issue 22); one thread per free core degrades gracefully instead.
+    """
+    import torch
+
+    cpus = os.cpu_count() or 1
+    env = os.environ.get("OMP_NUM_THREADS", "")
+    if requested > 0:
+        threads, why = requested, "threads="
+    elif budget is not None:
+        threads, why = budget, "the joblib job's share"
+    elif env.isdigit() and int(env) > 0:
+        threads, why = int(env), "OMP_NUM_THREADS"
+    else:
+        load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
+        threads = max(1, min(cpus, round(cpus - load)))
+        why = f"auto: {cpus} cores, 1-minute load {load:.1f}"
+    torch.set_num_threads(threads)
+    log.info("torch threads: %d (%s)", threads, why)
     return threads

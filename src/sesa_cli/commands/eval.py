@@ -16,6 +16,7 @@ from sesa_cli.commands.common import (
     joblib_cpu_budget,
     resolved_yaml,
     seed_everything,
+    torch_threads,
     user_errors,
 )
 from sesa_cli.commands.schemas import register_configs
@@ -29,13 +30,22 @@ def run(cfg: EvalConfig, run_dir: Path, overrides: list[str] | None = None) -> d
     """Evaluate and write ``config.yaml``, ``run.json``, ``samples.jsonl`` + ``metrics.json`` (+
     ``policy_probs.jsonl`` where the task has exact policy metrics) under ``run_dir``; return the metrics. Called
     alone it leaves the same run dir as the Hydra app (which adds only Hydra's own ``.hydra/`` and log file)."""
-    from sesa_cli.runs import RunDir, atomic_write_text, check_checkpoint, resolve_checkpoint
+    from sesa_cli.runs import (
+        RunDir,
+        atomic_write_text,
+        check_checkpoint,
+        ended_badly,
+        resolve_checkpoint,
+        run_dir_of_checkpoint,
+    )
 
     ckpt = resolve_checkpoint(cfg.ckpt) if cfg.ckpt else None
     step = check_checkpoint(ckpt)["step"] if ckpt else 0  # every file it holds, before any model work (or imports)
+    bad = ended_badly(run_dir_of_checkpoint(ckpt)) if ckpt else None
+    if bad:
+        log.warning("%s is %s; evaluating its checkpoint at step %d", run_dir_of_checkpoint(ckpt), bad, step)
 
     import torch
-    from rich.console import Console
     from rich.table import Table
 
     from sesa_cli.evaluation import (
@@ -48,6 +58,7 @@ def run(cfg: EvalConfig, run_dir: Path, overrides: list[str] | None = None) -> d
         validation_instances,
     )
     from sesa_cli.models.loading import load_checkpoint, load_policy
+    from sesa_cli.progress import console, phase
     from sesa_cli.rollout.samplers import ParallelSampler, make_sampler
     from sesa_cli.tasks.base import make_task
 
@@ -55,21 +66,25 @@ def run(cfg: EvalConfig, run_dir: Path, overrides: list[str] | None = None) -> d
     run = RunDir(run_dir)
     run.write_config(resolved_yaml(cfg))
     task = make_task(cfg.task, cfg.seed)
-    policy = load_checkpoint(ckpt, cfg.model, task, cfg.device) if ckpt else load_policy(cfg.model, task, cfg.device)
+    with phase(f"model load ({ckpt or 'model=' + cfg.model.name})"):
+        policy = (
+            load_checkpoint(ckpt, cfg.model, task, cfg.device) if ckpt else load_policy(cfg.model, task, cfg.device)
+        )
     run.write_run_info("eval", overrides or [], parent=str(ckpt) if ckpt else None)
     sampler = make_sampler(cfg.sampler, task, policy, cfg.model.dtype)
     instances = validation_instances(task, cfg.eval)
     n = cfg.eval.samples
-    groups = draw(sampler, instances, n, torch.Generator().manual_seed(cfg.seed), cfg.model.max_batch_rows)
-    metrics: dict[str, Any] = {"step": step, **summarize(task, groups)}
-    greedy = ParallelSampler(cfg.sampler, task, policy, cfg.model.dtype, greedy=True)
-    metrics.update(greedy_summary(greedy, instances, cfg.model.max_batch_rows))
-    plain = ParallelSampler(cfg.sampler, task, policy, cfg.model.dtype)  # the plain prompt, whatever cfg.sampler is
-    exact = ExactPolicy(plain, instances, rows=cfg.model.max_batch_rows or 256)
-    if exact.available:
-        probs = exact.probs()
-        metrics.update(exact.summary(probs, n))
-        run.log_policy_probs(exact.record(metrics["step"], probs))
+    with phase(f"evaluation ({len(instances)} instances x {n} samples)"):
+        groups = draw(sampler, instances, n, torch.Generator().manual_seed(cfg.seed), cfg.model.max_batch_rows)
+        metrics: dict[str, Any] = {"step": step, **summarize(task, groups)}
+        greedy = ParallelSampler(cfg.sampler, task, policy, cfg.model.dtype, greedy=True)
+        metrics.update(greedy_summary(greedy, instances, cfg.model.max_batch_rows))
+        plain = ParallelSampler(cfg.sampler, task, policy, cfg.model.dtype)  # the plain prompt, whatever it sampled
+        exact = ExactPolicy(plain, instances, rows=cfg.model.max_batch_rows or 256)
+        if exact.available:
+            probs = exact.probs()
+            metrics.update(exact.summary(probs, n))
+            run.log_policy_probs(exact.record(metrics["step"], probs))
     metrics.update({"eval/samples": n, "eval/instances": len(instances), "ckpt": str(ckpt) if ckpt else None})
     health = sampler.chain_health(groups)
     if health is not None:
@@ -84,9 +99,10 @@ def run(cfg: EvalConfig, run_dir: Path, overrides: list[str] | None = None) -> d
     for key, value in metrics.items():
         if key.startswith(("eval/", "policy/")):
             table.add_row(key, f"{value:.4g}" if isinstance(value, float) else str(value))
-    Console().print(table)
+    console.print(table)
     if health is not None:
-        Console().print(chain_table(health))
+        console.print(chain_table(health))
+    run.mark_ended("finished")
     log.info("wrote %s and %s", run.path / "metrics.json", run.path / "samples.jsonl")
     return metrics
 
@@ -135,6 +151,7 @@ def main(cfg: DictConfig) -> None:
     from sesa_cli.commands.reload import command_config
 
     with user_errors("eval"):
-        joblib_cpu_budget()
         run_dir, overrides = hydra_context()
-        run(command_config("eval", cfg, overrides), run_dir, overrides)
+        config = command_config("eval", cfg, overrides)
+        torch_threads(config.threads, joblib_cpu_budget())
+        run(config, run_dir, overrides)

@@ -20,6 +20,7 @@ from sesa_cli.commands.common import (
     joblib_cpu_budget,
     resolved_yaml,
     seed_everything,
+    torch_threads,
     user_errors,
 )
 from sesa_cli.commands.schemas import register_configs
@@ -61,12 +62,17 @@ def run(cfg: ReviveConfig, run_dir: Path, overrides: list[str] | None = None) ->
     from sesa_cli.distributed import replicas
     from sesa_cli.models.loading import load_base, load_checkpoint
     from sesa_cli.models.reference import check_rebuilt, parent_record
+    from sesa_cli.progress import phase
+    from sesa_cli.runs import ended_badly
     from sesa_cli.tasks.base import make_task
     from sesa_cli.trainer import Trainer
 
     start = int(state["step"])
     cfg = replace(cfg, train=replace(cfg.train, steps=start + cfg.more_steps))
     parent_run = run_dir_of_checkpoint(ckpt)
+    bad = ended_badly(parent_run)
+    if bad:
+        log.warning("%s is %s; reviving its checkpoint at step %d", parent_run, bad, start)
     # The parent's metrics up to the checkpoint, so the new run's curves read as one continuous history.
     history = [r for r in read_metrics(parent_run / "metrics.jsonl") if r.get("step", 0) <= start]
     reference = parent_record(parent_run)
@@ -79,7 +85,8 @@ def run(cfg: ReviveConfig, run_dir: Path, overrides: list[str] | None = None) ->
         # The KL reference is the base the parent's lineage started from (sesa_cli.models.reference), never the
         # checkpoint; a LoRA checkpoint's adapter also sits on that base.
         try:
-            base = load_base(cfg.model, task, device)
+            with phase(f"model load (the base of {parent_run})"):
+                base = load_base(cfg.model, task, device)
         except ConfigError as exc:
             raise ConfigError(f"the base model {parent_run} started from cannot be rebuilt: {exc}") from None
         reference = check_rebuilt(reference, base, parent_run)
@@ -98,12 +105,13 @@ def run(cfg: ReviveConfig, run_dir: Path, overrides: list[str] | None = None) ->
     for record in read_metrics(parent_run / "policy_probs.jsonl"):
         if record.get("step", 0) <= start:
             run.log_policy_probs(record)
-    policy = load_checkpoint(ckpt, cfg.model, task, device, base=base)
+    with phase(f"model load ({ckpt})"):
+        policy = load_checkpoint(ckpt, cfg.model, task, device, base=base)
     # LoRA: the trainer disables the adapter for the reference; otherwise the rebuilt base is the reference model.
     trainer = Trainer(cfg, task, policy, run, dist, reference=None if cfg.model.lora or base is None else base.model)
     trainer.load_checkpoint(ckpt)
     log.info("reviving %s at step %d with overrides %s", ckpt, start, overrides)
-    return fit(trainer, run_dir, show_progress=dist.is_main)
+    return fit(trainer, run_dir, show_progress=dist.is_main, command="revive")
 
 
 @hydra.main(version_base="1.3", config_path=str(conf_dir()), config_name="revive")
@@ -111,6 +119,7 @@ def main(cfg: DictConfig) -> None:
     from sesa_cli.commands.reload import command_config
 
     with user_errors("revive"):
-        joblib_cpu_budget()
         run_dir, overrides = hydra_context()
-        run(command_config("revive", cfg, overrides), run_dir, overrides)
+        config = command_config("revive", cfg, overrides)
+        torch_threads(config.threads, joblib_cpu_budget())
+        run(config, run_dir, overrides)

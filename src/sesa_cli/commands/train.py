@@ -14,6 +14,7 @@ from sesa_cli.commands.common import (
     joblib_cpu_budget,
     resolved_yaml,
     seed_everything,
+    torch_threads,
     user_errors,
 )
 from sesa_cli.commands.schemas import register_configs
@@ -48,7 +49,10 @@ def run(
     if resolved is not None:
         run.write_config(resolved)
     task = make_task(cfg.task, cfg.seed)
-    base = load_base(cfg.model, task, dist.device or cfg.device)
+    from sesa_cli.progress import phase
+
+    with phase(f"model load (model={cfg.model.name}, task={task.name})"):
+        base = load_base(cfg.model, task, dist.device or cfg.device)
     # The KL reference of this run and of every run revived from it (sesa_cli.models.reference): fingerprinted
     # before a LoRA adapter wraps the base.
     run.write_run_info("train", overrides or [], kl_reference=describe(base))
@@ -57,10 +61,12 @@ def run(
     return fit(trainer, run_dir, show_progress and dist.is_main)
 
 
-def fit(trainer: Trainer, run_dir: Path, show_progress: bool = True) -> dict[str, Any]:
-    """Run a prepared trainer with the live display; print the final table."""
+def fit(trainer: Trainer, run_dir: Path, show_progress: bool = True, command: str = "train") -> dict[str, Any]:
+    """Run a prepared trainer with the live display; print the ending (base -> trained, the run dir, what to run
+    next), or after Ctrl-C how to continue."""
+    from sesa_cli.commands.ending import base_row, resume_hint, train_summary
     from sesa_cli.evaluation import describe_protocol
-    from sesa_cli.progress import TrainProgress, final_table
+    from sesa_cli.progress import TrainProgress, phase
 
     cfg = trainer.cfg
     n_params = sum(p.numel() for p in trainer.model.parameters())
@@ -90,11 +96,20 @@ def fit(trainer: Trainer, run_dir: Path, show_progress: bool = True) -> dict[str
     )
     from sesa_cli.cli import ctrl_c_raises
 
-    with TrainProgress(cfg.train.steps, trainer.step, show_progress, cfg.train.log_every) as progress, ctrl_c_raises():
-        final = trainer.fit(on_step=progress.update)  # Ctrl-C: a checkpoint, then user_errors' one line
+    start = trainer.step
+    try:
+        with TrainProgress(cfg.train.steps, start, show_progress, cfg.train.log_every) as progress, ctrl_c_raises():
+            # Ctrl-C: a checkpoint, then user_errors' one line
+            final = trainer.fit(on_step=progress.update, phase=phase if show_progress else None)
+    except KeyboardInterrupt:
+        if show_progress and trainer.step > start:
+            resume_hint(run_dir, trainer.step, cfg.train.steps)
+        raise
     if trainer.dist.is_main:
+        trainer.run.mark_ended("finished")
         protocol = describe_protocol(len(trainer.val_instances), cfg.eval.samples, cfg.sampler.temperature)
-        final_table(final, title=f"final metrics ({run_dir})", caption=f"eval/*: {protocol}")
+        base = base_row(trainer.run.read_metrics(), start)
+        train_summary(command, final, base, protocol, run_dir, remaining=cfg.train.steps - start)
     return final
 
 
@@ -102,7 +117,7 @@ def fit(trainer: Trainer, run_dir: Path, show_progress: bool = True) -> dict[str
 def main(cfg: DictConfig) -> float | None:
     with user_errors("train"):
         config = to_object(cfg)
-        joblib_cpu_budget()
+        torch_threads(config.threads, joblib_cpu_budget())
         run_dir, overrides = hydra_context()
         final = run(config, run_dir, overrides, resolved_yaml(cfg))
         value = final.get(key("eval/success"))

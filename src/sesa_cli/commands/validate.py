@@ -104,9 +104,15 @@ def explain(exc: BaseException, config_name: str, overrides: list[str]) -> str:
     from hydra.errors import MissingConfigException
     from omegaconf.errors import ConfigKeyError, OmegaConfBaseException
 
-    if isinstance(exc, ConfigError):
-        return str(exc)
     msg = str(exc)
+    missing = re.search(r"missing mandatory value: (\S+)", msg)
+    if missing:  # a key the command cannot run without: its usage line says what to pass
+        from sesa_cli.cli import USAGES
+
+        command = config_name.replace("_", "-")
+        return f"{missing.group(1)}= is required; usage: {USAGES.get(command, 'sesa ' + command)}"
+    if isinstance(exc, ConfigError):
+        return msg
     if isinstance(exc, MissingConfigException):
         m = re.search(r"Could not find '([^']+)/([^'/]+)'", msg)
         options = re.findall(r"^\t(\S+)$", msg, flags=re.MULTILINE)

@@ -6,7 +6,7 @@ import shutil
 from collections.abc import Callable
 from pathlib import Path
 
-from filelock import FileLock
+from filelock import FileLock, Timeout
 
 
 def build_once(target: Path, marker: str, build: Callable[[Path], None]) -> Path:
@@ -19,11 +19,21 @@ def build_once(target: Path, marker: str, build: Callable[[Path], None]) -> Path
     if (target / marker).is_file():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(target) + ".lock"):
+    lock = FileLock(str(target) + ".lock")
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:  # another job is building it: a wait of minutes, shown as one
+        from sesa_cli.progress import phase
+
+        with phase(f"waiting for another job to build {target}"):
+            lock.acquire()
+    try:
         if (target / marker).is_file():  # another job built it while we waited
             return target
         tmp = target.with_name(target.name + ".tmp")
         shutil.rmtree(tmp, ignore_errors=True)
         build(tmp)
         tmp.rename(target)
+    finally:
+        lock.release()
     return target

@@ -18,11 +18,11 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 from sesa_cli.config import ModelConfig
 from sesa_cli.models.cache import build_once
+from sesa_cli.progress import DISPLAY, activity
 from sesa_cli.tasks.base import Task
 
 log = logging.getLogger(__name__)
@@ -88,7 +88,11 @@ def cache_key(cfg: ModelConfig, task: Task) -> str:
 def tiny_base_dir(cfg: ModelConfig, task: Task) -> Path:
     """The cached warm-started base for (task, model config), built on first use (safe under parallel jobs)."""
     target = Path(cfg.cache_dir).expanduser() / cache_key(cfg, task)
-    return build_once(target, "warm_start.json", lambda tmp: warm_start(cfg, task, tmp))
+    built: list[dict[str, Any]] = []
+    path = build_once(target, "warm_start.json", lambda tmp: built.append(warm_start(cfg, task, tmp)))
+    if built:  # named once it is in the cache (the build wrote a temporary dir)
+        log.info("warm start done in %.1fs, final loss %.3f -> %s", built[0]["seconds"], built[0]["final_loss"], path)
+    return path
 
 
 def _pack_corpus(tokenizer: PreTrainedTokenizerFast, lines: list[str], block: int) -> torch.Tensor:
@@ -107,8 +111,9 @@ def _pack_corpus(tokenizer: PreTrainedTokenizerFast, lines: list[str], block: in
     return torch.tensor(stream[: n * block]).view(n, block)
 
 
-def warm_start(cfg: ModelConfig, task: Task, out_dir: Path) -> None:
-    """Train a fresh tiny model on the task's corpus and save it (model, tokenizer, warm_start.json) to out_dir."""
+def warm_start(cfg: ModelConfig, task: Task, out_dir: Path) -> dict[str, Any]:
+    """Train a fresh tiny model on the task's corpus and save it (model, tokenizer, warm_start.json) to out_dir;
+    returns what warm_start.json holds."""
     t0 = time.perf_counter()
     tokenizer = build_char_tokenizer(task.alphabet())
     model = build_tiny_model(cfg, tokenizer)
@@ -140,16 +145,8 @@ def warm_start(cfg: ModelConfig, task: Task, out_dir: Path) -> None:
     gen = torch.Generator().manual_seed(0)
     losses: list[float] = []
     model.train()
-    columns = (
-        TextColumn("warm start"),
-        BarColumn(),
-        TextColumn("{task.completed}/{task.total} loss {task.fields[loss]}"),
-        TimeElapsedColumn(),
-        TimeRemainingColumn(),
-    )
-    with Progress(*columns, transient=True) as progress:
-        bar = progress.add_task("warm", total=steps, loss="-")
-        for _step in range(steps):
+    with activity(f"warm start ({task.name})", total=steps, done=None) as act:
+        for step in range(steps):
             ids = data[torch.randint(len(data), (cfg.warm_start_batch_size,), generator=gen)]
             loss = model(input_ids=ids, labels=ids).loss
             opt.zero_grad(set_to_none=True)
@@ -158,7 +155,7 @@ def warm_start(cfg: ModelConfig, task: Task, out_dir: Path) -> None:
             opt.step()
             sched.step()
             losses.append(loss.item())
-            progress.update(bar, advance=1, loss=f"{sum(losses[-20:]) / len(losses[-20:]):.3f}")
+            DISPLAY.update(act, completed=step + 1, info=f"loss {sum(losses[-20:]) / len(losses[-20:]):.3f}")
     model.eval()
     out_dir.mkdir(parents=True)
     model.save_pretrained(out_dir)
@@ -171,4 +168,4 @@ def warm_start(cfg: ModelConfig, task: Task, out_dir: Path) -> None:
         "seconds": round(time.perf_counter() - t0, 1),
     }
     (out_dir / "warm_start.json").write_text(json.dumps(info, indent=2))
-    log.info("warm start done in %.1fs, final loss %.3f -> %s", info["seconds"], info["final_loss"], out_dir)
+    return info

@@ -137,6 +137,8 @@ def expand_run_paths(paths: Sequence[str | Path]) -> tuple[list[Path], list[str]
 
     Returns the run dirs and notes about job subdirs that were skipped (no metrics written yet, or a crashed job).
     """
+    from sesa_cli.runs import ended_badly  # a run whose command failed: said, not silently read
+
     if isinstance(paths, (str, Path)):
         paths = [paths]
     if not paths:
@@ -159,9 +161,13 @@ def expand_run_paths(paths: Sequence[str | Path]) -> tuple[list[Path], list[str]
             raise ConfigError(f"run path does not exist: {path}")
         if not path.is_dir():
             raise ConfigError(f"run path is not a directory: {path}")
+        bad = ended_badly(path)
         if is_run_dir(path):
+            notes += [f"{path} is {bad}: its metrics stop where it did"] if bad else []
             found.append(path)
             continue
+        if bad:
+            raise ConfigError(f"{path} is {bad} and wrote no metrics")
         subdirs = sorted((p for p in path.iterdir() if p.is_dir() and not p.name.startswith(".")), key=_subdir_order)
         runs = [p for p in subdirs if is_run_dir(p)]
         if not runs:
@@ -170,7 +176,9 @@ def expand_run_paths(paths: Sequence[str | Path]) -> tuple[list[Path], list[str]
                 "(a multirun dir)"
             )
         # A job subdir without metrics is a job that crashed or is still starting: worth a note, not an error.
-        notes += [f"skipped {p}: no {METRICS_JSONL}" for p in subdirs if p.name.isdigit() and not is_run_dir(p)]
+        notes += [f"skipped {p}: {f'{ended_badly(p)}, ' if ended_badly(p) else ''}no {METRICS_JSONL}"
+                  for p in subdirs if p.name.isdigit() and not is_run_dir(p)]  # fmt: skip
+        notes += [f"{p} is {ended_badly(p)}: its metrics stop where it did" for p in runs if ended_badly(p)]
         found += runs
     unique: dict[Path, Path] = {}
     for path in found:

@@ -1,0 +1,127 @@
+"""What a command prints when it ends: the summary of a run (base -> trained), its run dir on one line and the next
+commands; how to resume after Ctrl-C; how to report on a sweep. Everything goes through the one console
+(sesa_cli.progress)."""
+
+from __future__ import annotations
+
+import os
+import shlex
+from pathlib import Path
+from typing import Any
+
+from hydra.experimental.callback import Callback
+from rich.table import Table
+
+from sesa_cli.metric_keys import key
+from sesa_cli.progress import console
+
+
+def shown_path(path: Path | str) -> str:
+    """``path`` as a user would type it here: relative to the working directory when inside it (quote it with the
+    key it is the value of: :func:`arg`)."""
+    p = Path(path).resolve()
+    try:
+        return str(p.relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(p)
+
+
+def arg(key: str, path: Path | str, listed: bool = False) -> str:
+    """``key=path`` (``key=[path]`` when ``listed``) quoted for the shell where it needs it."""
+    text = shown_path(path)
+    return shlex.quote(f"{key}=[{text}]" if listed else f"{key}={text}")
+
+
+HEADLINE = tuple(
+    key(name)
+    for name in (
+        "eval/success", "eval/pass@{k}", "eval/coverage@{k}", "eval/distinct_correct@{k}", "eval/greedy_success",
+        "eval/valid", "eval/entropy", "eval/turns", "policy/target_mass", "policy/effective_solutions",
+        "policy/solution_entropy", "policy/coverage@{k}",
+    )
+)  # fmt: skip
+"""The summary's metrics, in this order, where a row has them (an ``@{k}`` family at its largest k); every other key
+is in metrics.jsonl (training) or metrics.json (eval)."""
+
+
+def _headline(row: dict[str, Any]) -> list[str]:
+    """The keys of ``row`` the summary shows (:data:`HEADLINE`)."""
+    keys = []
+    for name in HEADLINE:
+        if name.endswith("@{k}"):
+            ks = [int(k.rsplit("@", 1)[1]) for k in row if k.startswith(name[:-3]) and k.rsplit("@", 1)[1].isdigit()]
+            if ks:
+                keys.append(name.format(k=max(ks)))
+        elif isinstance(row.get(name), (int, float)):
+            keys.append(name)
+    return keys
+
+
+def _value(value: Any) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+def base_row(rows: list[dict[str, Any]], start: int) -> dict[str, Any] | None:
+    """The evaluation a run started from: the last evaluation row at or before step ``start`` (the step-0 base of a
+    fresh run, the checkpoint's figures of a revived one), or None when there was none (``train.eval_before=false``)."""
+    evals = [r for r in rows if r.get("step", 0) <= start and any(k.startswith("eval/") for k in r)]
+    return evals[-1] if evals else None
+
+
+def train_summary(command: str, final: dict[str, Any], base: dict[str, Any] | None, protocol: str, run_dir: Path,
+                  remaining: int = 100) -> None:  # fmt: skip
+    """The ending of ``sesa train``/``revive``: base -> trained for the headline metrics, the run dir on a line of
+    its own (never wrapped, so it copies whole) and the commands a user runs next."""
+    step = final.get("step")
+    table = Table(title=f"sesa {command}: done, {step} steps", title_justify="left")
+    table.add_column("metric")
+    if base is not None:
+        table.add_column(f"base (step {base.get('step', 0)})", justify="right")
+    table.add_column(f"trained (step {step})", justify="right")
+    for name in _headline(final):
+        cells = [name, *([_value(base.get(name))] if base is not None else []), _value(final[name])]
+        table.add_row(*cells)
+    if "collapse/flag" in final:
+        table.add_row("collapse/flag", *(["-"] if base is not None else []), _value(final["collapse/flag"]))
+    console.print(table)
+    console.print(f"eval/*, policy/*: {protocol}; every metric is in metrics.jsonl", soft_wrap=True, markup=False,
+                  highlight=False)  # fmt: skip
+    console.print(f"run dir: {shown_path(run_dir)}", soft_wrap=True, markup=False, highlight=False)
+    next_commands(run_dir, more_steps=remaining)
+
+
+def next_commands(run_dir: Path, more_steps: int = 100) -> None:
+    """The commands that take this run dir, one per line with what they do."""
+    ckpt = arg("ckpt", run_dir)
+    lines = [
+        ("next:", ""),
+        (f"  sesa eval {ckpt}", "evaluate its last checkpoint (the same protocol)"),
+        (f"  sesa revive {ckpt} more_steps={more_steps} sampler=sequential", "continue training, changed"),
+        (f"  sesa diversity-report {arg('runs', run_dir, listed=True)}", "tables and plots (add run dirs to compare)"),
+    ]
+    width = max(len(c) for c, _ in lines)
+    for cmd, what in lines:
+        console.print(f"{cmd:<{width}}   {what}".rstrip() if what else cmd, soft_wrap=True, markup=False,
+                      highlight=False)  # fmt: skip
+
+
+def resume_hint(run_dir: Path, step: int, steps: int) -> None:
+    """After Ctrl-C: the checkpoint the trainer saved and the command that continues from it."""
+    console.print(
+        f"stopped at step {step} of {steps}; continue with: sesa revive {arg('ckpt', run_dir)} "
+        f"more_steps={max(1, steps - step)}",
+        soft_wrap=True, markup=False, highlight=False,
+    )  # fmt: skip
+
+
+class SweepEnding(Callback):
+    """Hydra callback (added by ``sesa <command> -m``): after the last job, how to report on the sweep."""
+
+    def on_multirun_end(self, config: Any, **kwargs: Any) -> None:
+        sweep = str(config.hydra.sweep.dir)
+        console.print(f"sweep dir: {shown_path(sweep)}", soft_wrap=True, markup=False, highlight=False)
+        if os.environ.get("RANK", "0") == "0" and config.hydra.job.name in ("train", "revive", "eval"):
+            console.print(f"report:    sesa diversity-report {arg('runs', sweep, listed=True)}", soft_wrap=True,
+                          markup=False, highlight=False)  # fmt: skip

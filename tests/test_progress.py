@@ -1,0 +1,157 @@
+"""What a user sees while sesa works: plain progress lines without a terminal, a live view on one that log lines
+never break, the ending, the failed-run marker and the usage line of a missing mandatory key."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import pty
+import re
+import struct
+import subprocess
+import sys
+import termios
+import time
+from pathlib import Path
+
+from tests.conftest import run_cli
+
+SMALL = ["train.batch_size=2", "sampler.group_size=4", "train.steps=4", "train.eval_every=2",
+         "train.checkpoint_every=2"]  # fmt: skip
+ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")
+STAMP = re.compile(r"\[\d\d:\d\d:\d\d\] ")  # the console's log and progress lines start with it
+
+
+def _env(**extra: str) -> dict[str, str]:
+    return {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", **extra}
+
+
+def _sesa(argv: list[str]) -> list[str]:
+    return [sys.executable, "-m", "sesa_cli", *argv]
+
+
+def test_without_a_terminal_progress_lines_appear_during_the_warm_start_and_the_evaluation(tmp_path):
+    argv = ["train", "task=path", "task.regions=4", "task.cities=4", "task.districts=4", "task.list_max=8",
+            "model.warm_start_steps=20", "model.warm_start_corpus_size=2000", f"model.cache_dir={tmp_path / 'cache'}",
+            *SMALL, "eval.samples=64", f"hydra.run.dir={tmp_path / 'run'}"]  # fmt: skip
+    proc = subprocess.run(_sesa(argv), env=_env(SESA_PROGRESS_SECONDS="0"), capture_output=True, text=True,
+                          timeout=600, check=False)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert not any("\x1b[" in line or "\r" in line for line in lines)  # plain text, no cursor movement
+
+    def index(pattern: str) -> int:
+        return next(i for i, line in enumerate(lines) if re.search(pattern, line))
+
+    # The warm start: periodic lines with its step, rate and ETA, then the line naming the cache it landed in.
+    warm = [line for line in lines if re.search(r"warm start \(path\) \d+/20 \(\d+%\) .*/s.* ETA \S+ ", line)]
+    assert len(warm) >= 2, proc.stdout
+    done = index(r"warm start done in .* -> ")
+    assert lines[done].endswith(str(tmp_path / "cache" / lines[done].rsplit("/", 1)[1]))
+    assert not lines[done].endswith(".tmp")
+    assert index(r"warm start \(path\) \d+/20") < done
+    # Every evaluation is a phase: announced, ticking while it runs, and logged once when done.
+    start = index(r"evaluation of the start \(step 0\) \.\.\.$")
+    ticking = index(r"evaluation of the start \(step 0\): running, elapsed \d+:\d\d")
+    assert start < ticking < index(r"evaluation of the start \(step 0\) done in ")
+    assert index(r"train \d+/4 \(\d+%\)") < index(r"final evaluation \(step 4\) done in ")
+    # The ending: the protocol, base -> trained, the run dir on one line and the next commands.
+    assert index(r"base \(step 0\).*trained \(step 4\)") < index(r"^run dir: ")
+    assert lines[index(r"^run dir: ")] == f"run dir: {tmp_path / 'run'}"
+    for command in ("sesa eval ckpt=", "sesa revive ckpt=", "sesa diversity-report 'runs=["):
+        assert any(line.strip().startswith(command) for line in lines), command
+    assert any("protocol: 1 instances x 64 samples" in line for line in lines)
+    info = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert info["status"] == "finished"
+
+
+def _run_in_a_terminal(argv: list[str], cwd: Path, columns: int = 140) -> tuple[int, str]:
+    """Run ``sesa <argv>`` with stdout and stderr on a pseudo-terminal; (exit code, everything it wrote)."""
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, columns, 0, 0))
+    env = _env(TERM="xterm-256color", COLUMNS=str(columns), LINES="40")
+    for name in ("NO_COLOR", "FORCE_COLOR", "TTY_COMPATIBLE", "TTY_INTERACTIVE", "CI"):
+        env.pop(name, None)
+    proc = subprocess.Popen(_sesa(argv), stdin=slave, stdout=slave, stderr=slave, cwd=cwd, env=env)
+    os.close(slave)
+    chunks = []
+    deadline = time.monotonic() + 900
+    while time.monotonic() < deadline:
+        try:
+            data = os.read(master, 65536)
+        except OSError:  # the child closed the terminal
+            break
+        if not data:
+            break
+        chunks.append(data)
+    os.close(master)
+    return proc.wait(timeout=60), b"".join(chunks).decode(errors="replace")
+
+
+def test_the_live_view_keeps_log_lines_out_of_the_bars(tmp_path, tiny_overrides, path_setup):
+    # path_setup built the session's tiny base: the run loads it (transformers' "Loading weights" would show here)
+    argv = [
+        "train",
+        *tiny_overrides,
+        *SMALL,
+        "eval.samples=16",
+        "train.log_every=1",
+        f"hydra.run.dir={tmp_path / 'run'}",
+    ]
+    code, out = _run_in_a_terminal(argv, tmp_path)
+    assert code == 0, out
+    segments = [ANSI.sub("", s) for s in re.split(r"[\r\n]", out)]
+    bars = [s for s in segments if "━" in s]
+    logs = [s for s in segments if STAMP.search(s)]
+    assert any(re.search(r"train\s.*\d/4", s) for s in bars), out  # the live view was drawn
+    assert any("step 2  rollout/" in s for s in logs)  # and log lines were printed while it ran
+    joined = [s for s in segments if "━" in s and STAMP.search(s)]
+    assert not joined, joined
+    for third_party in ("Writing model shards", "Loading weights", "it/s]"):
+        assert third_party not in out
+    assert any(s.startswith("run dir: ") for s in segments)
+
+
+def test_a_failed_run_is_marked_and_commands_that_take_it_say_so(tmp_path, monkeypatch, capsys):
+    # A task data file that does not exist is only found when the run starts (after Hydra made the run dir).
+    run = tmp_path / "run"
+    argv = ["train", "task=math", f"task.data={tmp_path / 'missing.jsonl'}", f"model.cache_dir={tmp_path / 'c'}",
+            f"hydra.run.dir={run}"]  # fmt: skip
+    code = run_cli(argv, monkeypatch)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2
+    assert len(err) == 1, err
+    info = json.loads((run / "run.json").read_text())
+    assert (info["status"], info["exit_code"]) == ("failed", 2)
+    assert "missing.jsonl" in info["reason"]
+    for argv, command in ((["eval", f"ckpt={run}"], "eval"), (["revive", f"ckpt={run}"], "revive")):
+        assert run_cli([*argv, f"hydra.run.dir={tmp_path / command}"], monkeypatch) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1, err
+        assert f"run dir {run} is a failed train run (exit code 2: math data file" in err[0]
+    report = ["diversity-report", f"runs=[{run}]", f"hydra.run.dir={tmp_path / 'report'}"]
+    assert run_cli(report, monkeypatch) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    assert f"{run} is a failed train run (exit code 2: " in err[0]
+
+
+def test_a_missing_mandatory_key_is_the_commands_usage_line(monkeypatch, capsys):
+    assert run_cli(["revive"], monkeypatch) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    assert err[0].startswith("sesa revive: error: ckpt= is required; usage: sesa revive ckpt=RUN_DIR|CHECKPOINT")
+    assert "Structured config" not in err[0]
+
+
+def test_each_wrong_key_is_named_with_its_own_value(monkeypatch, capsys):
+    assert run_cli(["train", "train.steps=-5", "train.batch_size=0"], monkeypatch) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    assert "train.steps=-5 must be >= 1" in err[0]
+    assert "train.batch_size=0 must be >= 1" in err[0]
+    assert run_cli(["train", "train.steps=-5"], monkeypatch) == 2
+    err = capsys.readouterr().err.strip()
+    assert "train.steps=-5 must be >= 1" in err
+    assert "batch_size" not in err

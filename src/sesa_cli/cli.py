@@ -98,6 +98,27 @@ def main(argv: list[str] | None = None) -> None:
             signal.signal(signal.SIGINT, previous)
 
 
+def checked_overrides(name: str, overrides: list[str]) -> list[str]:
+    """The argv command ``name``'s Hydra app runs with (the CLI's and sesa_cli.api's): renamed keys upgraded (each
+    noted on stderr) and the overrides validated; a ConfigError with the one-line reason when they are wrong."""
+    from sesa_cli.commands.validate import validate_argv
+    from sesa_cli.config import ConfigError
+    from sesa_cli.deprecations import rename_overrides
+
+    rest, notices = rename_overrides(overrides)
+    if os.environ.get("RANK", "0") == "0":  # once, not once per data-parallel replica
+        for notice in notices:
+            print(f"sesa {name}: {notice}", file=sys.stderr)
+    if os.environ.get("RANK", "0") != "0":
+        # A data-parallel replica other than rank 0 (accelerate launch / torchrun): rank 0 owns the run dir, so this
+        # one writes no .hydra/ files or log file there (sesa_cli.distributed).
+        rest = [*rest, "hydra.output_subdir=null", "hydra/job_logging=disabled"]
+    problem = validate_argv(COMMANDS[name][0], rest)
+    if problem:
+        raise ConfigError(problem)
+    return rest
+
+
 def dispatch(args: list[str]) -> None:
     """Run ``sesa <args>``: validate the overrides, then hand them to the command's Hydra app."""
     if not args:
@@ -117,21 +138,12 @@ def dispatch(args: list[str]) -> None:
     module_name, _, issue = COMMANDS[name]
     if issue is not None:
         fail(f"not built yet (issue #{issue})", name)
-    from sesa_cli.deprecations import rename_overrides
+    from sesa_cli.config import ConfigError
 
-    rest, notices = rename_overrides(args[1:])
-    if os.environ.get("RANK", "0") == "0":  # once, not once per data-parallel replica
-        for notice in notices:
-            print(f"sesa {name}: {notice}", file=sys.stderr)
-    if os.environ.get("RANK", "0") != "0":
-        # A data-parallel replica other than rank 0 (accelerate launch / torchrun): rank 0 owns the run dir, so this
-        # one writes no .hydra/ files or log file there (sesa_cli.distributed).
-        rest = [*rest, "hydra.output_subdir=null", "hydra/job_logging=disabled"]
-    from sesa_cli.commands.validate import validate_argv
-
-    problem = validate_argv(module_name, rest)
-    if problem:
-        fail(problem, name)
+    try:
+        rest = checked_overrides(name, args[1:])
+    except ConfigError as exc:
+        fail(str(exc), name)
     module = import_module(f"sesa_cli.commands.{module_name}")
     # Keep argv[0] (the real `sesa` path): Hydra registers shell completion under it.
     sys.argv = [sys.argv[0], *rest]

@@ -126,14 +126,19 @@ def chain_table(health: Any) -> Any:
     return table
 
 
-@hydra.main(version_base="1.3", config_path=str(conf_dir()), config_name="eval")
-def main(cfg: DictConfig) -> None:
+def job(cfg: DictConfig) -> tuple[Path, dict[str, Any]]:
+    """The command inside its Hydra job (``main`` and sesa_cli.api run it): (run dir, metrics)."""
     from sesa_cli.commands.reload import command_config
 
+    joblib_cpu_budget()
+    run_dir, overrides = hydra_context()
+    config = command_config("eval", cfg, overrides)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "config.yaml").write_text(resolved_yaml(config))
+    return run_dir, run(config, run_dir, overrides)
+
+
+@hydra.main(version_base="1.3", config_path=str(conf_dir()), config_name="eval")
+def main(cfg: DictConfig) -> None:
     with user_errors("eval"):
-        joblib_cpu_budget()
-        run_dir, overrides = hydra_context()
-        config = command_config("eval", cfg, overrides)
-        run_dir.mkdir(parents=True, exist_ok=True)
-        (run_dir / "config.yaml").write_text(resolved_yaml(config))
-        run(config, run_dir, overrides)
+        job(cfg)

@@ -127,6 +127,11 @@ def dispatch(args: list[str]) -> None:
     if args[0] in ("-h", "--help"):
         print_help()
         return
+    if args[0] in ("-sc", "--shell-completion"):  # sesa_cli.completion: Hydra's, through the dispatcher
+        from sesa_cli.completion import complete
+
+        complete(args)
+        return
     if args[0] == "--version":
         print(f"sesa {__version__}")
         return

@@ -105,6 +105,27 @@ def main(argv: list[str] | None = None) -> None:
             signal.signal(signal.SIGINT, previous)
 
 
+def checked_overrides(name: str, overrides: list[str]) -> list[str]:
+    """The argv command ``name``'s Hydra app runs with (the CLI's and sesa_cli.api's): renamed keys upgraded (each
+    noted on stderr) and the overrides validated; a ConfigError with the one-line reason when they are wrong."""
+    from sesa_cli.commands.validate import validate_argv
+    from sesa_cli.config import ConfigError
+    from sesa_cli.deprecations import rename_overrides
+
+    rest, notices = rename_overrides(overrides)
+    if os.environ.get("RANK", "0") == "0":  # once, not once per data-parallel replica
+        for notice in notices:
+            print(f"sesa {name}: {notice}", file=sys.stderr)
+    if os.environ.get("RANK", "0") != "0":
+        # A data-parallel replica other than rank 0 (accelerate launch / torchrun): rank 0 owns the run dir, so this
+        # one writes no .hydra/ files or log file there (sesa_cli.distributed).
+        rest = [*rest, "hydra.output_subdir=null", "hydra/job_logging=disabled"]
+    problem = validate_argv(COMMANDS[name][0], rest)
+    if problem:
+        raise ConfigError(problem)
+    return rest
+
+
 def dispatch(args: list[str]) -> None:
     """Run ``sesa <args>``: validate the overrides, then hand them to the command's Hydra app."""
     if not args:
@@ -112,6 +133,11 @@ def dispatch(args: list[str]) -> None:
         raise SystemExit(2)
     if args[0] in ("-h", "--help"):
         print_help()
+        return
+    if args[0] in ("-sc", "--shell-completion"):  # sesa_cli.completion: Hydra's, through the dispatcher
+        from sesa_cli.completion import complete
+
+        complete(args)
         return
     if args[0] == "--version":
         print(f"sesa {__version__}")
@@ -122,26 +148,17 @@ def dispatch(args: list[str]) -> None:
         close = difflib.get_close_matches(name, COMMANDS, n=1)
         fail(f"unknown command {name!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
     module_name, _ = COMMANDS[name]
-    from sesa_cli.deprecations import rename_overrides
-
     if any(a in ("-h", "--help") for a in args[1:]):  # the command's own help; Hydra's is --hydra-help
         from sesa_cli.commands.help import command_help
 
         print(command_help(name, [a for a in args[1:] if a not in ("-h", "--help")]))
         return
-    rest, notices = rename_overrides(args[1:])
-    if os.environ.get("RANK", "0") == "0":  # once, not once per data-parallel replica
-        for notice in notices:
-            print(f"sesa {name}: {notice}", file=sys.stderr)
-    if os.environ.get("RANK", "0") != "0":
-        # A data-parallel replica other than rank 0 (accelerate launch / torchrun): rank 0 owns the run dir, so this
-        # one writes no .hydra/ files or log file there (sesa_cli.distributed).
-        rest = [*rest, "hydra.output_subdir=null", "hydra/job_logging=disabled"]
-    from sesa_cli.commands.validate import validate_argv
+    from sesa_cli.config import ConfigError
 
-    problem = validate_argv(module_name, rest)
-    if problem:
-        fail(problem, name)
+    try:
+        rest = checked_overrides(name, args[1:])
+    except ConfigError as exc:
+        fail(str(exc), name)
     if name in ("train", "revive", "eval") and ("-m" in rest or "--multirun" in rest):
         # after the last job: the sweep dir and how to report on it (sesa_cli.commands.ending.SweepEnding)
         rest = [*rest, "+hydra.callbacks.sesa_ending._target_=sesa_cli.commands.ending.SweepEnding"]

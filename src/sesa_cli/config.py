@@ -470,6 +470,28 @@ class CollapseConfig:
         raise_if(at_least(self, "collapse", 0, "max_distinct_correct", "min_entropy"))
 
 
+LOGGER_NAMES = ("tensorboard", "mlflow")
+"""``logger`` values: the keys of ``sesa_cli.loggers.LOGGERS`` (a test keeps the two equal; this module must not
+import the trackers)."""
+
+
+@dataclass
+class LoggerOptions:
+    """Where the experiment trackers named in ``logger`` write (``logger_options.*``)."""
+
+    experiment: str = "sesa"
+    """The MLflow experiment the run is logged under."""
+    mlflow_tracking_uri: str = "outputs/mlruns"
+    """Where MLflow logs: a local directory (relative paths are from the cwd) gets an SQLite store ``mlflow.db`` and
+    the artifacts (MLflow's file store is in maintenance mode; browse with ``pip install mlflow`` and ``mlflow ui
+    --backend-store-uri sqlite:///outputs/mlruns/mlflow.db``), or a tracking URI used as it is: ``http(s)://...``,
+    ``sqlite:///...``, ``databricks``."""
+
+    def __post_init__(self) -> None:
+        if not self.experiment.strip():
+            raise ConfigError("logger_options.experiment must not be empty")
+
+
 @dataclass
 class TrainConfig:
     """``sesa train``: RL training of a policy on a task."""
@@ -492,9 +514,21 @@ class TrainConfig:
     step: each parallel op waits for all its threads to get a core (measured on 2 shared cores in issue 22). The count
     a run used is in run.json (float sums split differently, so runs of one seed on other counts part ways)."""
 
+    logger: list[str] = field(default_factory=list)
+    """Experiment trackers that get every metric row besides the run dir's own files (which stay the source of
+    truth), e.g. ``logger=[tensorboard,mlflow]``: ``tensorboard`` (event files in the run dir), ``mlflow``
+    (see ``logger_options``). Each is an extra: ``pip install 'sesa[tensorboard]'``. The resolved config
+    goes along as parameters, and a revived run logs its parent's rows first, on the same step axis."""
+    logger_options: LoggerOptions = field(default_factory=LoggerOptions)
+
     def __post_init__(self) -> None:
         if self.threads < 0:
             raise ConfigError(f"threads={self.threads} must be >= 0 (0 = auto)")
+        unknown = [name for name in self.logger if name not in LOGGER_NAMES]
+        if unknown:
+            raise ConfigError(f"logger={unknown[0]!r} is not a logger; choose from: {', '.join(LOGGER_NAMES)}")
+        if len(set(self.logger)) != len(self.logger):
+            raise ConfigError(f"logger={self.logger} names a logger twice")
         if self.optim.warmup_steps >= self.train.steps:
             raise ConfigError(
                 f"optim.warmup_steps={self.optim.warmup_steps} must be < train.steps={self.train.steps} (the warm-up "

@@ -43,6 +43,9 @@ def _jsonable(value: Any) -> Any:
 class RunDir:
     """Writes one run's files under ``path``."""
 
+    trackers: Any = None
+    """The run's experiment trackers (sesa_cli.loggers.Trackers), which get every metrics row too; None = none."""
+
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
         self.path.mkdir(parents=True, exist_ok=True)
@@ -89,6 +92,8 @@ class RunDir:
             raise ValueError("a metrics row needs a 'step'")
         with self.metrics_path.open("a") as f:
             f.write(json.dumps({k: _jsonable(v) for k, v in row.items()}) + "\n")
+        if self.trackers is not None:  # after the file: a tracker never stands between a row and metrics.jsonl
+            self.trackers.log(row)
 
     def read_metrics(self) -> list[dict[str, Any]]:
         return read_metrics(self.metrics_path)

@@ -55,9 +55,14 @@ def run(cfg: DiversityReportConfig, out_dir: Path) -> dict[str, Any]:
     return dict(files)
 
 
+def job(cfg: DictConfig) -> tuple[Path, dict[str, Any]]:
+    """The command inside its Hydra job (``main`` and sesa_cli.api run it): (report dir, the written files)."""
+    config = to_object(cfg)
+    out_dir, _ = hydra_context()
+    return out_dir, run(config, out_dir)
+
+
 @hydra.main(version_base="1.3", config_path=str(conf_dir()), config_name="diversity_report")
 def main(cfg: DictConfig) -> None:
     with user_errors("diversity-report"):
-        config = to_object(cfg)
-        out_dir, _ = hydra_context()
-        run(config, out_dir)
+        job(cfg)

@@ -146,12 +146,17 @@ def chain_table(health: Any) -> Any:
     return table
 
 
-@hydra.main(version_base="1.3", config_path=str(conf_dir()), config_name="eval")
-def main(cfg: DictConfig) -> None:
+def job(cfg: DictConfig) -> tuple[Path, dict[str, Any]]:
+    """The command inside its Hydra job (``main`` and sesa_cli.api run it): (run dir, metrics)."""
     from sesa_cli.commands.reload import command_config
 
+    run_dir, overrides = hydra_context()
+    config = command_config("eval", cfg, overrides)
+    torch_threads(config.threads, joblib_cpu_budget())
+    return run_dir, run(config, run_dir, overrides)
+
+
+@hydra.main(version_base="1.3", config_path=str(conf_dir()), config_name="eval")
+def main(cfg: DictConfig) -> None:
     with user_errors("eval"):
-        run_dir, overrides = hydra_context()
-        config = command_config("eval", cfg, overrides)
-        torch_threads(config.threads, joblib_cpu_budget())
-        run(config, run_dir, overrides)
+        job(cfg)

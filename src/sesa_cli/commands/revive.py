@@ -60,6 +60,7 @@ def run(cfg: ReviveConfig, run_dir: Path, overrides: list[str] | None = None) ->
 
     from sesa_cli.commands.train import fit
     from sesa_cli.distributed import replicas
+    from sesa_cli.loggers import attached
     from sesa_cli.models.loading import load_base, load_checkpoint
     from sesa_cli.models.reference import check_rebuilt, parent_record
     from sesa_cli.progress import phase
@@ -77,49 +78,65 @@ def run(cfg: ReviveConfig, run_dir: Path, overrides: list[str] | None = None) ->
     history = [r for r in read_metrics(parent_run / "metrics.jsonl") if r.get("step", 0) <= start]
     reference = parent_record(parent_run)
     dist = replicas(cfg.device)  # one process unless started by `accelerate launch` (sesa_cli.distributed)
-    seed_everything(cfg.seed)
-    task = make_task(cfg.task, cfg.seed)
-    device = dist.device or cfg.device
-    base = None
-    if cfg.model.lora or cfg.algo.kl_coef > 0:
-        # The KL reference is the base the parent's lineage started from (sesa_cli.models.reference), never the
-        # checkpoint; a LoRA checkpoint's adapter also sits on that base.
-        try:
-            with phase(f"model load (the base of {parent_run})"):
-                base = load_base(cfg.model, task, device)
-        except ConfigError as exc:
-            raise ConfigError(f"the base model {parent_run} started from cannot be rebuilt: {exc}") from None
-        reference = check_rebuilt(reference, base, parent_run)
     run = RunDir(run_dir) if dist.is_main else ReplicaRunDir(run_dir)
-    run.write_config(resolved_yaml(cfg))
-    run.write_run_info(
-        "revive",
-        overrides or [],
-        parent=str(ckpt),
-        parent_step=start,
-        parent_run=str(parent_run),
-        kl_reference=reference,
-    )
-    for row in history:
-        run.log_metrics({**row, "revive/parent": 1})
-    for record in read_metrics(parent_run / "policy_probs.jsonl"):
-        if record.get("step", 0) <= start:
-            run.log_policy_probs(record)
-    with phase(f"model load ({ckpt})"):
-        policy = load_checkpoint(ckpt, cfg.model, task, device, base=base)
-    # LoRA: the trainer disables the adapter for the reference; otherwise the rebuilt base is the reference model.
-    trainer = Trainer(cfg, task, policy, run, dist, reference=None if cfg.model.lora or base is None else base.model)
-    trainer.load_checkpoint(ckpt)
-    log.info("reviving %s at step %d with overrides %s", ckpt, start, overrides)
-    return fit(trainer, run_dir, show_progress=dist.is_main, command="revive")
+    resolved = resolved_yaml(cfg)
+    run.write_config(resolved)
+    parent = {"checkpoint": ckpt, "run_dir": parent_run, "loggers": parent_loggers(parent_run)}
+    # The trackers start (or fail, one line) before any model work.
+    with attached(run, cfg.logger, cfg.logger_options, resolved, parent) as trackers:
+        seed_everything(cfg.seed)
+        task = make_task(cfg.task, cfg.seed)
+        device = dist.device or cfg.device
+        base = None
+        if cfg.model.lora or cfg.algo.kl_coef > 0:
+            # The KL reference is the base the parent's lineage started from (sesa_cli.models.reference), never the
+            # checkpoint; a LoRA checkpoint's adapter also sits on that base.
+            try:
+                with phase(f"model load (the base of {parent_run})"):
+                    base = load_base(cfg.model, task, device)
+            except ConfigError as exc:
+                raise ConfigError(f"the base model {parent_run} started from cannot be rebuilt: {exc}") from None
+            reference = check_rebuilt(reference, base, parent_run)
+        run.write_run_info("revive", overrides or [], parent=str(ckpt), parent_step=start, parent_run=str(parent_run),
+                           kl_reference=reference, loggers=trackers.references())  # fmt: skip
+        for row in history:
+            run.log_metrics({**row, "revive/parent": 1})
+        for record in read_metrics(parent_run / "policy_probs.jsonl"):
+            if record.get("step", 0) <= start:
+                run.log_policy_probs(record)
+        with phase(f"model load ({ckpt})"):
+            policy = load_checkpoint(ckpt, cfg.model, task, device, base=base)
+        # LoRA: the trainer disables the adapter for the reference; otherwise the rebuilt base is the reference model.
+        trainer = Trainer(cfg, task, policy, run, dist,
+                          reference=None if cfg.model.lora or base is None else base.model)  # fmt: skip
+        trainer.load_checkpoint(ckpt)
+        log.info("reviving %s at step %d with overrides %s", ckpt, start, overrides)
+        return fit(trainer, run_dir, show_progress=dist.is_main, command="revive")
+
+
+def parent_loggers(parent_run: Path) -> dict[str, Any]:
+    """The tracker references the parent's run.json recorded (sesa_cli.loggers), so a revived run links to its parent
+    in the same tracker; {} when it has none."""
+    from sesa_cli.runs import read_json_object
+
+    try:
+        refs = read_json_object(parent_run / "run.json").get("loggers")
+    except ConfigError:
+        return {}
+    return refs if isinstance(refs, dict) else {}
+
+
+def job(cfg: DictConfig) -> tuple[Path, dict[str, Any]]:
+    """The command inside its Hydra job (``main`` and sesa_cli.api run it): (run dir, final metrics)."""
+    from sesa_cli.commands.reload import command_config
+
+    run_dir, overrides = hydra_context()
+    config = command_config("revive", cfg, overrides)
+    torch_threads(config.threads, joblib_cpu_budget())
+    return run_dir, run(config, run_dir, overrides)
 
 
 @hydra.main(version_base="1.3", config_path=str(conf_dir()), config_name="revive")
 def main(cfg: DictConfig) -> None:
-    from sesa_cli.commands.reload import command_config
-
     with user_errors("revive"):
-        run_dir, overrides = hydra_context()
-        config = command_config("revive", cfg, overrides)
-        torch_threads(config.threads, joblib_cpu_budget())
-        run(config, run_dir, overrides)
+        job(cfg)

@@ -37,6 +37,7 @@ def run(
 ) -> dict[str, Any]:
     """Train as configured, writing everything under ``run_dir``; returns the final metrics."""
     from sesa_cli.distributed import replicas
+    from sesa_cli.loggers import attached
     from sesa_cli.models.loading import load_base, load_policy
     from sesa_cli.models.reference import describe
     from sesa_cli.runs import ReplicaRunDir, RunDir
@@ -48,17 +49,19 @@ def run(
     run = RunDir(run_dir) if dist.is_main else ReplicaRunDir(run_dir)
     if resolved is not None:
         run.write_config(resolved)
-    task = make_task(cfg.task, cfg.seed)
-    from sesa_cli.progress import phase
+    # The trackers start (or fail, one line) before any model work.
+    with attached(run, cfg.logger, cfg.logger_options, resolved or resolved_yaml(cfg)) as trackers:
+        task = make_task(cfg.task, cfg.seed)
+        from sesa_cli.progress import phase
 
-    with phase(f"model load (model={cfg.model.name}, task={task.name})"):
-        base = load_base(cfg.model, task, dist.device or cfg.device)
-    # The KL reference of this run and of every run revived from it (sesa_cli.models.reference): fingerprinted
-    # before a LoRA adapter wraps the base.
-    run.write_run_info("train", overrides or [], kl_reference=describe(base))
-    policy = load_policy(cfg.model, task, dist.device or cfg.device, base=base)
-    trainer = Trainer(cfg, task, policy, run, dist)
-    return fit(trainer, run_dir, show_progress and dist.is_main)
+        with phase(f"model load (model={cfg.model.name}, task={task.name})"):
+            base = load_base(cfg.model, task, dist.device or cfg.device)
+        # The KL reference of this run and of every run revived from it (sesa_cli.models.reference): fingerprinted
+        # before a LoRA adapter wraps the base.
+        run.write_run_info("train", overrides or [], kl_reference=describe(base), loggers=trackers.references())
+        policy = load_policy(cfg.model, task, dist.device or cfg.device, base=base)
+        trainer = Trainer(cfg, task, policy, run, dist)
+        return fit(trainer, run_dir, show_progress and dist.is_main)
 
 
 def fit(trainer: Trainer, run_dir: Path, show_progress: bool = True, command: str = "train") -> dict[str, Any]:
@@ -113,12 +116,17 @@ def fit(trainer: Trainer, run_dir: Path, show_progress: bool = True, command: st
     return final
 
 
+def job(cfg: DictConfig) -> tuple[Path, dict[str, Any]]:
+    """The command inside its Hydra job (``main`` and sesa_cli.api run it): (run dir, final metrics)."""
+    config = to_object(cfg)
+    torch_threads(config.threads, joblib_cpu_budget())
+    run_dir, overrides = hydra_context()
+    return run_dir, run(config, run_dir, overrides, resolved_yaml(cfg))
+
+
 @hydra.main(version_base="1.3", config_path=str(conf_dir()), config_name="train")
 def main(cfg: DictConfig) -> float | None:
     with user_errors("train"):
-        config = to_object(cfg)
-        torch_threads(config.threads, joblib_cpu_budget())
-        run_dir, overrides = hydra_context()
-        final = run(config, run_dir, overrides, resolved_yaml(cfg))
+        _, final = job(cfg)
         value = final.get(key("eval/success"))
         return None if value is None else float(value)

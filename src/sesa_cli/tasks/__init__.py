@@ -9,7 +9,7 @@ and sesa_cli.config imports nothing of this package: the command layer stores th
 ConfigStore (sesa_cli.commands.schemas.register_configs).
 """
 
-from sesa_cli.tasks import countdown, frozenlake, math, path, sokoban, sudoku  # noqa: F401  (register the tasks)
+from sesa_cli.tasks import countdown, frozenlake, math, path, reasoning_gym, sokoban, sudoku  # noqa: F401  (register)
 from sesa_cli.tasks.base import TASK_SCHEMAS, TASKS, Score, Task, make_task, register_task
 
 __all__ = ["TASKS", "TASK_SCHEMAS", "Score", "Task", "make_task", "register_task"]

@@ -56,7 +56,9 @@ def _run(command: str, overrides: Sequence[str], run_dir: str | Path | None) -> 
     with initialize_config_dir(version_base="1.3", config_dir=str(conf_dir()), job_name=module_name):
         # Hydra's run mode, as @hydra.main runs it: output dir, .hydra/ files, logging, then the job; the job's
         # exception, if any, is raised here.
-        ret = GlobalHydra.instance().hydra.run(config_name=module_name, task_function=module.job, overrides=rest)
+        hydra_app = GlobalHydra.instance().hydra
+        assert hydra_app is not None  # initialize_config_dir just set it
+        ret = hydra_app.run(config_name=module_name, task_function=module.job, overrides=rest)
     path, result = ret.return_value
     return Path(path), result
 

@@ -24,6 +24,7 @@ import logging
 import math
 import time
 from collections.abc import Callable, Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -198,11 +199,11 @@ class Trackers:
         values = numeric(row)
         step = int(row["step"])
         for tracker in self.trackers:
-            self._guard(tracker, f"logging step {step}", lambda t=tracker: t.log_row(step, values))
+            self._guard(tracker, f"logging step {step}", partial(tracker.log_row, step, values))
 
     def close(self, status: str = "finished") -> None:
         for tracker in self.trackers:
-            self._guard(tracker, "closing", lambda t=tracker: t.close(status))
+            self._guard(tracker, "closing", partial(tracker.close, status))
 
     def references(self) -> dict[str, Any]:
         return {t.name: t.reference() for t in self.trackers if t.reference()}

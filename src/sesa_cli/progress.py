@@ -255,7 +255,7 @@ def use_console() -> None:
 
         hf_logging.disable_progress_bar()
     elif "huggingface_hub" in sys.modules:
-        from huggingface_hub.utils import disable_progress_bars
+        from huggingface_hub.utils.tqdm import disable_progress_bars
 
         disable_progress_bars()
     root = logging.getLogger()

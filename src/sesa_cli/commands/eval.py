@@ -42,7 +42,7 @@ def run(cfg: EvalConfig, run_dir: Path, overrides: list[str] | None = None) -> d
     ckpt = resolve_checkpoint(cfg.ckpt) if cfg.ckpt else None
     step = check_checkpoint(ckpt)["step"] if ckpt else 0  # every file it holds, before any model work (or imports)
     bad = ended_badly(run_dir_of_checkpoint(ckpt)) if ckpt else None
-    if bad:
+    if bad and ckpt:
         log.warning("%s is %s; evaluating its checkpoint at step %d", run_dir_of_checkpoint(ckpt), bad, step)
 
     import torch

@@ -79,6 +79,7 @@ def _rows(prefix: str, node: Any, schema: type, skip: tuple[str, ...] = ()) -> l
     from omegaconf import OmegaConf
 
     values = OmegaConf.to_container(node, resolve=False)
+    assert isinstance(values, dict)  # a config group node is a mapping
     docs = field_docs(schema)
     return [(f"{prefix}{name}={_value(values[name])}", doc) for name, doc in docs.items()
             if name not in skip and name in values]  # fmt: skip

@@ -78,9 +78,10 @@ class ReasoningGymTask(RagenTask):
         base = self.seed if self.cfg.dataset_seed is None else self.cfg.dataset_seed
         size = self.cfg.size
         try:
-            return {split: reasoning_gym.create_dataset(self.cfg.dataset, size=size, seed=base + offset,
+            splits: dict[str, Any] = {split: reasoning_gym.create_dataset(self.cfg.dataset, size=size, seed=base + offset,
                                                         **self.cfg.options)
                     for split, offset in (("train", 0), ("val", size))}  # fmt: skip
+            return splits
         except Exception as exc:  # noqa: BLE001  (the dataset's own config checks: asserts, TypeErrors, ...)
             raise ConfigError(f"task.options for {self.cfg.dataset}: {exc or type(exc).__name__}") from None
 
@@ -92,7 +93,8 @@ class ReasoningGymTask(RagenTask):
 
     def instance(self, split: str, index: int) -> dict[str, Any]:
         check_split(split)
-        return self.splits[split][index % self.cfg.size]
+        entry: dict[str, Any] = self.splits[split][index % self.cfg.size]
+        return entry
 
     def prompt(self, inst: dict[str, Any]) -> str:
         return self.chat_header() + ragen.turn_text(1, inst["question"], 1, self.cfg.chat_max_words)

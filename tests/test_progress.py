@@ -155,3 +155,17 @@ def test_each_wrong_key_is_named_with_its_own_value(monkeypatch, capsys):
     err = capsys.readouterr().err.strip()
     assert "train.steps=-5 must be >= 1" in err
     assert "batch_size" not in err
+
+
+def test_busy_cores_does_not_count_a_finished_burst(monkeypatch) -> None:
+    """threads=0 (auto): the 1-minute load average lags (right after `pip install ... && sesa train` it still counts
+    the install); the tasks running now bound it from above, so an idle machine gets all its cores."""
+    import os
+
+    from sesa_cli.commands import common
+
+    monkeypatch.setattr(os, "getloadavg", lambda: (0.9, 0.5, 0.2))
+    busy = common.busy_cores()
+    assert 0.0 <= busy <= 0.9  # never more than the average, never negative
+    monkeypatch.setattr(os, "getloadavg", lambda: (0.0, 0.0, 0.0))
+    assert common.busy_cores() == 0.0  # nothing busy: every core gets a thread

@@ -510,7 +510,8 @@ class TrainConfig:
     """Torch device."""
     threads: int = 0
     """Torch intra-op threads (CPU); 0 = auto: ``OMP_NUM_THREADS`` when set, else the cores not busy when the command
-    starts (cores minus the 1-minute load average, rounded, at least 1). More threads than free cores slow every
+    starts (cores minus the busy ones: the 1-minute load average, or the tasks running now if fewer, rounded, at
+    least 1; sesa_cli.commands.common.busy_cores). More threads than free cores slow every
     step: each parallel op waits for all its threads to get a core (measured on 2 shared cores in issue 22). The count
     a run used is in run.json (float sums split differently, so runs of one seed on other counts part ways)."""
 
@@ -577,7 +578,8 @@ class EvalConfig:
     """Torch device."""
     threads: int = 0
     """Torch intra-op threads (CPU); 0 = auto: ``OMP_NUM_THREADS`` when set, else the cores not busy when the command
-    starts (cores minus the 1-minute load average, rounded, at least 1). More threads than free cores slow every
+    starts (cores minus the busy ones: the 1-minute load average, or the tasks running now if fewer, rounded, at
+    least 1; sesa_cli.commands.common.busy_cores). More threads than free cores slow every
     step: each parallel op waits for all its threads to get a core (measured on 2 shared cores in issue 22). The count
     a run used is in run.json (float sums split differently, so runs of one seed on other counts part ways)."""
 

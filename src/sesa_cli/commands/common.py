@@ -108,12 +108,25 @@ def joblib_cpu_budget() -> int | None:
     return threads
 
 
+def busy_cores() -> float:
+    """Cores other work keeps busy: the 1-minute load average, or the runnable tasks other than this one right now
+    (/proc/loadavg) if fewer. The average lags: right after ``pip install ... && sesa train`` it still counts the
+    finished install (load 0.9 on an idle 2-core machine), which alone would halve the threads."""
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
+    try:
+        with open("/proc/loadavg") as fh:
+            running = int(fh.read().split()[3].split("/")[0]) - 1  # "running/total"; minus this process
+    except (OSError, ValueError, IndexError):
+        return load
+    return min(load, float(max(0, running)))
+
+
 def torch_threads(requested: int = 0, budget: int | None = None) -> int:
     """Set torch's intra-op thread count for this command and return it (run.json records it).
 
     ``requested`` (the ``threads`` key) > 0 wins; then a joblib sweep job's share (``budget``, from
     :func:`joblib_cpu_budget`); then ``OMP_NUM_THREADS``; else the cores not busy now: cores minus the 1-minute load
-    average, rounded, at least 1. On a machine whose cores other jobs keep busy, a thread per core makes every
+    average (or the tasks running right now, if fewer: :func:`busy_cores`), rounded, at least 1. On a machine whose cores other jobs keep busy, a thread per core makes every
     parallel op wait until all its threads get a core, which slowed the warm start far more than the load alone
     (issue 22); one thread per free core degrades gracefully instead.
     """
@@ -128,9 +141,9 @@ def torch_threads(requested: int = 0, budget: int | None = None) -> int:
     elif env.isdigit() and int(env) > 0:
         threads, why = int(env), "OMP_NUM_THREADS"
     else:
-        load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
-        threads = max(1, min(cpus, round(cpus - load)))
-        why = f"auto: {cpus} cores, 1-minute load {load:.1f}"
+        busy = busy_cores()
+        threads = max(1, min(cpus, round(cpus - busy)))
+        why = f"auto: {cpus} cores, {busy:.1f} busy"
     torch.set_num_threads(threads)
     log.info("torch threads: %d (%s)", threads, why)
     return threads

@@ -7,17 +7,10 @@ from pathlib import Path
 
 import pytest
 
-# A small world (4 x 4 x 4 = 64 leaves, 20 targets) and a short warm start: enough for the model to name mostly
-# valid paths, cheap enough for the default test run.
-TINY = [
-    "task=path",
-    "model.warm_start_steps=150",
-    "model.warm_start_corpus_size=4000",
-    "task.regions=4",
-    "task.cities=4",
-    "task.districts=4",
-    "task.list_max=8",
-]
+from sesa_cli.report.results import SMALL_PATH_WORLD
+
+# The path task's small world and short warm start (one definition, shared with `nox -s results -- --smoke`).
+TINY = ["task=path", *SMALL_PATH_WORLD]
 # Non-slippery 4x4 FrozenLake on the same short warm start (multi-turn rollouts).
 FROZENLAKE = [
     "task=frozenlake",

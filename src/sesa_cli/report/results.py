@@ -42,21 +42,26 @@ from sesa_cli.report.document import analyse, write_report
 from sesa_cli.report.runs import METRICS_JSONL, _parse_overrides
 from sesa_cli.report.stats import METHOD
 from sesa_cli.report.tables import difference_table, headline_table, markdown_table
-from sesa_cli.runs import read_metrics
+from sesa_cli.runs import git_commit, read_metrics
 
 SEEDS = (0, 1, 2, 3, 4)
 VARIANTS = "sampler.off_policy=paper,drop_negatives,weight_negatives,on_policy_baseline"
 STAGE1 = "sampler.stage1=solution,sketch"
 REVIVE = ("step=auto", "more_steps=60", "train.checkpoint_every=0")
-# --smoke: the test suite's small world (tests/conftest.py) and a few steps; a 3-step run does not collapse, so the
-# revivals start from the last checkpoint.
-SMOKE_PATH = (
+# A small path world (4 x 4 x 4 = 64 leaves, 20 targets) and a short warm start: enough for the model to name mostly
+# valid paths, cheap enough for the default test run (tests/conftest.py) and for --smoke.
+SMALL_PATH_WORLD = (
     "model.warm_start_steps=150",
     "model.warm_start_corpus_size=4000",
     "task.regions=4",
     "task.cities=4",
     "task.districts=4",
     "task.list_max=8",
+)
+# --smoke: the small world and a few steps; a 3-step run does not collapse, so the revivals start from the last
+# checkpoint.
+SMOKE_PATH = (
+    *SMALL_PATH_WORLD,
     "train.steps=3",
     "eval.samples=8",
     "train.policy_every=1",
@@ -462,7 +467,7 @@ def _preamble(session: Session, runs: Sequence[Path], notes: Sequence[str]) -> l
     )
     where = (
         f"Seeds {', '.join(map(str, session.seeds))}; runs under `{session.root}`; written "
-        f"{time.strftime('%Y-%m-%d %H:%M')} at commit {_git_commit() or 'unknown'}. {METHOD}"
+        f"{time.strftime('%Y-%m-%d %H:%M')} at commit {(git_commit() or 'unknown')[:7]}. {METHOD}"
     )
     compute = (
         f"Runs: {len(runs)} ({env_text or 'none yet'}; made at commit {', '.join(sorted(commits)) or '–'}). "
@@ -476,21 +481,6 @@ def _preamble(session: Session, runs: Sequence[Path], notes: Sequence[str]) -> l
     if notes:
         lines += ["Missing:", "", *(f"- {note}" for note in notes), ""]
     return lines
-
-
-def _git_commit() -> str | None:
-    try:
-        out = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"],
-            capture_output=True,
-            text=True,
-            check=False,
-            timeout=5,
-            cwd=Path(__file__).parent,
-        )
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return out.stdout.strip() or None
 
 
 # ------------------------------------------------------------------------------------------------- command

@@ -108,7 +108,7 @@ def test_the_live_view_keeps_log_lines_out_of_the_bars(tmp_path, tiny_overrides,
     assert any("step 2  rollout/" in s for s in logs)  # and log lines were printed while it ran
     joined = [s for s in segments if "━" in s and STAMP.search(s)]
     assert not joined, joined
-    for third_party in ("Writing model shards", "Loading weights", "it/s]"):
+    for third_party in ("Writing model shards", "Loading weights", "it/s]", "Warning:"):
         assert third_party not in out
     assert any(s.startswith("run dir: ") for s in segments)
 
@@ -169,3 +169,28 @@ def test_busy_cores_does_not_count_a_finished_burst(monkeypatch) -> None:
     assert 0.0 <= busy <= 0.9  # never more than the average, never negative
     monkeypatch.setattr(os, "getloadavg", lambda: (0.0, 0.0, 0.0))
     assert common.busy_cores() == 0.0  # nothing busy: every core gets a thread
+
+
+def test_a_library_warning_becomes_one_log_line_of_the_console(capsys):
+    import logging
+    import warnings
+
+    from sesa_cli import progress
+
+    root = logging.getLogger()
+    saved = list(root.handlers)
+    root.addHandler(logging.StreamHandler(sys.stderr))  # what Hydra's job logging installs
+    logging.captureWarnings(False)  # an earlier in-process command's capture ended with its test's warning recorder
+    try:
+        progress.use_console()
+        with warnings.catch_warnings(), progress.console.capture() as shown:
+            warnings.simplefilter("always")
+            warnings.warn("`past_key_values` is deprecated", FutureWarning, stacklevel=1)
+    finally:
+        logging.captureWarnings(False)
+        root.handlers[:] = saved
+    out = shown.get()
+    assert capsys.readouterr().err == ""  # nothing raw on stderr, where it would break into the live view
+    assert re.search(
+        r"^\[\d\d:\d\d:\d\d\] warning: .*FutureWarning: `past_key_values` is deprecated", out, re.MULTILINE
+    ), out

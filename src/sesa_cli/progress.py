@@ -248,7 +248,8 @@ class ConsoleHandler(logging.Handler):
 
 def use_console() -> None:
     """Route the job's console log (Hydra's stream handler) through the one console, and switch off third-party
-    progress bars (their work is logged once by the activity that does it). Idempotent; the log file is untouched."""
+    progress bars (their work is logged once by the activity that does it) and send Python warnings to the log.
+    Idempotent; the log file is untouched."""
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")  # read when huggingface_hub/transformers import
     if "transformers" in sys.modules:
         from transformers.utils import logging as hf_logging
@@ -258,6 +259,9 @@ def use_console() -> None:
         from huggingface_hub.utils.tqdm import disable_progress_bars
 
         disable_progress_bars()
+    # Python warnings (a library's FutureWarning) become log records: one line through the console, above the live
+    # view and in the log file, instead of raw text on stderr breaking into a bar.
+    logging.captureWarnings(True)
     root = logging.getLogger()
     for handler in list(root.handlers):
         if type(handler) is logging.StreamHandler and handler.stream in (sys.stdout, sys.stderr,

@@ -93,18 +93,20 @@ def train_summary(command: str, final: dict[str, Any], base: dict[str, Any] | No
 
 
 def next_commands(run_dir: Path, more_steps: int = 100) -> None:
-    """The commands that take this run dir, one per line with what they do."""
+    """The commands that take this run dir, each under a comment line saying what it does, so no line is wider
+    than its command and a terminal never wraps a description into the next command."""
     ckpt = arg("ckpt", run_dir)
     lines = [
-        ("next:", ""),
-        (f"  sesa eval {ckpt}", "evaluate its last checkpoint (the same protocol)"),
-        (f"  sesa revive {ckpt} more_steps={more_steps} sampler=sequential", "continue training, changed"),
-        (f"  sesa diversity-report {arg('runs', run_dir, listed=True)}", "tables and plots (add run dirs to compare)"),
+        ("evaluate its last checkpoint (the same protocol)", f"sesa eval {ckpt}"),
+        (
+            "continue training from its last checkpoint (add overrides to change settings, e.g. sampler=sequential)",
+            f"sesa revive {ckpt} more_steps={more_steps}",
+        ),
+        ("tables and plots (add run dirs to compare)", f"sesa diversity-report {arg('runs', run_dir, listed=True)}"),
     ]
-    width = max(len(c) for c, _ in lines)
-    for cmd, what in lines:
-        console.print(f"{cmd:<{width}}   {what}".rstrip() if what else cmd, soft_wrap=True, markup=False,
-                      highlight=False)  # fmt: skip
+    console.print("next:", markup=False, highlight=False)
+    for what, cmd in lines:
+        console.print(f"  # {what}\n  {cmd}", soft_wrap=True, markup=False, highlight=False)
 
 
 def resume_hint(run_dir: Path, step: int, steps: int) -> None:

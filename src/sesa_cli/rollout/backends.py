@@ -14,6 +14,7 @@ matmuls and a ~20-40 us per-op floor on this CPU, not by ``transformers``' Pytho
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -47,6 +48,10 @@ class HFBackend:
         self.model = model
         self.decoder = model.get_decoder()
         self.lm_head = model.get_output_embeddings()
+        # transformers 5.24 renamed the decoder's ``past_key_values`` argument to ``cache`` and warns on the old name
+        # (into the live view); older releases (>= 4.50 is supported) know only the old one.
+        params = inspect.signature(self.decoder.forward).parameters
+        self.cache_arg = "cache" if "cache" in params else "past_key_values"
 
     def new_state(self, batch: int) -> _HFState:
         device = self.lm_head.weight.device
@@ -60,8 +65,8 @@ class HFBackend:
             input_ids=ids,
             attention_mask=state.attn_mask,
             position_ids=position_ids,
-            past_key_values=state.cache,
             use_cache=True,
+            **{self.cache_arg: state.cache},
         )
         hidden: torch.Tensor = out.last_hidden_state
         return hidden

@@ -113,7 +113,7 @@ CASES = [
      edit_json(f"{CKPT}/trainer_state.json", lambda d: d.pop("step")),
      "{ckpt}/trainer_state.json: 'step' is missing"),
     ("trainer-state-array", ["eval", "ckpt={ckpt}"], write(f"{CKPT}/trainer_state.json", "[1]"),
-     "{ckpt}/trainer_state.json holds a JSON list, not an object"),
+     "{ckpt}/trainer_state.json is a JSON list, not an object"),
     ("run-config-not-yaml", ["revive", "ckpt={run}", "more_steps=1"], write("config.yaml", "a: [\n"),
      "{run}/config.yaml is not a valid run config"),
     ("run-config-a-list", ["eval", "ckpt={run}"], write("config.yaml", "[1, 2]\n"),

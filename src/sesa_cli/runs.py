@@ -176,6 +176,23 @@ class ReplicaRunDir(RunDir):
         raise RuntimeError("only rank 0 writes checkpoints")
 
 
+class NotJSONError(ConfigError):
+    """Text that is not JSON at all (a line cut mid-write is one), as opposed to JSON of the wrong kind."""
+
+
+def parse_json_object(text: str, where: str, wanted: str = "an object") -> dict[str, Any]:
+    """``text`` as a JSON object; a one-line ConfigError naming ``where`` (a file, or ``file:line``) when it is not
+    JSON (:class:`NotJSONError`) or not an object (``wanted`` says what it should be)."""
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError as exc:
+        at = f", line {exc.lineno}" if exc.lineno > 1 else ""
+        raise NotJSONError(f"{where} is not valid JSON ({exc.msg}{at})") from None
+    if not isinstance(obj, dict):
+        raise ConfigError(f"{where} is a JSON {type(obj).__name__}, not {wanted}")
+    return obj
+
+
 def read_metrics(path: Path) -> list[dict[str, Any]]:
     """Rows of a metrics.jsonl; a truncated last line (a run killed mid-write) is ignored. A line that is not a
     JSON object (earlier than the last) is a ConfigError naming the file and line."""
@@ -187,14 +204,11 @@ def read_metrics(path: Path) -> list[dict[str, Any]]:
         if not line.strip():
             continue
         try:
-            row = json.loads(line)
-        except json.JSONDecodeError as exc:
+            rows.append(parse_json_object(line, f"{path}:{number}", "an object with a 'step'"))
+        except NotJSONError:
             if number == len(lines):
                 break
-            raise ConfigError(f"{path}:{number} is not valid JSON ({exc.msg})") from None
-        if not isinstance(row, dict):
-            raise ConfigError(f"{path}:{number} is a JSON {type(row).__name__}, not an object with a 'step'")
-        rows.append(row)
+            raise
     return rows
 
 
@@ -207,13 +221,7 @@ def read_json_object(path: Path) -> dict[str, Any]:
         raise ConfigError(f"{path} is missing") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"cannot read {path} ({exc})") from None
-    try:
-        obj = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"{path} is not valid JSON ({exc.msg}, line {exc.lineno})") from None
-    if not isinstance(obj, dict):
-        raise ConfigError(f"{path} holds a JSON {type(obj).__name__}, not an object")
-    return obj
+    return parse_json_object(text, str(path))
 
 
 def read_trainer_state(ckpt: Path, training: bool = False) -> dict[str, Any]:

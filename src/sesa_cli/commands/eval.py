@@ -12,11 +12,8 @@ import hydra
 from omegaconf import DictConfig
 
 from sesa_cli.commands.common import (
-    hydra_context,
-    joblib_cpu_budget,
     resolved_yaml,
     seed_everything,
-    torch_threads,
     user_errors,
 )
 from sesa_cli.commands.schemas import register_configs
@@ -148,12 +145,9 @@ def chain_table(health: Any) -> Any:
 
 def job(cfg: DictConfig) -> tuple[Path, dict[str, Any]]:
     """The command inside its Hydra job (``main`` and sesa_cli.api run it): (run dir, metrics)."""
-    from sesa_cli.commands.reload import command_config
+    from sesa_cli.commands.reload import checkpoint_job
 
-    run_dir, overrides = hydra_context()
-    config = command_config("eval", cfg, overrides)
-    torch_threads(config.threads, joblib_cpu_budget())
-    return run_dir, run(config, run_dir, overrides)
+    return checkpoint_job("eval", cfg, run)
 
 
 @hydra.main(version_base="1.3", config_path=str(conf_dir()), config_name="eval")

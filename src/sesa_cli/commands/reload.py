@@ -13,6 +13,7 @@ the command line chooses ``sampler=``):
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +38,19 @@ def command_config(config_name: str, cfg: Any, overrides: list[str]) -> Any:
     else:
         path = resolve_checkpoint(str(ckpt))
     return reload_config(config_name, run_dir_of_checkpoint(path) / "config.yaml", overrides)
+
+
+def checkpoint_job(
+    config_name: str, cfg: Any, run: Callable[[Any, Path, list[str]], dict[str, Any]]
+) -> tuple[Path, dict[str, Any]]:
+    """``eval``/``revive`` inside their Hydra job (``main`` and sesa_cli.api run it): the typed config
+    (:func:`command_config`), the torch threads, then ``run(config, run_dir, overrides)``; (run dir, its metrics)."""
+    from sesa_cli.commands.common import hydra_context, joblib_cpu_budget, torch_threads
+
+    run_dir, overrides = hydra_context()
+    config = command_config(config_name, cfg, overrides)
+    torch_threads(config.threads, joblib_cpu_budget())
+    return run_dir, run(config, run_dir, overrides)
 
 
 def reload_config(config_name: str, parent_config: Path, overrides: list[str]) -> Any:

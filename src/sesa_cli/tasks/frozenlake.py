@@ -33,7 +33,7 @@ from typing import Any
 from sesa_cli.config import ConfigError, TaskConfig
 from sesa_cli.tasks.agent import AgentTask, AgentTaskConfig, Env, split_seed
 from sesa_cli.tasks.base import register_task
-from sesa_cli.tasks.grid import GridTask
+from sesa_cli.tasks.grid import GridTask, draw_grid
 
 ACTIONS = ("Left", "Down", "Right", "Up")
 """Action names in gymnasium's order (0 = Left, 1 = Down, 2 = Right, 3 = Up); RAGEN ids 1..4."""
@@ -225,17 +225,14 @@ class FrozenLakeEnv(Env):
         return "\n".join(lines)
 
     def _grid(self) -> str:
-        pr, pc = self.position
-        rows = []
-        for r, row in enumerate(self.inst.desc):
-            cells = []
-            for c, tile in enumerate(row):
-                if (r, c) == (pr, pc):
-                    cells.append({"H": "X", "G": "√"}.get(tile, "P"))
-                else:
-                    cells.append({"H": "O", "G": "G"}.get(tile, "_"))
-            rows.append("".join(cells))
-        return "\n".join(rows)
+        desc, player = self.inst.desc, tuple(self.position)
+
+        def symbol(r: int, c: int) -> str:
+            if (r, c) == player:
+                return {"H": "X", "G": "√"}.get(desc[r][c], "P")
+            return {"H": "O", "G": "G"}.get(desc[r][c], "_")
+
+        return draw_grid(len(desc), len(desc[0]), symbol)
 
 
 @register_task("frozenlake", FrozenLakeTaskConfig)

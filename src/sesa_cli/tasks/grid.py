@@ -10,10 +10,15 @@ Sudoku is a grid too, but its actions are placements (``r1c2=3``), so it derives
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from sesa_cli.tasks import ragen
 from sesa_cli.tasks.agent import COMPACT_LAYOUT, AgentTask, Env
+
+
+def draw_grid(height: int, width: int, symbol: Callable[[int, int], str]) -> str:
+    """The text picture of a grid world's state: ``height`` lines of ``width`` symbols, ``symbol(row, col)`` each."""
+    return "\n".join("".join(symbol(r, c) for c in range(width)) for r in range(height))
 
 
 class GridTask(AgentTask):

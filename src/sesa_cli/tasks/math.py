@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
-import json
 import random
 import re
 from collections.abc import Callable
@@ -37,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from sesa_cli.config import ConfigError, TaskConfig, at_least, raise_if, subset_of
+from sesa_cli.runs import parse_json_object
 from sesa_cli.tasks import ragen, safe_arith
 from sesa_cli.tasks.base import Score, check_split, draw_distinct, register_task
 from sesa_cli.tasks.math_grading import grade, last_boxed, normalize_answer, rational
@@ -105,12 +105,7 @@ def load_jsonl(path: str | Path) -> list[MathInstance]:
                 raise ConfigError(f"{where}: not UTF-8 text") from None
             if not line:
                 continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise ConfigError(f"{where}: invalid JSON ({exc.msg})") from None
-            if not isinstance(obj, dict):
-                raise ConfigError(f"{where}: expected a JSON object with 'question' and 'answer'")
+            obj = parse_json_object(line, where, "an object with 'question' and 'answer'")
             for key in ("question", "answer"):
                 if key not in obj:
                     raise ConfigError(f"{where}: missing field {key!r}")

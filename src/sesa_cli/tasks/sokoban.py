@@ -31,7 +31,7 @@ from typing import Any
 from sesa_cli.config import ConfigError
 from sesa_cli.tasks.agent import AgentTask, AgentTaskConfig, Env, split_seed
 from sesa_cli.tasks.base import register_task
-from sesa_cli.tasks.grid import GridTask
+from sesa_cli.tasks.grid import GridTask, draw_grid
 
 ACTIONS = ("Up", "Down", "Left", "Right")
 """RAGEN's action names (ids 1..4 = gym-sokoban's push-or-move actions)."""
@@ -248,22 +248,18 @@ class SokobanEnv(Env):
         return reward, solved, solved
 
     def render(self) -> str:
-        rows = []
-        for r in range(self.inst.height):
-            row = []
-            for c in range(self.inst.width):
-                cell = (r, c)
-                target = cell in self._targets
-                if cell == self.player:
-                    row.append("S" if target else "P")
-                elif cell in self.boxes:
-                    row.append("√" if target else "X")
-                elif target:
-                    row.append("O")
-                else:
-                    row.append("_" if cell in self.inst.floor else "#")
-            rows.append("".join(row))
-        return "\n".join(rows)
+        def symbol(r: int, c: int) -> str:
+            cell = (r, c)
+            target = cell in self._targets
+            if cell == self.player:
+                return "S" if target else "P"
+            if cell in self.boxes:
+                return "√" if target else "X"
+            if target:
+                return "O"
+            return "_" if cell in self.inst.floor else "#"
+
+        return draw_grid(self.inst.height, self.inst.width, symbol)
 
 
 @register_task("sokoban", SokobanTaskConfig)

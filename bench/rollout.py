@@ -1,11 +1,23 @@
-"""Rollout benchmark (issue #4): run with `nox -s bench` or `python bench/rollout.py [--repeats 3]`.
+"""Rollout benchmark (issue #4): run with `nox -s bench` or `python bench/rollout.py [--repeats 3] [OVERRIDES...]`.
 
 Prints, in one process on one machine:
   (a) sesa's engine tokens/s against Hugging Face `model.generate` on the same model, batch and sampling settings
       (T=1, no top-k/top-p, every row forced to the full length so both produce the same number of tokens);
   (b) wall time of a whole train step (sample + score + update) for sampler=parallel, sequential (stage1=solution)
       and sequential (stage1=sketch) at the same G and prompts per step, as ratios against parallel.
-Targets (spec section 7): engine >= 1.5x generate; sequential <= 1.3x and two-stage <= 1.5x the parallel step.
+Targets (spec section 7): engine >= 1.5x generate; sequential <= 1.3x and two-stage <= 1.5x the parallel step;
+issue 20 asks sequential <= 1.6x and two-stage <= 1.3x, on the path task (the default OVERRIDES, ``task=path``) and
+on FrozenLake (``experiment=frozenlake_tiny``).
+
+Measured (issue 20, one torch thread, 3 repeats x 5 steps, machine otherwise idle; ``main`` = 75b3d79, chains that
+wait for the slowest row and one prefill per row; ``now`` = chains that never wait and shared prompts prefilled once):
+  task=path                  parallel 0.209 -> 0.164 s/step; solution 2.20x -> 2.29x; two-stage 1.44x -> 1.60x
+  experiment=frozenlake_tiny parallel 1.310 -> 1.261 s/step; solution 1.98x -> 1.97x; two-stage 1.36x -> 1.38x
+Every variant got faster in seconds, parallel as much as the sequential ones, so the ratios did not move. On the path
+task sampling is 70% (parallel) to 96% (sequential) of a step (timers around ``Sampler.sample``): a chain of G = 8
+items of ~17 tokens is ~136 decode steps at batch 8, against ~24 at batch 64 for parallel, and at this model size a
+decode step costs about the same at batch 8 as at 64 (per-op overhead), so the chain's length, not waiting, is the
+cost. FrozenLake's solution chains are episodes, still drawn in lock-step (an environment step between turns).
 """
 
 from __future__ import annotations
@@ -102,15 +114,22 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--steps", type=int, default=5, help="timed train steps per repeat")
     parser.add_argument("--cache-dir", default="outputs/cache")
+    parser.add_argument(
+        "overrides",
+        nargs="*",
+        default=["task=path"],
+        help="config of the timed steps (default: task=path); e.g. experiment=frozenlake_tiny",
+    )
     args = parser.parse_args()
     torch.manual_seed(0)
-    base = [f"model.cache_dir={args.cache_dir}", "task=path"]
-    cfg = config(base)
+    base = [f"model.cache_dir={args.cache_dir}", *args.overrides]
+    cfg = config([f"model.cache_dir={args.cache_dir}", "task=path"])  # (a) on the path task's base
     policy = load_policy(cfg.model, make_task(cfg.task, cfg.seed))
     print(
         f"torch {torch.__version__}, threads {torch.get_num_threads()}, model=tiny "
         f"({sum(p.numel() for p in policy.model.parameters()):,} params)"
     )
+    print(f"(b) timed steps of: {' '.join(args.overrides)}")
     for batch in (8, 64):
         eng, gen = bench_engine(policy, batch, 24, args.repeats)
         print(
@@ -120,10 +139,10 @@ def main() -> None:
     steps = bench_steps(base, args.steps, args.repeats)
     par = steps["parallel"][0]
     for name, (t, tokens) in steps.items():
-        target = {
+        target = {  # issue 20's targets (spec section 7 asks 1.3x and 1.5x)
             "parallel": "",
-            "sequential (solution)": " (target <= 1.3x)",
-            "sequential (sketch)": " (target <= 1.5x)",
+            "sequential (solution)": " (target <= 1.6x)",
+            "sequential (sketch)": " (target <= 1.3x)",
         }
         print(f"(b) {name:22s} {t:6.3f} s/step  {tokens:6.0f} tokens/step  ratio {t / par:.2f}x{target[name]}")
 

@@ -88,3 +88,73 @@ def test_filter_logits_top_k_and_top_p():
     kept = ~torch.isinf(filter_logits(logits, 0, 0.8))
     assert kept.tolist() == [[True, True, False, False]]
     assert (~torch.isinf(filter_logits(logits, 0, 0.1))).sum() == 1
+
+
+def _chain_prompts(policy):
+    bos = policy.tokenizer.bos_token_id
+    return [[bos, *policy.encode("P:")], [bos, *policy.encode("S:")], [bos, *policy.encode("Pkesu:kesu/")]]
+
+
+def test_chains_never_wait_and_draw_what_each_row_draws_alone(path_setup, monkeypatch):
+    """Issue 20: a row starts its next chain item the moment its current one stops. With one generator per row the
+    draws are the row's own, so each row's chain equals the chain it draws alone (where no schedule can differ), and
+    the session runs one forward per token of its longest chain, not the sum over positions of the longest item."""
+    _, task, policy = path_setup
+    eng = Engine(policy.model, policy.tokenizer.pad_token_id)
+    stop = policy.encode(task.stop)
+
+    def between(row, item):  # after a cut item its stop (the path task's between text is empty)
+        return [] if item.stopped else stop
+
+    prompts = _chain_prompts(policy)
+    session = eng.start(prompts)
+    forwards = []
+    inner = session._forward
+    monkeypatch.setattr(session, "_forward", lambda ids, mask: forwards.append(tuple(ids.shape)) or inner(ids, mask))
+    gens = [torch.Generator().manual_seed(10 + i) for i in range(len(prompts))]
+    together = session.sample_chains(4, 14, stop, SamplingParams(), gens, between=between)
+    lengths = [sum(len(item.ids) for _, item in chain) for chain in together]
+    assert len(forwards) == max(lengths)  # every forward samples a token for every row still drawing
+    assert min(lengths) < max(lengths)  # (the rows' chains do differ in length, so waiting would cost more)
+    assert any(not item.stopped for chain in together for _, item in chain)  # (and some items were cut)
+    for i, prompt in enumerate(prompts):
+        alone = eng.start([prompt]).sample_chains(
+            4, 14, stop, SamplingParams(), [torch.Generator().manual_seed(10 + i)], between=between
+        )[0]
+        assert [(ctx, item.ids, item.stopped) for ctx, item in alone] == [
+            (ctx, item.ids, item.stopped) for ctx, item in together[i]
+        ]
+        for (_, a), (_, b) in zip(alone, together[i], strict=True):
+            assert max((abs(x - y) for x, y in zip(a.logps, b.logps, strict=True)), default=0.0) < 1e-5
+            assert max((abs(x - y) for x, y in zip(a.entropies, b.entropies, strict=True)), default=0.0) < 1e-5
+    # each item's context is the row's tokens when it began: the prompt, then every earlier item and its separator
+    for i, chain in enumerate(together):
+        context = list(prompts[i])
+        for ctx, item in chain:
+            assert ctx == context
+            context = [*context, *item.ids, *between(i, item)]
+
+
+def test_a_shared_prompt_is_prefilled_once_and_copied(path_setup, monkeypatch):
+    _, task, policy = path_setup
+    eng = Engine(policy.model, policy.tokenizer.pad_token_id)
+    p, q, r = _chain_prompts(policy)
+    widths = []
+    inner = eng.backend.forward
+    monkeypatch.setattr(
+        eng.backend, "forward", lambda state, ids, *a: widths.append(tuple(ids.shape)) or inner(state, ids, *a)
+    )
+    shared = eng.start([p, p, q, p, r, q])
+    assert widths == [(3, max(map(len, (p, q, r))))]  # one prefill of the three distinct prompts
+    assert shared.tokens == [p, p, q, p, r, q]
+    assert shared.pos.tolist() == [len(t) for t in shared.tokens]
+    alone = [eng.start([x]) for x in (p, p, q, p, r, q)]
+    for row, single in enumerate(alone):
+        assert torch.allclose(shared.last_logits[row], single.last_logits[0], atol=1e-5)
+    stop = policy.encode(task.stop)
+    gens = [torch.Generator().manual_seed(i) for i in range(6)]
+    drawn = shared.sample(12, stop, SamplingParams(), gens)
+    for row, single in enumerate(alone):
+        own = single.sample(12, stop, SamplingParams(), [torch.Generator().manual_seed(row)])[0]
+        assert own.ids == drawn[row].ids
+        assert max((abs(x - y) for x, y in zip(own.logps, drawn[row].logps, strict=True)), default=0.0) < 1e-5

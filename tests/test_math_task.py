@@ -268,7 +268,7 @@ def test_malformed_line_3_is_named(tmp_path: Path, bad: str, message: str) -> No
     with pytest.raises(ConfigError, match=message) as err:
         load_jsonl(path)
     assert re.search(rf"{re.escape(str(path))}:3[: ]", str(err.value))  # line 3 named (not 30)
-    with pytest.raises(ConfigError, match=":3[: ]"):
+    with pytest.raises(ConfigError, match=r":3[: ]"):
         make(data=str(path))
 
 

@@ -3,8 +3,8 @@ chunk of tokens through the decoder; everything else (sampling, stops, cache con
 ``sample``, log-probs, entropies) lives in :mod:`sesa_cli.rollout.engine` and the samplers.
 
 :class:`HFBackend` works for any causal ``transformers`` model: its own forward with a ``DynamicCache``. A backend
-for another engine (vLLM, SGLang) implements the same three methods, ``new_state(batch)``,
-``forward(state, ids, mask, position_ids) -> hidden`` and ``logits(hidden)``, and registers in ``BACKENDS``.
+for another engine (vLLM, SGLang) implements the same four methods, ``new_state(batch)``,
+``forward(state, ids, mask, position_ids) -> hidden``, ``logits(hidden)`` and ``select(state, rows)``, and registers in ``BACKENDS``.
 
 Measured (issue #4): a hand-fused Llama decode path (preallocated KV buffer, fused q/k/v and gate/up projections)
 ran within 0.95-1.2x of this backend on ``model=tiny``, and ``torch.compile`` of it was 2-3x slower (graph breaks
@@ -32,6 +32,9 @@ class Backend(Protocol):
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """Next-token logits from final hidden states."""
+
+    def select(self, state: Any, rows: torch.Tensor) -> None:
+        """Keep the cache rows ``rows`` (1-D ids, repeats allowed), in that order: row j becomes old row ``rows[j]``."""
 
 
 # ------------------------------------------------------------------------------------------------------ generic
@@ -74,6 +77,10 @@ class HFBackend:
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         logits: torch.Tensor = self.lm_head(hidden)
         return logits
+
+    def select(self, state: _HFState, rows: torch.Tensor) -> None:
+        state.cache.reorder_cache(rows)  # index_select on every layer's keys and values (beam search's own reorder)
+        state.attn_mask = state.attn_mask[rows]
 
 
 BACKENDS = {"hf": HFBackend}

@@ -113,31 +113,45 @@ class Session:
     def extend(self, rows: Sequence[Sequence[int]]) -> None:
         """Teacher-force ``rows[i]`` onto row i (lengths may differ, may be empty)."""
         assert len(rows) == self.batch
-        width = max((len(r) for r in rows), default=0)
-        if width == 0:
-            return
-        pad = self.engine.pad_id
-        ids = torch.full((self.batch, width), pad, dtype=torch.long)
-        mask = torch.zeros(self.batch, width, dtype=torch.long)
-        for i, r in enumerate(rows):
-            if r:
-                ids[i, : len(r)] = torch.as_tensor(list(r), dtype=torch.long)
-                mask[i, : len(r)] = 1
-                self.tokens[i].extend(int(t) for t in r)
-        self._forward(ids.to(self.engine.device), mask.to(self.engine.device))
+        if any(rows):
+            self._feed([list(r) for r in rows])
 
     def sample(
         self,
         max_new_tokens: int | Sequence[int],
         stop_ids: Sequence[int] | Sequence[Sequence[int]],
         params: SamplingParams,
-        generator: torch.Generator | None = None,
+        generator: Generators = None,
         active: Sequence[bool] | None = None,
     ) -> list[Completion]:
         """Sample one continuation per row until its stop token or its length limit.
 
         ``max_new_tokens`` and ``stop_ids`` are shared or per row. Rows with ``active[i] == False`` sample nothing
-        and return an empty completion.
+        and return an empty completion. ``generator``: one for the batch, or one per row (:data:`Generators`).
+        """
+        chains = self.sample_chains(1, max_new_tokens, stop_ids, params, generator, active=active)
+        return [chain[0][1] if chain else Completion([], [], [], False) for chain in chains]
+
+    def sample_chains(
+        self,
+        items: int,
+        max_new_tokens: int | Sequence[int],
+        stop_ids: Sequence[int] | Sequence[Sequence[int]],
+        params: SamplingParams,
+        generator: Generators = None,
+        between: Callable[[int, Completion], Sequence[int]] | None = None,
+        active: Sequence[bool] | None = None,
+    ) -> list[list[tuple[list[int], Completion]]]:
+        """Sample ``items`` continuations per row one after another on the row's own cache (SESA's chains): item k
+        of row i ends on its stop token or its length limit, then ``between(i, item)`` is teacher-forced onto row i
+        alone and row i samples item k+1 at once, while the other rows go on with their own items (issue 20: no row
+        waits for the slowest row of the batch, so a chain costs its own length, not the sum over positions of the
+        longest item). Returns, per row, ``items`` pairs (the row's tokens when the item began, the item).
+
+        The tokens a row draws are those it would draw alone given the same generator state, but with one
+        ``generator`` for the batch the stream is shared, so a different schedule hands each row different random
+        numbers: the same distribution, not the same draws as a schedule where rows wait. With one generator per
+        row the draws are the row's own (tests/test_engine.py checks them against each row run alone).
         """
         if self.last_logits is None:
             raise RuntimeError("extend() the session with a prompt before sampling")
@@ -156,13 +170,15 @@ class Session:
                 stops[i, : len(s)] = torch.as_tensor(s, device=dev)
         running = torch.ones(b, dtype=torch.bool, device=dev) if active is None else torch.as_tensor(active).to(dev)
         running &= limits > 0
+        chains: list[list[tuple[list[int], Completion]]] = [[] for _ in range(b)]
+        contexts = [list(t) for t in self.tokens]  # each row's context of its current item
         out_ids: list[list[int]] = [[] for _ in range(b)]
         out_logps: list[list[float]] = [[] for _ in range(b)]
         out_ent: list[list[float]] = [[] for _ in range(b)]
-        stopped = [False] * b
         count = torch.zeros(b, dtype=torch.long, device=dev)
         logits = self.last_logits
         banned = banned_mask(self.engine.model, logits.shape[-1], dev)
+        stop_fn = self.engine.stop_fn
         while bool(running.any()):
             greedy = params.temperature == 0
             scaled = logits if greedy else logits / params.temperature
@@ -171,32 +187,73 @@ class Session:
                 tok = logp_all.argmax(-1)
             else:
                 probs = torch.softmax(filter_logits(logp_all, params.top_k, params.top_p), dim=-1)
-                tok = torch.multinomial(probs, 1, generator=generator).squeeze(1)
+                tok = _draw(probs, generator)
             tok_logp = logp_all.gather(1, tok[:, None]).squeeze(1)
             tok_l, logp_l, ent_l, run_l = tok.tolist(), tok_logp.tolist(), entropy.tolist(), running.tolist()
-            for i in range(b):
-                if run_l[i]:
-                    out_ids[i].append(tok_l[i])
-                    out_logps[i].append(logp_l[i])
-                    out_ent[i].append(ent_l[i])
-            is_stop = (tok[:, None] == stops).any(1) & running
-            if self.engine.stop_fn is not None:  # multi-token stop strings (e.g. "</answer>" in a BPE vocab)
-                for i in range(b):
-                    if run_l[i] and not is_stop[i] and self.engine.stop_fn(out_ids[i]):
-                        is_stop[i] = True
-            for i in torch.nonzero(is_stop).flatten().tolist():
-                stopped[i] = True
+            is_stop = ((tok[:, None] == stops).any(1) & running).tolist()
             count += running.long()
-            feed = torch.where(running, tok, torch.full_like(tok, self.engine.pad_id))
-            mask = running.long()
+            ended = (running & (count >= limits)).tolist()
+            feeds: list[list[int]] = [[] for _ in range(b)]
             for i in range(b):
-                if run_l[i]:
-                    self.tokens[i].append(tok_l[i])
-            running = running & ~is_stop & (count < limits)
-            # Feed the sampled token (even on the last step) so the cache always holds the whole row: the next
-            # extend/sample continues from a complete context.
-            logits = self._forward(feed[:, None], mask[:, None])
-        return [Completion(out_ids[i], out_logps[i], out_ent[i], stopped[i]) for i in range(b)]
+                if not run_l[i]:
+                    continue
+                out_ids[i].append(tok_l[i])
+                out_logps[i].append(logp_l[i])
+                out_ent[i].append(ent_l[i])
+                if not is_stop[i] and stop_fn is not None and stop_fn(out_ids[i]):
+                    is_stop[i] = True  # multi-token stop strings (e.g. "</answer>" in a BPE vocab)
+                # Feed the sampled token (even on the last step) so the cache always holds the whole row: the
+                # next extend/sample continues from a complete context.
+                feeds[i] = [tok_l[i]]
+                if not (is_stop[i] or ended[i]):
+                    continue
+                item = Completion(out_ids[i], out_logps[i], out_ent[i], is_stop[i])
+                chains[i].append((contexts[i], item))
+                out_ids[i], out_logps[i], out_ent[i] = [], [], []
+                if len(chains[i]) == items:
+                    running[i] = False
+                    continue
+                feeds[i] += list(between(i, item)) if between is not None else []
+                contexts[i] = [*self.tokens[i], *feeds[i]]
+                count[i] = 0
+            logits = self._feed(feeds)
+        return chains
+
+    def _feed(self, rows: list[list[int]]) -> torch.Tensor:
+        """Teacher-force ``rows[i]`` onto row i (a chunk with per-row lengths) and return the next-token logits."""
+        width = max(len(r) for r in rows)
+        pad = self.engine.pad_id
+        ids = torch.full((self.batch, width), pad, dtype=torch.long)
+        mask = torch.zeros(self.batch, width, dtype=torch.long)
+        for i, r in enumerate(rows):
+            if r:
+                ids[i, : len(r)] = torch.as_tensor(r, dtype=torch.long)
+                mask[i, : len(r)] = 1
+                self.tokens[i].extend(r)
+        return self._forward(ids.to(self.engine.device), mask.to(self.engine.device))
+
+    def select(self, rows: Sequence[int]) -> None:
+        """Keep (and repeat) the given rows, in that order: row j becomes a copy of old row ``rows[j]``, its KV cache
+        included (shared prompts are prefilled once and copied, :meth:`Engine.start`)."""
+        index = torch.as_tensor(list(rows), dtype=torch.long, device=self.engine.device)
+        self.engine.backend.select(self.state, index)
+        self.pos = self.pos[index]
+        if self.last_logits is not None:
+            self.last_logits = self.last_logits[index]
+        self.tokens = [list(self.tokens[i]) for i in rows]
+        self.batch = len(rows)
+
+
+Generators = torch.Generator | Sequence[torch.Generator] | None
+"""The random source of a sampling call: one generator for the whole batch (the default; None = torch's global
+one), or one per row, so that what a row draws does not depend on the other rows."""
+
+
+def _draw(probs: torch.Tensor, generator: Generators) -> torch.Tensor:
+    """One token id per row from ``probs`` (batch, vocab)."""
+    if generator is None or isinstance(generator, torch.Generator):
+        return torch.multinomial(probs, 1, generator=generator).squeeze(1)
+    return torch.cat([torch.multinomial(p[None], 1, generator=g)[0] for p, g in zip(probs, generator, strict=True)])
 
 
 class Engine:
@@ -225,9 +282,14 @@ class Engine:
         return torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.dtype == "bfloat16")
 
     def start(self, prompts: Sequence[Sequence[int]]) -> Session:
-        """A new session whose rows begin with ``prompts`` (each non-empty, e.g. starting with BOS)."""
+        """A new session whose rows begin with ``prompts`` (each non-empty, e.g. starting with BOS). Identical
+        prompts (the G rows of a group, the m solutions of a sketch) are prefilled once and their cache copied."""
         if any(len(p) == 0 for p in prompts):
             raise ValueError("every prompt needs at least one token")
-        session = Session(self, len(prompts))
-        session.extend(prompts)
+        first: dict[tuple[int, ...], int] = {}
+        rows = [first.setdefault(tuple(p), len(first)) for p in prompts]
+        session = Session(self, len(first))
+        session.extend([list(p) for p in first])
+        if len(first) < len(prompts):
+            session.select(rows)
         return session

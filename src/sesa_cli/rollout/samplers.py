@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 import torch
 
@@ -33,8 +33,6 @@ from sesa_cli.rollout.engine import Completion, Engine, SamplingParams, Session
 from sesa_cli.rollout.special import stop_ids_for
 from sesa_cli.rollout.stops import stop_string_fn
 from sesa_cli.tasks.base import Score, Task
-
-T = TypeVar("T")
 
 
 @dataclass
@@ -139,8 +137,12 @@ class Sampler:
             )
             return [(c, self.policy.decode(c.ids), s) for c, s in zip(comps, scores, strict=True)]
         comps = session.sample(self.task.cfg.max_new_tokens, self.stop_ids, self.params, generator)
-        texts = [self.policy.decode(c.ids) for c in comps]
-        return [(c, text, self.task.score(inst, text)) for c, text, inst in zip(comps, texts, instances, strict=True)]
+        return [self._scored(c, inst) for c, inst in zip(comps, instances, strict=True)]
+
+    def _scored(self, comp: Completion, inst: Any) -> tuple[Completion, str, Score]:
+        """A single-turn response with its decoded text and the task's score."""
+        text = self.policy.decode(comp.ids)
+        return comp, text, self.task.score(inst, text)
 
     def _rollout(
         self,
@@ -230,35 +232,59 @@ class SequentialSampler(Sampler):
         self.stop_text = policy.encode(task.stop) if task.stop else []
         self.sketch_max_tokens = (cfg.sketch_max_tokens or task.sketch_max_tokens()) if self.stage1 == "sketch" else 0
 
-    def _chain(
-        self, heads: list[list[int]], draw: Callable[[Session], list[T]], completion: Callable[[T], Completion]
-    ) -> list[list[tuple[list[int], T, bool]]]:
-        """Draw G items per row one after another on one cache: item k continues right after item k-1 (+ between).
+    def _chains(
+        self, heads: list[list[int]], max_new_tokens: int, generator: torch.Generator
+    ) -> list[list[tuple[list[int], Completion, bool]]]:
+        """Draw G single-turn items (solutions or sketches) per row one after another on one cache: item k continues
+        right after item k-1 (+ between). Each row moves on to its next item the moment its current one stops
+        (:meth:`Session.sample_chains`), without waiting for the other rows.
 
-        An item cut at its length limit (``completion(item).stopped`` False) is followed by the task's stop text,
-        teacher-forced before ``between``, so the next item starts where a finished one would have (issue 16: after
-        a cut item the chain used to run on without a separator). Returns, per row, G triples (context_ids that drew
-        the item, what ``draw`` returned for that row, whether the stop was forced after it).
+        An item cut at its length limit is followed by the task's stop text, teacher-forced before ``between``, so the
+        next item starts where a finished one would have (issue 16: after a cut item the chain used to run on without
+        a separator). Returns, per row, G triples (context_ids that drew the item, the item, whether the stop was
+        forced after it).
         """
+        g = self.cfg.group_size
+
+        def between(row: int, item: Completion) -> list[int]:
+            return (self.stop_text if not item.stopped else []) + self.between
+
+        chains = self.engine.start(heads).sample_chains(
+            g, max_new_tokens, self.stop_ids, self.params, generator, between=between
+        )
+        return [[(ctx, item, not item.stopped and k < g - 1) for k, (ctx, item) in enumerate(row)] for row in chains]
+
+    def _episode_chains(
+        self, heads: list[list[int]], instances: Sequence[Any], generator: torch.Generator
+    ) -> list[list[tuple[list[int], tuple[Completion, str, Score], bool]]]:
+        """stage1=solution for multi-turn tasks: G whole episodes per row one after another on one cache, as
+        :meth:`_chains` draws single-turn items, except that episode k+1 of every row starts when episode k has ended
+        in every row (the environment steps between turns keep the rows in lock-step)."""
         session = self.engine.start(heads)
-        chains: list[list[tuple[list[int], T, bool]]] = [[] for _ in heads]
+        chains: list[list[tuple[list[int], tuple[Completion, str, Score], bool]]] = [[] for _ in heads]
         cut = [False] * len(heads)
         for k in range(self.cfg.group_size):
             if k > 0:
                 session.extend([(self.stop_text if c else []) + self.between for c in cut])
             contexts = [list(t) for t in session.tokens]
-            items = draw(session)
-            cut = [not completion(item).stopped for item in items]
+            answers = self.answer(session, instances, generator)
+            cut = [not a[0].stopped for a in answers]
             last = k == self.cfg.group_size - 1
-            for row, item in enumerate(items):
-                chains[row].append((contexts[row], item, cut[row] and not last))
+            for row, ans in enumerate(answers):
+                chains[row].append((contexts[row], ans, cut[row] and not last))
         return chains
 
     def sample(self, instances: Sequence[Any], generator: torch.Generator) -> list[list[Rollout]]:
         task = self.task
         if self.stage1 == "solution":
             heads = [self.encode_prompt(task.prompt(inst)) for inst in instances]
-            chains = self._chain(heads, lambda session: self.answer(session, instances, generator), lambda a: a[0])
+            if task.multi_turn:
+                chains = self._episode_chains(heads, instances, generator)
+            else:
+                chains = [
+                    [(ctx, self._scored(comp, instances[g]), forced) for ctx, comp, forced in chain]
+                    for g, chain in enumerate(self._chains(heads, task.cfg.max_new_tokens, generator))
+                ]
             return [
                 [self._rollout(g, instances[g], heads[g], ctx, ans, stop_forced=forced) for ctx, ans, forced in chain]
                 for g, chain in enumerate(chains)
@@ -266,11 +292,7 @@ class SequentialSampler(Sampler):
         # stage I: sequential sketches
         heads = [self.encode_prompt(task.sketch_head(inst)) for inst in instances]
         prompts = [self.encode_prompt(task.prompt(inst)) for inst in instances]  # the plain prompts x
-
-        def draw_sketches(session: Session) -> list[Completion]:
-            return session.sample(self.sketch_max_tokens, self.stop_ids, self.params, generator)
-
-        sketch_chains = self._chain(heads, draw_sketches, lambda c: c)
+        sketch_chains = self._chains(heads, self.sketch_max_tokens, generator)
         # stage II: every sketch expanded into m solutions (episodes for multi-turn tasks), all in parallel
         m = self.cfg.solutions_per_sketch
         rows, row_inst, meta = [], [], []

@@ -13,8 +13,8 @@ Measured (issue 20, one torch thread, 3 repeats x 5 steps, machine otherwise idl
 wait for the slowest row and one prefill per row; ``now`` = chains that never wait and shared prompts prefilled once):
   task=path                  parallel 0.209 -> 0.164 s/step; solution 2.20x -> 2.29x; two-stage 1.44x -> 1.60x
   experiment=frozenlake_tiny parallel 1.310 -> 1.261 s/step; solution 1.98x -> 1.97x; two-stage 1.36x -> 1.38x
-Every variant got faster in seconds, parallel as much as the sequential ones, so the ratios did not move. On the path
-task sampling is 70% (parallel) to 96% (sequential) of a step (timers around ``Sampler.sample``): a chain of G = 8
+The ratios did not move; the seconds moved within the run-to-run spread (a second timing: parallel 0.149 -> 0.164 s,
+sequential sampling 0.386 -> 0.361 s). On the path task sampling is 70% (parallel) to 96% (sequential) of a step (timers around ``Sampler.sample``): a chain of G = 8
 items of ~17 tokens is ~136 decode steps at batch 8, against ~24 at batch 64 for parallel, and at this model size a
 decode step costs about the same at batch 8 as at 64 (per-op overhead), so the chain's length, not waiting, is the
 cost. FrozenLake's solution chains are episodes, still drawn in lock-step (an environment step between turns).

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import inspect
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import torch
 from transformers import DynamicCache, PreTrainedModel
@@ -79,7 +79,8 @@ class HFBackend:
         return logits
 
     def select(self, state: _HFState, rows: torch.Tensor) -> None:
-        state.cache.reorder_cache(rows)  # index_select on every layer's keys and values (beam search's own reorder)
+        # index_select on every layer's keys and values (beam search's own reorder; typed for torch's legacy LongTensor)
+        state.cache.reorder_cache(cast(torch.LongTensor, rows))
         state.attn_mask = state.attn_mask[rows]
 
 

@@ -116,8 +116,17 @@ def test_eval_of_a_checkpoint_uses_the_runs_own_evaluation_protocol(parent_run, 
     assert len(exact) == 8
     assert {k: metrics[k] for k in exact} == exact
     assert set(metrics) >= {k for k in last if k.startswith("eval/")}  # the same keys: pass@1 .. pass@8, ...
-    printed = " ".join(capsys.readouterr().out.split())  # the table's caption, however the console wrapped it
+    out_text = capsys.readouterr().out
+    printed = " ".join(out_text.split())  # the table's caption, however the console wrapped it
     assert "protocol: 1 instances x 8 samples (i.i.d. from the plain prompt, temperature 1)" in printed
+    # The ending: what was evaluated and where the results are, each path whole on its own line, then what to run
+    # next (the chain health of the same checkpoint, training on from it).
+    lines = out_text.splitlines()
+    assert f"eval dir: {out} (metrics.json, samples.jsonl)" in lines
+    assert any(line.startswith("evaluated: ") and line.endswith("step_000004") for line in lines)
+    commands = [line.strip() for line in lines if line.strip().startswith("sesa ")]
+    assert any(c.startswith("sesa eval ckpt=") and c.endswith(" sampler=sequential") for c in commands), commands
+    assert any(c.startswith("sesa revive ckpt=") for c in commands), commands
 
 
 def test_eval_with_a_sequential_sampler_reports_chain_health(parent_run, tmp_path, monkeypatch, capsys):
@@ -138,7 +147,9 @@ def test_eval_with_a_sequential_sampler_reports_chain_health(parent_run, tmp_pat
         assert len(metrics[f"chain/{name}_by_position"]) == 4
     assert sum(metrics["chain/new_by_position"]) == pytest.approx(metrics["chain/distinct"])
     assert 0 <= metrics["chain/followed"] <= 1
-    assert "chain health: 4 chains of 4 sketches" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "chain health: 4 chains of 4 sketches" in printed
+    assert "sampler=sequential" not in "".join(line for line in printed.splitlines() if line.startswith("  sesa eval"))
 
 
 def test_revive_restores_optimizer_and_continues_step_numbering(parent_run, tmp_path, monkeypatch):

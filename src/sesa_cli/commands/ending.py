@@ -93,17 +93,43 @@ def train_summary(command: str, final: dict[str, Any], base: dict[str, Any] | No
 
 
 def next_commands(run_dir: Path, more_steps: int = 100) -> None:
-    """The commands that take this run dir, each under a comment line saying what it does, so no line is wider
-    than its command and a terminal never wraps a description into the next command."""
+    """The commands that take a training run's dir, each under a comment line saying what it does."""
     ckpt = arg("ckpt", run_dir)
-    lines = [
-        ("evaluate its last checkpoint (the same protocol)", f"sesa eval {ckpt}"),
-        (
-            "continue training from its last checkpoint (add overrides to change settings, e.g. sampler=sequential)",
-            f"sesa revive {ckpt} more_steps={more_steps}",
-        ),
-        ("tables and plots (add run dirs to compare)", f"sesa diversity-report {arg('runs', run_dir, listed=True)}"),
-    ]
+    _print_next(
+        [
+            ("evaluate its last checkpoint (the same protocol)", f"sesa eval {ckpt}"),
+            (
+                "continue training from its last checkpoint (add overrides to change settings, e.g. sampler=sequential)",
+                f"sesa revive {ckpt} more_steps={more_steps}",
+            ),
+            (
+                "tables and plots (add run dirs to compare)",
+                f"sesa diversity-report {arg('runs', run_dir, listed=True)}",
+            ),
+        ]
+    )
+
+
+def eval_ending(out_dir: Path, ckpt: Path | None, sequential: bool) -> None:
+    """The ending of ``sesa eval``: what was evaluated and where the results are, each on a line of its own (never
+    wrapped, so a path copies whole), and the commands a user runs next."""
+    what = shown_path(ckpt) if ckpt else "the base model (no ckpt=)"
+    for line in (f"evaluated: {what}", f"eval dir: {shown_path(out_dir)} (metrics.json, samples.jsonl)"):
+        console.print(line, soft_wrap=True, markup=False, highlight=False)
+    lines = []
+    if not sequential:
+        what = arg("ckpt", ckpt) + " " if ckpt else ""
+        lines.append(("the chain health of sequential sampling from it", f"sesa eval {what}sampler=sequential"))
+    if ckpt:
+        lines.append(("continue training from it", f"sesa revive {arg('ckpt', ckpt)} more_steps=100"))
+    else:
+        lines.append(("train from this base (add overrides, e.g. task=path)", "sesa train"))
+    _print_next(lines)
+
+
+def _print_next(lines: list[tuple[str, str]]) -> None:
+    """Each command under a comment line saying what it does, so no line is wider than its command and a terminal
+    never wraps a description into the next command."""
     console.print("next:", markup=False, highlight=False)
     for what, cmd in lines:
         console.print(f"  # {what}\n  {cmd}", soft_wrap=True, markup=False, highlight=False)

@@ -45,6 +45,7 @@ def run(cfg: EvalConfig, run_dir: Path, overrides: list[str] | None = None) -> d
     import torch
     from rich.table import Table
 
+    from sesa_cli.commands.ending import eval_ending
     from sesa_cli.evaluation import (
         ExactPolicy,
         describe_protocol,
@@ -89,7 +90,7 @@ def run(cfg: EvalConfig, run_dir: Path, overrides: list[str] | None = None) -> d
     records = sample_records(groups, policy.decode)
     atomic_write_text(run.path / "samples.jsonl", "".join(json.dumps(r) + "\n" for r in records))
     atomic_write_text(run.path / "metrics.json", json.dumps(metrics, indent=2))
-    table = Table(title=f"sesa eval: {ckpt or cfg.model.name} on task={task.name} sampler={cfg.sampler.name}")
+    table = Table(title=f"sesa eval: task={task.name} sampler={cfg.sampler.name}", title_justify="left")
     table.caption = describe_protocol(len(instances), n, cfg.sampler.temperature, cfg.sampler.name)
     table.add_column("metric")
     table.add_column("value", justify="right")
@@ -101,6 +102,7 @@ def run(cfg: EvalConfig, run_dir: Path, overrides: list[str] | None = None) -> d
         console.print(chain_table(health))
     run.mark_ended("finished")
     log.info("wrote %s and %s", run.path / "metrics.json", run.path / "samples.jsonl")
+    eval_ending(run.path, ckpt, cfg.sampler.name == "sequential")
     return metrics
 
 

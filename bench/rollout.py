@@ -101,19 +101,22 @@ def step_tokens(trainer: Trainer) -> int:
     return sum(len(r.completion.ids) for r in rows) + sum(sketch.values())
 
 
-def bench_steps(base_overrides: list[str], steps: int, repeats: int) -> dict[str, tuple[float, float]]:
+def bench_steps(base_overrides: list[str], steps: int, repeats: int, bf16: bool) -> dict[str, tuple[float, float]]:
+    """Median s/step and mean tokens/step of each variant; the repeats are interleaved (every variant once per round),
+    so a machine that slows down during the run slows every variant alike and the ratios hold."""
     variants = {
         "parallel": ["sampler=parallel"],
         "sequential (solution)": ["sampler=sequential", "sampler.stage1=solution"],
         "sequential (sketch)": ["sampler=sequential", "sampler.stage1=sketch"],
-        "parallel, bf16 autocast": ["sampler=parallel", "model.dtype=bfloat16"],
     }
-    out = {}
-    for name, extra in variants.items():
-        cfg = config([*base_overrides, *extra])
-        task = make_task(cfg.task, cfg.seed)
-        times, tokens = [], []
-        for _ in range(repeats):
+    if bf16:
+        variants["parallel, bf16 autocast"] = ["sampler=parallel", "model.dtype=bfloat16"]
+    configs = {name: config([*base_overrides, *extra]) for name, extra in variants.items()}
+    times: dict[str, list[float]] = {name: [] for name in variants}
+    tokens: dict[str, list[int]] = {name: [] for name in variants}
+    for _ in range(repeats):
+        for name, cfg in configs.items():
+            task = make_task(cfg.task, cfg.seed)
             policy = load_policy(cfg.model, task)
             with tempfile.TemporaryDirectory() as tmp:
                 trainer = Trainer(cfg, task, policy, RunDir(Path(tmp)))
@@ -122,10 +125,9 @@ def bench_steps(base_overrides: list[str], steps: int, repeats: int) -> dict[str
                 for _ in range(steps):
                     t0 = time.perf_counter()
                     trainer.train_step()
-                    times.append(time.perf_counter() - t0)
-                    tokens.append(step_tokens(trainer))
-        out[name] = (statistics.median(times), statistics.mean(tokens))
-    return out
+                    times[name].append(time.perf_counter() - t0)
+                    tokens[name].append(step_tokens(trainer))
+    return {name: (statistics.median(times[name]), statistics.mean(tokens[name])) for name in variants}
 
 
 def profile(base_overrides: list[str], steps: int) -> list[tuple[str, float]]:
@@ -192,6 +194,12 @@ def main() -> None:
         help="(a): the engine against generate on the path task's base, whatever the overrides (--no-engine skips it)",
     )
     parser.add_argument("--profile", action="store_true", help="also print where a parallel step spends its time")
+    parser.add_argument(
+        "--bf16",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="also time the parallel step under bf16 autocast (--no-bf16 skips it: ~9x a float32 step on FrozenLake)",
+    )
     parser.add_argument("--readme", help="write the ratios into this file's bench:rollout block")
     args = parser.parse_args()
     torch.manual_seed(0)
@@ -222,10 +230,10 @@ def main() -> None:
         lines.append(
             f"| engine / `model.generate`, batch {batch} x 24 tokens (path base) | {eng / gen:.2f}x | >= 1.5x |"
         )
-    steps = bench_steps(base, args.steps, args.repeats)
+    steps = bench_steps(base, args.steps, args.repeats, args.bf16)
     par = steps["parallel"][0]
     targets = {"parallel": None, "sequential (solution)": 1.6, "sequential (sketch)": 1.3}  # issue 20's
-    bf16 = steps.pop("parallel, bf16 autocast")
+    bf16 = steps.pop("parallel, bf16 autocast", None)
     for name, (t, tokens) in steps.items():
         target = targets[name]
         verdict = "" if target is None else "holds" if t / par <= target else "not met"
@@ -235,8 +243,11 @@ def main() -> None:
             lines.append(f"| parallel train step | {t:.3f} s | |")
         else:
             lines.append(f"| {name} / parallel, train step | {t / par:.2f}x | <= {target}x ({verdict}) |")
-    print(f"(b) parallel, bf16 autocast {bf16[0]:6.3f} s/step  ratio {bf16[0] / par:.2f}x against float32")
-    lines.append(f"| parallel train step with `model.dtype=bfloat16` (autocast) / float32 | {bf16[0] / par:.2f}x | |")
+    if bf16 is not None:
+        print(f"(b) parallel, bf16 autocast {bf16[0]:6.3f} s/step  ratio {bf16[0] / par:.2f}x against float32")
+        lines.append(
+            f"| parallel train step with `model.dtype=bfloat16` (autocast) / float32 | {bf16[0] / par:.2f}x | |"
+        )
     if args.profile:
         shares = profile(base, args.steps)
         print("(c) a parallel step: " + ", ".join(f"{name} {share:.1%}" for name, share in shares))

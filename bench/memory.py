@@ -110,7 +110,12 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=8, help="sequences in the update (prompts x group)")
     parser.add_argument("--new-tokens", type=int, default=64, help="completion tokens per sequence")
     parser.add_argument("--cache-dir", default="outputs/cache")
-    parser.add_argument("--gradient-checkpointing", action="store_true", help="model.gradient_checkpointing=true")
+    parser.add_argument(
+        "--gradient-checkpointing",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="model.gradient_checkpointing (on: model=smollm2-135m's default, which the 6 GB target is about)",
+    )
     parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
     parser.add_argument("--mode", choices=("sesa", "unchunked"), help=argparse.SUPPRESS)  # the subprocess side
     args = parser.parse_args()
@@ -138,8 +143,7 @@ def main() -> None:
             "--dtype",
             args.dtype,
         ]
-        if args.gradient_checkpointing:
-            cmd.append("--gradient-checkpointing")
+        cmd.append("--gradient-checkpointing" if args.gradient_checkpointing else "--no-gradient-checkpointing")
         proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
         if proc.returncode:
             sys.exit(f"{mode} failed:\n{proc.stderr[-2000:]}")

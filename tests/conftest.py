@@ -21,8 +21,28 @@ FROZENLAKE = [
 
 
 @pytest.fixture(scope="session")
-def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("sesa-cache")
+def cache_dir(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> Path:
+    """The session's model cache, one for all pytest-xdist workers: each tiny base is warm-started once (a worker
+    that needs a base another is building waits on ``build_once``'s lock), not once per worker."""
+    root = tmp_path_factory.getbasetemp()
+    if worker_id != "master":
+        root = root.parent  # the run's temp dir, which holds every worker's own
+    path = root / "sesa-cache"
+    path.mkdir(exist_ok=True)
+    return path
+
+
+# Which worker warm-starts which base first: each starts with a different one, so neither waits for the other.
+_FIRST_BASE = {"gw0": "path_setup", "gw1": "frozenlake_setup"}
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _build_the_bases_side_by_side(request: pytest.FixtureRequest, worker_id: str) -> None:
+    """On two or more xdist workers, worker gw0 builds the path base and gw1 the FrozenLake base before their first
+    test (when the run has a test that needs it), instead of both building the first base their tests ask for."""
+    name = _FIRST_BASE.get(worker_id)
+    if name and any(name in item.fixturenames for item in request.session.items):
+        request.getfixturevalue(name)
 
 
 @pytest.fixture(scope="session")

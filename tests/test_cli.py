@@ -124,6 +124,7 @@ def test_frozenlake_train_both_samplers_then_eval(monkeypatch, tmp_path, cache_d
         "sampler=parallel,sequential",
         "train.steps=2",
         "train.eval_every=0",
+        "eval.instances=2",
         f"hydra.sweep.dir={sweep}",
     ]
     assert run_cli(argv, monkeypatch) == 0

@@ -158,36 +158,3 @@ def test_a_shared_prompt_is_prefilled_once_and_copied(path_setup, monkeypatch):
         own = single.sample(12, stop, SamplingParams(), [torch.Generator().manual_seed(row)])[0]
         assert own.ids == drawn[row].ids
         assert max((abs(x - y) for x, y in zip(own.logps, drawn[row].logps, strict=True)), default=0.0) < 1e-5
-
-
-def test_the_growing_cache_samples_what_a_concatenating_cache_samples(path_setup, monkeypatch):
-    """The backend's KV buffer (doubling, written in place) against transformers' own DynamicCache (concatenation):
-    the same draws and log-probs over a session that outgrows the buffer twice (64 slots, then 130 and more) and
-    copies rows mid-way."""
-    from transformers import DynamicCache
-
-    from sesa_cli.rollout import backends
-
-    _, task, policy = path_setup
-    p, q, r = _chain_prompts(policy)
-    stop = policy.encode(task.stop)
-
-    def run() -> list[list[tuple[list[int], list[float]]]]:
-        eng = Engine(policy.model, policy.tokenizer.pad_token_id)
-        session = eng.start([p, q, r])
-        gens = [torch.Generator().manual_seed(i) for i in range(3)]
-        drawn = [session.sample_chains(4, 24, stop, SamplingParams(), gens, between=lambda i, item: stop)]
-        session.select([2, 0, 0, 1])
-        gens = [torch.Generator().manual_seed(10 + i) for i in range(4)]
-        drawn.append(session.sample_chains(6, 24, stop, SamplingParams(), gens, between=lambda i, item: stop))
-        assert max(map(len, session.tokens)) > 130
-        return [[(c.ids, c.logps) for chain in part for _, c in chain] for part in drawn]
-
-    growing = run()
-    plain = backends.HFBackend.new_state
-    monkeypatch.setattr(
-        backends.HFBackend,
-        "new_state",
-        lambda self, batch: backends._HFState(DynamicCache(), plain(self, batch).attn_mask),
-    )
-    assert run() == growing

@@ -222,15 +222,13 @@ class Session:
     def _feed(self, rows: list[list[int]]) -> torch.Tensor:
         """Teacher-force ``rows[i]`` onto row i (a chunk with per-row lengths) and return the next-token logits."""
         width = max(len(r) for r in rows)
-        pad = self.engine.pad_id
-        ids = torch.full((self.batch, width), pad, dtype=torch.long)
-        mask = torch.zeros(self.batch, width, dtype=torch.long)
-        for i, r in enumerate(rows):
-            if r:
-                ids[i, : len(r)] = torch.as_tensor(r, dtype=torch.long)
-                mask[i, : len(r)] = 1
-                self.tokens[i].extend(r)
-        return self._forward(ids.to(self.engine.device), mask.to(self.engine.device))
+        pad, dev = self.engine.pad_id, self.engine.device
+        # one tensor from nested lists: a copy per row cost ~1.4 ms of a 64-row decode step (issue 20's profile)
+        ids = torch.tensor([[*r, *[pad] * (width - len(r))] for r in rows], dtype=torch.long, device=dev)
+        mask = torch.tensor([[1] * len(r) + [0] * (width - len(r)) for r in rows], dtype=torch.long, device=dev)
+        for tokens, r in zip(self.tokens, rows, strict=True):
+            tokens.extend(r)
+        return self._forward(ids, mask)
 
     def select(self, rows: Sequence[int]) -> None:
         """Keep (and repeat) the given rows, in that order: row j becomes a copy of old row ``rows[j]``, its KV cache

@@ -22,12 +22,23 @@ its own environment and went on at once doubled FrozenLake's sampling time here 
 decode forwards to an observation's length) and was reverted. The current figures are the README's "Rollout cost"
 blocks, which this script writes with --readme.
 
+Three runs of `nox -s bench` (2026-11-25, 851910e, variants interleaved round by round):
+  task=path                  parallel 0.258 / 0.234 / 0.245 s/step; solution 3.16x / 3.39x / 3.22x;
+                             two-stage 2.13x / 2.18x / 2.13x; engine/generate at batch 64 1.08x / 0.96x / 0.99x
+  experiment=frozenlake_tiny parallel 1.776 / 1.863 / 1.831 s/step; solution 2.21x / 2.25x / 2.32x;
+                             two-stage 1.45x / 1.36x / 1.45x
+Decode forwards per step (path): parallel 22 of 64 rows, solution 142 of 8, two-stage 74 of 25 on average; FrozenLake
+17 of 64, 166 of 8, 39 of 34. A forward costs about as much at 8 rows as at 64 on this CPU, so the count sets the
+ratio, and the issue's targets (1.6x, 1.3x) would need a forward whose cost scales with its rows.
+
 Profile of one parallel path-task step (issue 20 item 3; shares of the step, one thread), top five:
   before (47459b4, the issue's timers): decode forwards 42.5%, backward 28.3%, log-prob scoring forward 17.6%,
     per-token Python in the sampling loop 3.7%, prompt prefill 3.5%
   after (2026-11-25, --profile): decode forwards 58.3%, sampling loop (softmax, draws, stop checks, the task's scorer)
     14.4%, backward 11.9%, scoring forward 8.8%, bookkeeping and metrics 3.4% (prefill 1.4%: shared prompts are
     prefilled once; optimizer step 1.7%)
+  and with each fed chunk built as one tensor (851910e; three runs): decode forwards 62.3 / 61.0 / 62.1%, backward
+    12.6 / 13.0 / 12.1%, sampling loop 9.6 / 9.3 / 9.5%, scoring forward 8.4 / 9.4 / 9.4%, bookkeeping 3.6 / 3.8 / 3.5%
 The update's share fell from ~46% to ~21%: rows of zero-advantage groups skip the forward, each mini-batch is cut to
 its longest row, and the sampler's log-probs serve as the old policy's. bf16 autocast does not pay at this size: the
 same step with model.dtype=bfloat16 took 4.8x (path) and 10.7x (FrozenLake) the float32 step (casts around ops that are overhead-bound).

@@ -17,9 +17,7 @@ The ratios did not move; the seconds moved within the run-to-run spread (a secon
 sequential sampling 0.386 -> 0.361 s). On the path task sampling is 70% (parallel) to 96% (sequential) of a step (timers around ``Sampler.sample``): a chain of G = 8
 items of ~17 tokens is ~136 decode steps at batch 8, against ~24 at batch 64 for parallel, and at this model size a
 decode step costs about the same at batch 8 as at 64 (per-op overhead), so the chain's length, not waiting, is the
-cost. FrozenLake's episodes stay in lock-step (an environment step between turns): a version where each row stepped
-its own environment and went on at once doubled FrozenLake's sampling time here (its feedback widened the batch's
-decode forwards to an observation's length) and was reverted. The current figures are the README's "Rollout cost"
+cost. FrozenLake's episodes stay in lock-step (docs/measurements.md, "Rollout cost", says why). The current figures are the README's "Rollout cost"
 blocks, which this script writes with --readme.
 
 Three runs of `nox -s bench` (2026-11-25, 851910e, variants interleaved round by round):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -23,7 +24,14 @@ FROZENLAKE = [
 @pytest.fixture(scope="session")
 def cache_dir(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> Path:
     """The session's model cache, one for all pytest-xdist workers: each tiny base is warm-started once (a worker
-    that needs a base another is building waits on ``build_once``'s lock), not once per worker."""
+    that needs a base another is building waits on ``build_once``'s lock), not once per worker. ``SESA_TEST_CACHE=DIR`` keeps it in DIR across runs
+    instead (development only: CI and ``nox -s tests`` leave it unset, so each run builds its bases from the code it
+    tests)."""
+    shared = os.environ.get("SESA_TEST_CACHE")
+    if shared:  # a developer's cache kept across runs and checkouts (keyed by task + model config, as any cache dir)
+        path = Path(shared)
+        path.mkdir(parents=True, exist_ok=True)
+        return path
     root = tmp_path_factory.getbasetemp()
     if worker_id != "master":
         root = root.parent  # the run's temp dir, which holds every worker's own

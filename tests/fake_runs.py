@@ -52,8 +52,8 @@ def write_run(
     override_list = [f"task={task}", *(f"{k}={v}" for k, v in overrides.items()), f"train.steps={STEPS}"]
     config = {
         "task": {"name": task},
-        "sampler": {"name": sampler, "group_size": 8, "off_policy": "paper", "stage1": "auto"},
-        "algo": {"name": str(overrides.get("algo", "grpo"))},
+        "sampler": {"name": sampler, "group_size": 8, "stage1": "auto"},
+        "algo": {"name": str(overrides.get("algo", "grpo")), "off_policy": "paper"},
         "optim": {"lr": 1e-4},
         "model": {"name": "tiny"},
         "seed": seed,

@@ -24,12 +24,18 @@ CONFIGS = {
         {"kl_coef": 0.05, "entropy_coef": 0.01},
     ),
     "solution-weight-negatives-clip-cov": (
-        {"name": "sequential", "stage1": "solution", "off_policy": "weight_negatives"},
-        {"loss": "clip_cov"},
+        {"name": "sequential", "stage1": "solution"},
+        {"loss": "clip_cov", "off_policy": "weight_negatives"},
     ),
     "baseline-dapo-filter-kl-cov": (
-        {"name": "sequential", "stage1": "solution", "off_policy": "on_policy_baseline"},
-        {"loss": "kl_cov", "minibatches": 2, "dynamic_sampling": True, "rollout_filter_ratio": 0.5},
+        {"name": "sequential", "stage1": "solution"},
+        {
+            "off_policy": "on_policy_baseline",
+            "loss": "kl_cov",
+            "minibatches": 2,
+            "dynamic_sampling": True,
+            "rollout_filter_ratio": 0.5,
+        },
     ),
 }
 

@@ -1,4 +1,4 @@
-"""sampler.off_policy: what each loss variant does to the rows drawn off the context they are scored in.
+"""algo.off_policy: what each off-policy strategy does to the rows drawn off the context they are scored in.
 
 The batch is built by hand: two groups of four path answers with chosen rewards, contexts and behaviour log-probs, so
 which rows are off-policy and which advantages change is known before the trainer sees it.
@@ -14,7 +14,8 @@ import pytest
 import torch
 
 from sesa_cli import algos
-from sesa_cli.config import ConfigError, SamplerConfig
+from sesa_cli.config import OFF_POLICY_NAMES, AlgoConfig, ConfigError
+from sesa_cli.deprecations import rename_overrides
 from sesa_cli.rollout.engine import Completion
 from sesa_cli.rollout.samplers import Rollout
 from sesa_cli.rollout.scoring import build_batch, completion_logps
@@ -32,9 +33,13 @@ SHIFT = [0.0, math.log(2.0), 0.0, -math.log(3.0), 0.0, 0.0, math.log(4.0), 0.0]
 IS_CLIP = 2.0
 
 
-def _trainer(path_setup, tmp_path, **sampler_kw) -> Trainer:
+def _trainer(path_setup, tmp_path, off_policy: str, **sampler_kw) -> Trainer:
     cfg, task, policy = path_setup
-    cfg = replace(cfg, sampler=replace(cfg.sampler, name="sequential", is_clip=IS_CLIP, **sampler_kw))
+    cfg = replace(
+        cfg,
+        sampler=replace(cfg.sampler, name="sequential", is_clip=IS_CLIP, **sampler_kw),
+        algo=replace(cfg.algo, off_policy=off_policy),
+    )
     return Trainer(cfg, task, copy.deepcopy(policy), RunDir(tmp_path / "run"))
 
 
@@ -157,8 +162,18 @@ def test_sketch_rows_are_never_off_policy(path_setup, tmp_path):
     assert inputs.contexts[8:] == [[1, 2], [1, 2]]
 
 
-def test_weight_negatives_with_importance_weighted_loss_is_refused():
+def test_weight_negatives_with_importance_weighted_loss_is_refused(path_setup):
+    cfg = path_setup[0]
     with pytest.raises(ConfigError, match="weight negatives twice"):
-        SamplerConfig(off_policy="weight_negatives", loss_context="is")
-    with pytest.raises(ConfigError, match=r"sampler\.off_policy"):
-        SamplerConfig(off_policy="nope")
+        replace(
+            cfg, algo=replace(cfg.algo, off_policy="weight_negatives"), sampler=replace(cfg.sampler, loss_context="is")
+        )
+    with pytest.raises(ConfigError, match=r"algo\.off_policy"):
+        AlgoConfig(off_policy="nope")
+
+
+def test_the_config_accepts_the_registered_strategies_and_the_old_key_still_works():
+    assert sorted(algos.OFF_POLICY) == sorted(OFF_POLICY_NAMES)
+    renamed, notices = rename_overrides(["sampler.off_policy=paper", "seed=1"])
+    assert renamed == ["algo.off_policy=paper", "seed=1"]
+    assert notices == ["deprecated: sampler.off_policy -> algo.off_policy (the old name goes in the next release)"]

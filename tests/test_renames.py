@@ -18,6 +18,7 @@ OLD = {
     "train.warmup_steps": ("2", "optim", "warmup_steps", 2),
     "train.lr_schedule": ("cosine", "optim", "lr_schedule", "cosine"),
     "train.weight_decay": ("0.1", "optim", "weight_decay", 0.1),
+    "sampler.off_policy": ("paper", "algo", "off_policy", "paper"),
 }
 
 
@@ -95,6 +96,10 @@ def test_an_old_runs_config_upgrades_to_the_current_keys():
     assert old["algo"]["lr"] == 3e-4  # the caller's dict is left as it was
     # a current key already present wins over the old one
     assert upgrade_config({"algo": {"lr": 1.0}, "optim": {"lr": 2.0}})["optim"]["lr"] == 2.0
+    # issue 28: the off-policy strategy moved from the sampler to the loss's settings
+    moved = upgrade_config({"sampler": {"name": "sequential", "off_policy": "paper"}, "algo": {"name": "grpo"}})
+    assert moved["sampler"] == {"name": "sequential"}
+    assert moved["algo"] == {"name": "grpo", "off_policy": "paper"}
 
 
 def test_revive_and_eval_reload_a_parent_config_with_old_keys(tmp_path):

@@ -134,7 +134,7 @@ def test_console_tables_fit_80_columns(built: ReportFiles, sweep: Path, tmp_path
             tmp_path / f"w{s}",
             {
                 "sampler": "sequential",
-                "sampler.off_policy": "on_policy_baseline",
+                "algo.off_policy": "on_policy_baseline",
                 "sampler.stage1": "solution",
                 "seed": s,
             },
@@ -144,7 +144,7 @@ def test_console_tables_fit_80_columns(built: ReportFiles, sweep: Path, tmp_path
     wide += [
         write_run(
             tmp_path / f"v{s}",
-            {"sampler": "sequential", "sampler.off_policy": "weight_negatives", "sampler.stage1": "sketch", "seed": s},
+            {"sampler": "sequential", "algo.off_policy": "weight_negatives", "sampler.stage1": "sketch", "seed": s},
         )
         for s in (0, 1)
     ]
@@ -216,7 +216,7 @@ def test_single_run_is_labelled_by_its_dir(tmp_path: Path) -> None:
     ("key", "a", "b"),
     [
         ("optim.lr", "1e-4", "3e-4"),
-        ("sampler.off_policy", "paper", "drop_negatives"),
+        ("algo.off_policy", "paper", "drop_negatives"),
         ("train.batch_size", "8", "16"),
         ("model.cache_dir", "/a", "/b"),
         ("task.regions", "4", "8"),
@@ -280,7 +280,7 @@ def test_labels_show_what_differs_and_leave_out_what_does_not_apply(tmp_path: Pa
             {
                 "experiment": "discovery",
                 "sampler": "sequential",
-                "sampler.off_policy": "paper",
+                "algo.off_policy": "paper",
                 "sampler.stage1": "solution",
                 "seed": 0,
             },
@@ -290,18 +290,18 @@ def test_labels_show_what_differs_and_leave_out_what_does_not_apply(tmp_path: Pa
             {
                 "experiment": "discovery",
                 "sampler": "sequential",
-                "sampler.off_policy": "drop_negatives",
+                "algo.off_policy": "drop_negatives",
                 "sampler.stage1": "solution",
                 "seed": 0,
             },
         ),
     ]
     loaded, _ = load_runs(runs)
-    # experiment is told by the sampler; a parallel run reads no sampler.off_policy / stage1
+    # experiment is told by the sampler; a parallel run reads no algo.off_policy / stage1
     assert [r.group for r in loaded] == [
         "sampler=parallel",
-        "sampler=sequential,sampler.off_policy=paper",
-        "sampler=sequential,sampler.off_policy=drop_negatives",
+        "sampler=sequential,algo.off_policy=paper",
+        "sampler=sequential,algo.off_policy=drop_negatives",
     ]
     from sesa_cli.report.runs import short_label
 

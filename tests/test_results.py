@@ -54,7 +54,7 @@ def test_recipe_headers_give_the_claims_report_commands(claim: R.Claim) -> None:
 def test_the_comparison_sweeps_every_variant_explicitly() -> None:
     for name in ("discovery", "revive_sequential"):
         argv = R.recipe_command(R._sweep(name))
-        assert "sampler.off_policy=paper,drop_negatives,weight_negatives,on_policy_baseline" in argv
+        assert "algo.off_policy=paper,drop_negatives,weight_negatives,on_policy_baseline" in argv
         assert "sampler.stage1=solution,sketch" in argv
     assert "seed=0,1,2,3,4" in R.recipe_command(R._sweep("collapse"))
 
@@ -71,7 +71,7 @@ def fake_claims(root: Path, seeds: tuple[int, ...] = SEEDS) -> None:
                 overrides = {
                     "experiment": "discovery",
                     "sampler": "sequential",
-                    "sampler.off_policy": variant,
+                    "algo.off_policy": variant,
                     "sampler.stage1": stage1,
                     "seed": seed,
                 }
@@ -84,7 +84,7 @@ def fake_claims(root: Path, seeds: tuple[int, ...] = SEEDS) -> None:
             root / "revive_sequential" / str(job),
             parent,
             at=6,
-            overrides={"sampler": "sequential", "sampler.off_policy": "drop_negatives", "sampler.stage1": "solution"},
+            overrides={"sampler": "sequential", "algo.off_policy": "drop_negatives", "sampler.stage1": "solution"},
         )
     job = 0
     for sampler in ("parallel", "sequential"):
@@ -165,12 +165,12 @@ def test_resume_runs_only_what_is_missing(tmp_path: Path, monkeypatch: pytest.Mo
     assert len(calls) == 1
     # job 3 of the fake sweep: off_policy=paper, stage1=sketch, seed 1
     assert sorted(calls[0][3:-3]) == sorted(
-        ["experiment=discovery", "sampler.off_policy=paper", "sampler.stage1=sketch", "seed=1"]
+        ["experiment=discovery", "algo.off_policy=paper", "sampler.stage1=sketch", "seed=1"]
     )
     assert calls[0][-1] == f"hydra.sweep.dir={root / 'discovery.retry1'}"
     assert not (root / "discovery" / "3").exists()
     assert len(list((root / "discovery").glob(".3.incomplete.*"))) == 1
-    job = "{'sampler.off_policy': 'paper', 'sampler.stage1': 'sketch', 'seed': '1'}"
+    job = "{'algo.off_policy': 'paper', 'sampler.stage1': 'sketch', 'seed': '1'}"
     assert notes == [f"discovery: job {job} did not finish"]
 
 

@@ -13,7 +13,7 @@ def test_tiny_frozenlake_gets_the_settings_it_learns_with() -> None:
     cfg = compose_train([])  # sesa train with no overrides: frozenlake, tiny, sequential
     assert (cfg.task.name, cfg.model.name, cfg.sampler.name) == ("frozenlake", "tiny", "sequential")
     assert (cfg.task.is_slippery, cfg.task.random_start_goal, cfg.task.max_actions_per_turn) == (False, False, 2)
-    assert (cfg.task.sketch_max_actions, cfg.sampler.stage1, cfg.sampler.off_policy) == (2, "sketch", "drop_negatives")
+    assert (cfg.task.sketch_max_actions, cfg.sampler.stage1, cfg.algo.off_policy) == (2, "sketch", "drop_negatives")
     assert (cfg.algo.minibatches, cfg.optim.lr, cfg.optim.lr_schedule) == (4, 3e-4, "linear")
     assert (cfg.eval.instances, cfg.eval.samples) == (64, 16)
 

@@ -12,7 +12,6 @@ from sesa_cli.rollout.scoring import build_batch, completion_logps
 from sesa_cli.runs import RunDir
 from sesa_cli.tasks.path import PathTask
 from sesa_cli.trainer import Trainer, _select
-from sesa_cli.update import off_policy_advantages
 
 
 def _trainer(path_setup, tmp_path, task_kw=None, **sampler_kw):
@@ -45,11 +44,9 @@ def test_update_raises_the_logprob_of_rewarded_samples(path_setup, tmp_path, sam
     assert any(r.score.reward == 0 for r in rows)
     inputs = trainer.loss_inputs(groups)
     # The rows the loss pushes up and down: positive and negative advantages as the update applies them (with
-    # sampler=sequential's default off_policy=drop_negatives an unrewarded chain row after the first gets 0).
-    assert trainer.cfg.sampler.off_policy in ("drop_negatives", "paper")  # (no importance weights needed here)
-    adv, _ = off_policy_advantages(
-        inputs.advantages, inputs.off_policy, None, trainer.cfg.sampler.off_policy, inputs.n_solutions
-    )
+    # the default algo.off_policy=drop_negatives an unrewarded chain row after the first gets 0).
+    assert not trainer.off_policy.needs_weights  # (no importance weights needed here)
+    adv, _ = trainer.off_policy.rows(inputs.advantages, inputs.off_policy, None, inputs.n_solutions)
     good = [r for r, a in zip(rows, adv.tolist(), strict=True) if a > 0]
     bad = [r for r, a in zip(rows, adv.tolist(), strict=True) if a < 0]
     assert good

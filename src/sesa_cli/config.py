@@ -182,18 +182,16 @@ class TaskConfig:
 
 
 # ------------------------------------------------------------------------------------------------------- sampler
-OFF_POLICY_VARIANTS = ("paper", "drop_negatives", "weight_negatives", "on_policy_baseline")
-"""``sampler.off_policy`` values (documented on the field)."""
 SEQUENTIAL_ONLY = (
-    "stage1",
-    "sketch_max_tokens",
-    "solutions_per_sketch",
-    "loss_context",
-    "is_clip",
-    "train_sketches",
-    "off_policy",
+    "sampler.stage1",
+    "sampler.sketch_max_tokens",
+    "sampler.solutions_per_sketch",
+    "sampler.loss_context",
+    "sampler.is_clip",
+    "sampler.train_sketches",
+    "algo.off_policy",
 )
-"""``sampler.*`` fields that ``sampler=parallel`` never reads: every parallel row is drawn and scored under the plain
+"""Config keys that ``sampler=parallel`` never reads: every parallel row is drawn and scored under the plain
 prompt. Set on the command line of a run that samples in parallel they are an error (sesa_cli/commands/validate.py),
 not silently ignored; recipes and parent runs may carry them (a revived sequential run switched to parallel keeps its
 own values). The diversity report leaves them out of a parallel group's label."""
@@ -233,31 +231,11 @@ class SamplerConfig:
     """Truncation c of the importance weight for loss_context=is."""
     train_sketches: bool = False
     """sequential, stage1=sketch: also give sketch tokens a policy-gradient term (advantage = mean of its solutions)."""
-    off_policy: str = "drop_negatives"
-    """What the loss does with off-policy rows: solutions drawn in a context other than the one they are scored in
-    (with ``loss_context=prompt`` or ``is``, every chain item after the first and every stage-II solution; never a
-    sketch row, never with ``loss_context=conditioned``). Under the plain-prompt loss such a row's negative
-    advantage pushes down log pi(y|x) of a solution the plain policy would almost never draw, without bound (with
-    one update per batch the PPO ratio is exactly 1), and with it the prefixes it shares with the targets the chain
-    found: measured on the path task, discovered targets fell 8-26 nats under the plain prompt.
-    ``drop_negatives`` (the default): negative advantages of off-policy rows set to 0, positives kept; of the four,
-    the one that keeps the most targets in the plain policy (docs/results.md, claims II and III). ``paper``: every
-    advantage as computed (the paper's loss, one override away). ``weight_negatives``: negative advantages of off-policy rows multiplied by the
-    truncated importance weight min(is_clip, pi(y|x) / pi(y|ctx)) of the whole solution, positives kept (the
-    negative push on y is bounded by how likely the plain policy is to draw it). ``on_policy_baseline``: the group
-    baseline (the mean the advantage subtracts) from the group's on-policy rows only, the scale as the estimator
-    has it; a group with no on-policy row keeps the estimator's own baseline (counted)."""
 
     def __post_init__(self) -> None:
         _choice(self.name, "sampler.name", ("parallel", "sequential"))
         _choice(self.stage1, "sampler.stage1", ("auto", "sketch", "solution"))
         _choice(self.loss_context, "sampler.loss_context", ("prompt", "conditioned", "is"))
-        _choice(self.off_policy, "sampler.off_policy", OFF_POLICY_VARIANTS)
-        if self.off_policy == "weight_negatives" and self.loss_context == "is":
-            raise ConfigError(
-                "sampler.off_policy=weight_negatives with sampler.loss_context=is would weight negatives twice "
-                "(loss_context=is already weights every off-policy row); use loss_context=prompt"
-            )
         if self.group_size < 2:
             raise ConfigError("sampler.group_size must be >= 2: group-normalised advantages need two rollouts")
         if self.temperature <= 0:
@@ -272,6 +250,11 @@ class SamplerConfig:
 
 
 # ---------------------------------------------------------------------------------------------------------- algo
+OFF_POLICY_NAMES = ("paper", "drop_negatives", "weight_negatives", "on_policy_baseline")
+"""``algo.off_policy`` values: the keys of ``sesa_cli.algos.OFF_POLICY`` (a test keeps the two equal; this module must
+not import torch)."""
+
+
 @dataclass
 class AlgoConfig:
     """The RL objective: an advantage estimator, a policy loss and a token aggregation, each a registry key."""
@@ -315,6 +298,23 @@ class AlgoConfig:
     """KL-Cov: fraction of tokens with the largest covariance that get the KL penalty."""
     kl_cov_coef: float = 1.0
     """KL-Cov: weight of that penalty."""
+    off_policy: str = "drop_negatives"
+    """Off-policy strategy (registry ``sesa_cli.algos.OFF_POLICY``, sesa_cli/algos/off_policy.py; the old key
+    ``sampler.off_policy`` still works for one release): what the loss does with off-policy rows, solutions drawn in
+    a context other than the one they are scored in (with ``sampler.loss_context=prompt`` or ``is``, every chain
+    item after the first and every stage-II solution; never a sketch row, never with ``loss_context=conditioned``,
+    never with parallel sampling). Under the plain-prompt loss such a row's negative advantage pushes down
+    log pi(y|x) of a solution the plain policy would almost never draw, without bound (with one update per batch
+    the PPO ratio is exactly 1), and with it the prefixes it shares with the targets the chain found: measured on
+    the path task, discovered targets fell 8-26 nats under the plain prompt.
+    ``drop_negatives`` (the default): negative advantages of off-policy rows set to 0, positives kept; of the four,
+    the one that keeps the most targets in the plain policy (docs/results.md, claims II and III). ``paper``: every
+    advantage as computed (the paper's loss, one override away). ``weight_negatives``: negative advantages of
+    off-policy rows multiplied by the truncated importance weight min(sampler.is_clip, pi(y|x) / pi(y|ctx)) of the
+    whole solution, positives kept (the negative push on y is bounded by how likely the plain policy is to draw
+    it). ``on_policy_baseline``: the group baseline (the mean the advantage subtracts) from the group's on-policy
+    rows only, the scale as the estimator has it; a group with no on-policy row keeps the estimator's own baseline
+    (counted)."""
     ppo_epochs: int = 1
     """Optimisation passes over each batch; > 1 makes the ratio against the sampling-time log-probs matter."""
     minibatches: int = 1
@@ -322,6 +322,7 @@ class AlgoConfig:
 
     def __post_init__(self) -> None:
         _choice(self.kl_estimator, "algo.kl_estimator", ("k1", "k2", "k3"))
+        _choice(self.off_policy, "algo.off_policy", OFF_POLICY_NAMES)
         raise_if(
             at_least(self, "algo", 1, "ppo_epochs", "minibatches") + at_least(self, "algo", 0, "clip_low", "clip_high")
         )
@@ -530,6 +531,11 @@ class TrainConfig:
             raise ConfigError(f"logger={unknown[0]!r} is not a logger; choose from: {', '.join(LOGGER_NAMES)}")
         if len(set(self.logger)) != len(self.logger):
             raise ConfigError(f"logger={self.logger} names a logger twice")
+        if self.algo.off_policy == "weight_negatives" and self.sampler.loss_context == "is":
+            raise ConfigError(
+                "algo.off_policy=weight_negatives with sampler.loss_context=is would weight negatives twice "
+                "(loss_context=is already weights every off-policy row); use sampler.loss_context=prompt"
+            )
         if self.optim.warmup_steps >= self.train.steps:
             raise ConfigError(
                 f"optim.warmup_steps={self.optim.warmup_steps} must be < train.steps={self.train.steps} (the warm-up "

@@ -21,9 +21,10 @@ RENAMED_KEYS = {
     "train.warmup_steps": "optim.warmup_steps",
     "train.lr_schedule": "optim.lr_schedule",
     "train.weight_decay": "optim.weight_decay",
+    "sampler.off_policy": "algo.off_policy",
 }
 """Old config key -> current one (issue 18: one name per concept; the evaluation protocol is ``eval.*`` in every
-command, the optimizer ``optim.*``). The old names still work for one release: on the command line with a one-line
+command, the optimizer ``optim.*``; issue 28: the off-policy strategy is configured with the loss, ``algo.*``). The old names still work for one release: on the command line with a one-line
 notice (:func:`rename_overrides`), in a parent run's ``config.yaml`` silently (:func:`upgrade_config`)."""
 
 

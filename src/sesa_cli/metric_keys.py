@@ -230,13 +230,13 @@ METRIC_KEYS: tuple[MetricKey, ...] = (
     ),
     MetricKey(
         "loss/adv_changed_frac",
-        "sampler.off_policy variants: share of solution rows whose advantage changed.",
-        "sesa_cli.update.off_policy_advantages",
+        "algo.off_policy strategies: share of solution rows whose advantage changed.",
+        "sesa_cli.algos.off_policy",
     ),
     MetricKey(
         "loss/neg_weight_mean",
         "weight_negatives: mean weight of the off-policy negative rows.",
-        "sesa_cli.update.off_policy_advantages",
+        "sesa_cli.algos.off_policy.WeightNegatives",
     ),
     MetricKey(
         "loss/baseline_fallback_frac",

@@ -43,7 +43,6 @@ from sesa_cli.update import (
     behaviour_tensor,
     importance_weights,
     loss_inputs,
-    off_policy_advantages,
     old_logps,
     optimizer_step,
     updates_per_batch,
@@ -92,6 +91,7 @@ class Trainer:
         self.dist.broadcast_parameters(self.model)
         dtype = cfg.model.dtype
         self.sampler = make_sampler(cfg.sampler, task, policy, dtype)
+        self.off_policy = algos.off_policy_strategy(cfg.algo)
         self.eval_sampler = ParallelSampler(cfg.sampler, task, policy, dtype)
         self.greedy_sampler = ParallelSampler(cfg.sampler, task, policy, dtype, greedy=True)
         self.trainable = [p for p in self.model.parameters() if p.requires_grad]
@@ -158,7 +158,7 @@ class Trainer:
     # ------------------------------------------------------------------ update
     def loss_inputs(self, groups: list[list[Rollout]]) -> LossInputs:
         """The rows the update trains on (sesa_cli.update.loss_inputs)."""
-        return loss_inputs(groups, self.cfg.algo, self.cfg.sampler)
+        return loss_inputs(groups, self.off_policy, self.cfg.sampler)
 
     def update(self, inputs: LossInputs) -> dict[str, float]:
         """One update on ``inputs``: ``algo.ppo_epochs`` passes of ``algo.minibatches`` optimizer steps; returns the
@@ -213,11 +213,11 @@ class Trainer:
     ) -> tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor, dict[str, float]]:
         """What the update does about rows drawn off the context they are scored in: (the old policy's (rows, T)
         log-probs or None, the (rows,) importance weights of ``loss_context=is`` or None, the (rows,) advantages after
-        ``sampler.off_policy``, their ``loss/*`` statistics)."""
+        the off-policy strategy (``algo.off_policy``), their ``loss/*`` statistics)."""
         scfg, dtype = self.cfg.sampler, self.cfg.model.dtype
         mask, off, n_sol = batch.response_mask, inputs.off_policy, inputs.n_solutions
         behaviour = behaviour_tensor(inputs.behaviour_logps, mask)
-        weighted = weighs_rows(scfg, off)
+        weighted = weighs_rows(scfg, self.off_policy, off)
         old = old_logps(
             batch,
             behaviour,
@@ -236,7 +236,7 @@ class Trainer:
         if seq_weights is not None:
             stats["loss/is_weight_mean"] = float(seq_weights[:n_sol].mean())
             stats["loss/is_weight_max"] = float(seq_weights[:n_sol].max())
-        advantages, adv_stats = off_policy_advantages(inputs.advantages, off, weights, scfg.off_policy, n_sol)
+        advantages, adv_stats = self.off_policy.rows(inputs.advantages, off, weights, n_sol)
         return old, seq_weights, advantages, {**stats, **adv_stats}
 
     def _finite(self, loss: torch.Tensor) -> bool:

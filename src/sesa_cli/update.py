@@ -1,6 +1,6 @@
 """The pieces of one policy update, in the order :meth:`sesa_cli.trainer.Trainer.update` runs them: the loss inputs
-of a batch of groups, the old policy's log-probs, the truncated importance weights, the off-policy treatment of the
-advantages, and the optimizer step.
+of a batch of groups, the old policy's log-probs, the truncated importance weights, and the optimizer step. The
+off-policy treatment of the advantages is the strategy ``algo.off_policy`` names (sesa_cli/algos/off_policy.py).
 
 Shapes: ``rows`` is the number of scored sequences of the update (every solution, then one row per sketch with
 ``sampler.train_sketches``); ``T`` the longest completion among them (the width of a
@@ -16,7 +16,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from sesa_cli import algos
+from sesa_cli.algos import OffPolicy
 from sesa_cli.config import AlgoConfig, SamplerConfig
 from sesa_cli.distributed import SingleProcess
 from sesa_cli.rollout.samplers import Rollout
@@ -45,23 +45,18 @@ class LossInputs:
     n_solutions: int
     """The first ``n_solutions`` rows are solutions; the rest are sketches."""
     stats: dict[str, float]
-    """``loss/*`` statistics of the advantage computation (``sampler.off_policy=on_policy_baseline``)."""
+    """``loss/*`` statistics of the advantage computation (the off-policy strategy's baseline)."""
 
 
-def loss_inputs(groups: Sequence[Sequence[Rollout]], algo: AlgoConfig, sampler: SamplerConfig) -> LossInputs:
-    """Flatten groups into scored rows with advantages (and sketch rows when ``sampler.train_sketches``)."""
+def loss_inputs(groups: Sequence[Sequence[Rollout]], strategy: OffPolicy, sampler: SamplerConfig) -> LossInputs:
+    """Flatten groups into scored rows with advantages (``strategy``'s baseline: ``algo.off_policy``) and, when
+    ``sampler.train_sketches``, sketch rows."""
     rewards = torch.tensor([[r.score.reward for r in g] for g in groups], dtype=torch.float32)
     rows = [r for g in groups for r in g]
     contexts = [r.context_ids if sampler.loss_context == "conditioned" else r.prompt_ids for r in rows]
     # The one definition of an off-policy row: drawn in a context other than the one it is scored in.
     off_policy = [r.context_ids != c for r, c in zip(rows, contexts, strict=True)]
-    stats: dict[str, float] = {}
-    adv = algos.compute_advantages(rewards, algo)  # (n_groups, group)
-    if sampler.off_policy == "on_policy_baseline":
-        on_policy = ~torch.tensor(off_policy, dtype=torch.bool).view(rewards.shape)
-        paper, adv = adv, algos.compute_advantages(rewards, algo, on_policy=on_policy)
-        stats["loss/adv_changed_frac"] = float((adv != paper).float().mean())
-        stats["loss/baseline_fallback_frac"] = float(algos.no_on_policy_groups(on_policy).float().mean())
+    adv, stats = strategy.advantages(rewards, torch.tensor(off_policy, dtype=torch.bool).view(rewards.shape))
     advantages = adv.flatten().tolist()
     completions = [r.completion.ids for r in rows]
     masks: list[list[bool] | None] = [r.completion.mask for r in rows]
@@ -109,10 +104,10 @@ def updates_per_batch(algo: AlgoConfig) -> int:
     return algo.ppo_epochs * algo.minibatches
 
 
-def weighs_rows(sampler: SamplerConfig, off_policy: Tensor) -> bool:
-    """Whether the update needs truncated importance weights: ``loss_context=is`` (every row), or
-    ``off_policy=weight_negatives`` with an off-policy row in the batch."""
-    return sampler.loss_context == "is" or (sampler.off_policy == "weight_negatives" and bool(off_policy.any()))
+def weighs_rows(sampler: SamplerConfig, strategy: OffPolicy, off_policy: Tensor) -> bool:
+    """Whether the update needs truncated importance weights: ``loss_context=is`` (every row), or an off-policy
+    strategy that needs them (``algo.off_policy=weight_negatives``) with an off-policy row in the batch."""
+    return sampler.loss_context == "is" or (strategy.needs_weights and bool(off_policy.any()))
 
 
 def old_logps(
@@ -150,27 +145,6 @@ def importance_weights(
     cached sampling pass and this forward."""
     log_w = torch.where(off_policy, ((old - behaviour) * response_mask).sum(1), 0.0)
     return torch.exp(log_w).clamp(max=clip)
-
-
-def off_policy_advantages(
-    advantages: Tensor, off_policy: Tensor, weights: Tensor | None, variant: str, n_solutions: int
-) -> tuple[Tensor, dict[str, float]]:
-    """``sampler.off_policy`` applied to the advantages (rows,): ``drop_negatives`` sets the negative advantages of
-    off-policy rows to 0, ``weight_negatives`` multiplies them by their importance ``weights`` (rows,; None only when
-    no row is off-policy, and then none is scaled); other variants leave them as they are. Returns the advantages
-    and their ``loss/*`` statistics over the solution rows."""
-    if variant not in ("drop_negatives", "weight_negatives"):
-        return advantages, {}
-    n = advantages.shape[0]
-    # no weights were computed only when no row is off-policy, and then none is scaled
-    kept = torch.ones(n) if weights is None else weights
-    factors = torch.zeros(n) if variant == "drop_negatives" else kept
-    scaled = algos.scale_off_policy_negatives(advantages, off_policy, factors)
-    stats = {"loss/adv_changed_frac": float((scaled != advantages)[:n_solutions].float().mean())}
-    hit = off_policy & (advantages < 0)
-    if variant == "weight_negatives" and bool(hit.any()):
-        stats["loss/neg_weight_mean"] = float(factors[hit].mean())
-    return scaled, stats
 
 
 def optimizer_step(

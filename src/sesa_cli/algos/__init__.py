@@ -4,7 +4,8 @@
 and :data:`AGGREGATIONS`; :func:`compute_advantages` and :func:`compute_loss` look them up. Each variant's
 docstring cites the paper it comes from. To add one, decorate a function with
 ``@register(POLICY_LOSSES, "my_loss")`` (same signature as its neighbours) and add ``conf/algo/my_algo.yaml``.
-Learning-rate schedules (:data:`LR_SCHEDULES`, :func:`lr_scale`) are a registry of the same kind.
+Learning-rate schedules (:data:`LR_SCHEDULES`, :func:`lr_scale`) and the off-policy strategies (:data:`OFF_POLICY`,
+``algo.off_policy``, :func:`off_policy_strategy`) are registries of the same kind.
 """
 
 from sesa_cli.algos.advantages import (
@@ -17,11 +18,13 @@ from sesa_cli.algos.advantages import (
 from sesa_cli.algos.aggregations import masked_mean
 from sesa_cli.algos.losses import kl_penalty
 from sesa_cli.algos.objective import compute_loss
+from sesa_cli.algos.off_policy import OffPolicy, off_policy_strategy
 from sesa_cli.algos.registry import (
     ADVANTAGES,
     AGGREGATIONS,
     KL_ESTIMATORS,
     LR_SCHEDULES,
+    OFF_POLICY,
     POLICY_LOSSES,
     ZERO_AT_ZERO_ADVANTAGE,
     get,
@@ -35,8 +38,10 @@ __all__ = [
     "AGGREGATIONS",
     "KL_ESTIMATORS",
     "LR_SCHEDULES",
+    "OFF_POLICY",
     "POLICY_LOSSES",
     "ZERO_AT_ZERO_ADVANTAGE",
+    "OffPolicy",
     "compute_advantages",
     "compute_loss",
     "get",
@@ -44,6 +49,7 @@ __all__ = [
     "lr_scale",
     "masked_mean",
     "no_on_policy_groups",
+    "off_policy_strategy",
     "register",
     "scale_off_policy_negatives",
     "top_std_groups",

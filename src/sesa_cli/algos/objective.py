@@ -67,8 +67,8 @@ def compute_loss(
         The 0-d loss to backprop and float metrics: ``pg`` (aggregated, weighted policy term), ``clip_frac``,
         ``approx_kl`` (k3 estimate of KL(old‖pi), token mean), ``ratio_mean`` (token mean of pi/old), ``kl``
         (token mean of the ``cfg.kl_estimator`` estimate of KL(pi‖ref), if ``ref_logps``), ``entropy`` (token
-        mean, if ``entropies``), ``is_weight_mean``/``is_weight_max`` (if ``seq_weights``), and the loss's own
-        (``clip_cov_frac``, ``kl_cov_frac``).
+        mean, if ``entropies``) and the loss's own (``clip_cov_frac``, ``kl_cov_frac``). The statistics of
+        ``seq_weights`` are the update's (``loss/is_weight_mean``, over the solution rows of the whole batch).
     """
     _check_shapes(
         logps,
@@ -98,8 +98,6 @@ def compute_loss(
     if seq_weights is not None:
         weights = seq_weights.detach().to(dtype)  # (batch,)
         pg_losses = pg_losses * weights[:, None]
-        metrics["is_weight_mean"] = weights.mean()
-        metrics["is_weight_max"] = weights.max()
     loss = pg_loss = aggregate(pg_losses, mask, norm_constant=norm_constant)
 
     if ref_logps is not None:

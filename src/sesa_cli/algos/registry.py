@@ -17,6 +17,7 @@ __all__ = [
     "AGGREGATIONS",
     "KL_ESTIMATORS",
     "LR_SCHEDULES",
+    "OFF_POLICY",
     "POLICY_LOSSES",
     "ZERO_AT_ZERO_ADVANTAGE",
     "get",
@@ -44,6 +45,10 @@ KL_ESTIMATORS: dict[str, Callable[..., Any]] = {}
 LR_SCHEDULES: dict[str, Callable[..., Any]] = {}
 """``optim.lr_schedule``: ``fn(done) -> multiplier`` of the learning rate after the warm-up, ``done`` in [0, 1] the
 fraction of the post-warm-up steps taken (see schedules.py)."""
+OFF_POLICY: dict[str, Callable[..., Any]] = {}
+"""``algo.off_policy``: a subclass of :class:`sesa_cli.algos.off_policy.OffPolicy`, called with the
+:class:`~sesa_cli.config.AlgoConfig` to give the strategy (its baseline, importance-weight need, per-row treatment
+and their statistics; see off_policy.py)."""
 
 
 def register(

@@ -70,12 +70,12 @@ def output_dir_problem(config_name: str, overrides: list[str], multirun: bool) -
 
 
 def sequential_only_problem(overrides: list[str], samplers: set[str]) -> str | None:
-    """A one-line error when the command line sets a sequential-only sampler field (config.SEQUENTIAL_ONLY) and no
+    """A one-line error when the command line sets a sequential-only key (config.SEQUENTIAL_ONLY) and no
     job of the command samples sequentially (``samplers``: the sampler name of every job of a sweep)."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     keys = [ov.key_or_group for ov in OverridesParser.create().parse_overrides(overrides)]
-    found = sorted({k for k in keys if k.startswith("sampler.") and k.split(".", 1)[1] in SEQUENTIAL_ONLY})
+    found = sorted({k for k in keys if k in SEQUENTIAL_ONLY})
     if not found or "sequential" in samplers:
         return None
     uses = " and ".join(f"sampler={name}" for name in sorted(samplers))

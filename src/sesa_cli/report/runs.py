@@ -377,7 +377,7 @@ def assign_groups(runs: Sequence[Run]) -> list[str]:
     sampler; when not even the seed differs, each run is its own group labelled by its dir name. Returns the group
     labels in order of first appearance.
     """
-    keys: list[str] = list(_GROUP_KEYS)  # first, so a label reads sampler=sequential,sampler.off_policy=...
+    keys: list[str] = list(_GROUP_KEYS)  # first, so a label reads sampler=sequential,algo.off_policy=...
     for run in runs:
         keys += [k for k in run.overrides if k not in keys and not _ignored(k)]
 
@@ -424,7 +424,7 @@ def _labels(identities: Sequence[Items], n_groups: int) -> list[Items]:
     """The shortest of the label rules of :func:`assign_groups` that still gives ``n_groups`` distinct labels."""
 
     def sequential_only(key: str) -> bool:
-        return key.startswith("sampler.") and key.removeprefix("sampler.") in SEQUENTIAL_ONLY
+        return key in SEQUENTIAL_ONLY
 
     # sequential-only keys that differ only because parallel runs hold their defaults
     sequential = [dict(i) for i in identities if dict(i).get("sampler") != "parallel"]
@@ -448,7 +448,7 @@ def _labels(identities: Sequence[Items], n_groups: int) -> list[Items]:
 
 def short_label(run: Run) -> str:
     """A group label for narrow places (console, legends): option names without their key (``sampler=parallel`` →
-    ``parallel``), other keys by their last part (``sampler.off_policy=paper`` → ``off_policy=paper``)."""
+    ``parallel``), other keys by their last part (``algo.off_policy=paper`` → ``off_policy=paper``)."""
     if not run.group_items:
         return run.group
     parts = [

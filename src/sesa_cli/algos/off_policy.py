@@ -1,0 +1,110 @@
+"""Off-policy strategies (``algo.off_policy``): what the loss does with *off-policy rows*, the solutions drawn in a
+context other than the one they are scored in (with ``sampler.loss_context=prompt`` or ``is``: every chain item
+after the first and every stage-II solution of the sequential sampler; never a sketch row, never with
+``loss_context=conditioned``, never with parallel sampling).
+
+Each strategy is a class registered in :data:`~sesa_cli.algos.registry.OFF_POLICY` under its config name and owns
+the three things it changes, with the ``loss/*`` statistics of each:
+
+* :meth:`OffPolicy.advantages`: the group advantages from the rewards (its baseline);
+* :attr:`OffPolicy.needs_weights`: whether the update computes the truncated importance weights
+  min(c, pi(y|x)/pi(y|ctx)) of the off-policy rows for it;
+* :meth:`OffPolicy.rows`: the per-row treatment of the flattened advantages (given those weights).
+
+The field doc of ``algo.off_policy`` (sesa_cli/config.py) and docs/samplers.md say why each exists and what it
+measured. To add one, subclass :class:`OffPolicy` next to its neighbours with ``@register(OFF_POLICY, "name")``.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import torch
+from torch import Tensor
+
+from sesa_cli.algos.advantages import compute_advantages, no_on_policy_groups, scale_off_policy_negatives
+from sesa_cli.algos.registry import OFF_POLICY, get, register
+from sesa_cli.config import AlgoConfig
+
+__all__ = ["DropNegatives", "OffPolicy", "OnPolicyBaseline", "WeightNegatives", "off_policy_strategy"]
+
+
+@register(OFF_POLICY, "paper")
+class OffPolicy:
+    """``paper``: every advantage as the estimator computes it (the paper's loss); the base class of the others."""
+
+    needs_weights: ClassVar[bool] = False
+    """Whether :meth:`rows` needs the importance weights of the off-policy rows."""
+
+    def __init__(self, algo: AlgoConfig) -> None:
+        self.algo = algo
+
+    def advantages(self, rewards: Tensor, off_policy: Tensor) -> tuple[Tensor, dict[str, float]]:
+        """rewards (n_groups, group) float, off_policy (n_groups, group) bool -> advantages (n_groups, group) and
+        their ``loss/*`` statistics."""
+        return compute_advantages(rewards, self.algo), {}
+
+    def rows(
+        self, advantages: Tensor, off_policy: Tensor, weights: Tensor | None, n_solutions: int
+    ) -> tuple[Tensor, dict[str, float]]:
+        """The per-row treatment: advantages (rows,) float, off_policy (rows,) bool, weights (rows,) (the truncated
+        importance weights when :attr:`needs_weights` and some row is off-policy, else None) -> advantages (rows,)
+        and their ``loss/*`` statistics over the first ``n_solutions`` rows (the solutions; sketch rows follow)."""
+        return advantages, {}
+
+
+def _changed(new: Tensor, old: Tensor, n_solutions: int) -> dict[str, float]:
+    """``loss/adv_changed_frac``: share of the solution rows whose advantage the strategy changed."""
+    return {"loss/adv_changed_frac": float((new != old)[:n_solutions].float().mean())}
+
+
+@register(OFF_POLICY, "drop_negatives")
+class DropNegatives(OffPolicy):
+    """``drop_negatives``: negative advantages of off-policy rows set to 0, positives kept."""
+
+    def rows(
+        self, advantages: Tensor, off_policy: Tensor, weights: Tensor | None, n_solutions: int
+    ) -> tuple[Tensor, dict[str, float]]:
+        out = scale_off_policy_negatives(advantages, off_policy, torch.zeros(advantages.shape[0]))
+        return out, _changed(out, advantages, n_solutions)
+
+
+@register(OFF_POLICY, "weight_negatives")
+class WeightNegatives(OffPolicy):
+    """``weight_negatives``: negative advantages of off-policy rows multiplied by their truncated importance weight
+    (``sampler.is_clip``); positives kept. Logs ``loss/neg_weight_mean`` (mean weight of those rows)."""
+
+    needs_weights = True
+
+    def rows(
+        self, advantages: Tensor, off_policy: Tensor, weights: Tensor | None, n_solutions: int
+    ) -> tuple[Tensor, dict[str, float]]:
+        # no weights were computed only when no row is off-policy, and then none is scaled
+        factors = torch.ones(advantages.shape[0]) if weights is None else weights
+        out = scale_off_policy_negatives(advantages, off_policy, factors)
+        stats = _changed(out, advantages, n_solutions)
+        hit = off_policy & (advantages < 0)
+        if bool(hit.any()):
+            stats["loss/neg_weight_mean"] = float(factors[hit].mean())
+        return out, stats
+
+
+@register(OFF_POLICY, "on_policy_baseline")
+class OnPolicyBaseline(OffPolicy):
+    """``on_policy_baseline``: the group baseline from the group's on-policy rows only (the scale as the estimator
+    has it); a group with none keeps the estimator's own, counted in ``loss/baseline_fallback_frac``."""
+
+    def advantages(self, rewards: Tensor, off_policy: Tensor) -> tuple[Tensor, dict[str, float]]:
+        on_policy = ~off_policy
+        paper = compute_advantages(rewards, self.algo)
+        adv = compute_advantages(rewards, self.algo, on_policy=on_policy)
+        return adv, {
+            "loss/adv_changed_frac": float((adv != paper).float().mean()),
+            "loss/baseline_fallback_frac": float(no_on_policy_groups(on_policy).float().mean()),
+        }
+
+
+def off_policy_strategy(algo: AlgoConfig) -> OffPolicy:
+    """The strategy ``algo.off_policy`` names, for ``algo``; an unknown name raises ``ConfigError``."""
+    strategy: OffPolicy = get(OFF_POLICY, algo.off_policy, "algo.off_policy")(algo)
+    return strategy

@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from sesa_cli import algos
+from sesa_cli.algos import off_policy_strategy
 from sesa_cli.config import OFF_POLICY_NAMES, AlgoConfig, ConfigError
 from sesa_cli.deprecations import rename_overrides
 from sesa_cli.rollout.engine import Completion
@@ -177,3 +178,50 @@ def test_the_config_accepts_the_registered_strategies_and_the_old_key_still_work
     renamed, notices = rename_overrides(["sampler.off_policy=paper", "seed=1"])
     assert renamed == ["algo.off_policy=paper", "seed=1"]
     assert notices == ["deprecated: sampler.off_policy -> algo.off_policy (the old name goes in the next release)"]
+
+
+def test_distinct_solutions_shares_the_positive_push_out_per_distinct_solution(path_setup, tmp_path, monkeypatch):
+    trainer = _trainer(path_setup, tmp_path, off_policy="distinct_solutions")
+    groups = _groups(trainer)
+    # Row 5 (group 1, rewarded) draws the same solution as row 0 (group 0, rewarded): the same prompt, the same key.
+    first = groups[0][0]
+    groups[1][1] = replace(groups[1][1], completion=first.completion, text=first.text, score=first.score)
+    seen, stats = _advantages_seen(trainer, groups, monkeypatch)
+    paper = _paper(trainer)
+    dropped = paper.clone()
+    dropped[[1, 3, 4, 6, 7]] = 0.0  # drop_negatives (see test_drop_negatives_zeroes_the_off_policy_negatives_only)
+    # rows 0 and 5 are one solution drawn twice: half of each row's advantage; row 2 keeps its own; then the three
+    # are rescaled to drop_negatives' total positive push.
+    shares = torch.tensor([paper[0] / 2, paper[2], paper[5] / 2])
+    shares *= (paper[0] + paper[2] + paper[5]) / shares.sum()
+    expected = dropped.clone()
+    expected[[0, 2, 5]] = shares
+    torch.testing.assert_close(seen, expected)
+    assert float(seen[[0, 2, 5]].sum()) == pytest.approx(float(dropped.clamp(min=0).sum()))
+    # the twice-drawn solution gets as much push as the mean of its two rows, not their sum
+    assert float(seen[0] + seen[5]) / float(seen[2]) == pytest.approx(float((paper[0] + paper[5]) / 2 / paper[2]))
+    assert stats["loss/distinct_rewarded_frac"] == 2 / 3
+
+
+@pytest.mark.parametrize(("strategy", "dominant_rises"), [("drop_negatives", True), ("distinct_solutions", False)])
+def test_distinct_solutions_moves_a_softmax_policy_off_its_dominant_solution(strategy, dominant_rises):
+    """A hand-set policy over four solutions, p = (0.7, 0.1, 0.1, 0.1): one group drew solution 0 five times (the
+    first draw on-policy), solutions 1 and 2 once each and the unrewarded solution 3 once. One gradient step on
+    -sum_i A_i log p(y_i) with each strategy's advantages: drop_negatives pushes every rewarded row alike, so the
+    solution drawn five times gains; distinct_solutions pushes each found solution alike, so mass moves from the
+    dominant one to the two the group also found."""
+    logits = torch.log(torch.tensor([0.7, 0.1, 0.1, 0.1])).requires_grad_()
+    drawn = [0, 0, 0, 0, 0, 1, 2, 3]
+    rewards = torch.tensor([[1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 0.0]])
+    off = torch.tensor([[False] + [True] * 7])
+    chosen = off_policy_strategy(AlgoConfig(off_policy=strategy))
+    adv, _ = chosen.advantages(rewards, off)
+    adv, _ = chosen.rows(adv.flatten(), off.flatten(), None, 8, [((1,), str(y)) for y in drawn])
+    loss = -(adv * torch.log_softmax(logits, 0)[drawn]).sum()
+    loss.backward()
+    with torch.no_grad():
+        after = torch.softmax(logits - 0.1 * logits.grad, 0)
+    assert (float(after[0]) > 0.7) == dominant_rises
+    assert float(after[1]) > 0.1  # both strategies raise the other two found solutions
+    assert float(after[2]) > 0.1
+    assert float(after[3]) < float(after[1])  # and the unrewarded one less than them

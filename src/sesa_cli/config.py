@@ -250,7 +250,7 @@ class SamplerConfig:
 
 
 # ---------------------------------------------------------------------------------------------------------- algo
-OFF_POLICY_NAMES = ("paper", "drop_negatives", "weight_negatives", "on_policy_baseline")
+OFF_POLICY_NAMES = ("paper", "drop_negatives", "weight_negatives", "on_policy_baseline", "distinct_solutions")
 """``algo.off_policy`` values: the keys of ``sesa_cli.algos.OFF_POLICY`` (a test keeps the two equal; this module must
 not import torch)."""
 

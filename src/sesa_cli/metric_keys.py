@@ -239,6 +239,11 @@ METRIC_KEYS: tuple[MetricKey, ...] = (
         "sesa_cli.algos.off_policy.WeightNegatives",
     ),
     MetricKey(
+        "loss/distinct_rewarded_frac",
+        "distinct_solutions: distinct rewarded solutions per rewarded solution row (1 = no repeats).",
+        "sesa_cli.algos.off_policy.DistinctSolutions",
+    ),
+    MetricKey(
         "loss/baseline_fallback_frac",
         "on_policy_baseline: share of groups with no on-policy row.",
         "sesa_cli.algos.no_on_policy_groups",

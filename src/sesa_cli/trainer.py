@@ -236,7 +236,7 @@ class Trainer:
         if seq_weights is not None:
             stats["loss/is_weight_mean"] = float(seq_weights[:n_sol].mean())
             stats["loss/is_weight_max"] = float(seq_weights[:n_sol].max())
-        advantages, adv_stats = self.off_policy.rows(inputs.advantages, off, weights, n_sol)
+        advantages, adv_stats = self.off_policy.rows(inputs.advantages, off, weights, n_sol, inputs.solutions)
         return old, seq_weights, advantages, {**stats, **adv_stats}
 
     def _finite(self, loss: torch.Tensor) -> bool:

@@ -22,6 +22,9 @@ from sesa_cli.distributed import SingleProcess
 from sesa_cli.rollout.samplers import Rollout
 from sesa_cli.rollout.scoring import ScoringBatch
 
+Solution = tuple[tuple[int, ...], str] | None
+"""(plain prompt ids, solution key) of a solution row, None when the answer has no key (unparseable)."""
+
 
 @dataclass
 class LossInputs:
@@ -44,6 +47,9 @@ class LossInputs:
     """(rows,) bool: the row was drawn in a context other than the one it is scored in."""
     n_solutions: int
     """The first ``n_solutions`` rows are solutions; the rest are sketches."""
+    solutions: list[Solution]
+    """Per solution row, which solution of which prompt it is (``None`` for an answer with no solution key): rows
+    alike are draws of the same solution for the same prompt."""
     stats: dict[str, float]
     """``loss/*`` statistics of the advantage computation (the off-policy strategy's baseline)."""
 
@@ -86,6 +92,7 @@ def loss_inputs(groups: Sequence[Sequence[Rollout]], strategy: OffPolicy, sample
         advantages=torch.tensor(advantages),
         off_policy=torch.tensor(off_policy, dtype=torch.bool),
         n_solutions=len(rows),
+        solutions=[None if r.score.key is None else (tuple(r.prompt_ids), r.score.key) for r in rows],
         stats=stats,
     )
 

@@ -17,6 +17,7 @@ measured. To add one, subclass :class:`OffPolicy` next to its neighbours with ``
 
 from __future__ import annotations
 
+from collections.abc import Hashable, Sequence
 from typing import ClassVar
 
 import torch
@@ -26,7 +27,14 @@ from sesa_cli.algos.advantages import compute_advantages, no_on_policy_groups, s
 from sesa_cli.algos.registry import OFF_POLICY, get, register
 from sesa_cli.config import AlgoConfig
 
-__all__ = ["DropNegatives", "OffPolicy", "OnPolicyBaseline", "WeightNegatives", "off_policy_strategy"]
+__all__ = [
+    "DistinctSolutions",
+    "DropNegatives",
+    "OffPolicy",
+    "OnPolicyBaseline",
+    "WeightNegatives",
+    "off_policy_strategy",
+]
 
 
 @register(OFF_POLICY, "paper")
@@ -45,11 +53,18 @@ class OffPolicy:
         return compute_advantages(rewards, self.algo), {}
 
     def rows(
-        self, advantages: Tensor, off_policy: Tensor, weights: Tensor | None, n_solutions: int
+        self,
+        advantages: Tensor,
+        off_policy: Tensor,
+        weights: Tensor | None,
+        n_solutions: int,
+        solutions: Sequence[Hashable | None] = (),
     ) -> tuple[Tensor, dict[str, float]]:
         """The per-row treatment: advantages (rows,) float, off_policy (rows,) bool, weights (rows,) (the truncated
         importance weights when :attr:`needs_weights` and some row is off-policy, else None) -> advantages (rows,)
-        and their ``loss/*`` statistics over the first ``n_solutions`` rows (the solutions; sketch rows follow)."""
+        and their ``loss/*`` statistics over the first ``n_solutions`` rows (the solutions; sketch rows follow).
+        ``solutions``: per solution row, which solution of which prompt it is (equal values = the same solution of
+        the same prompt; None = no solution key), for the strategies that count distinct solutions."""
         return advantages, {}
 
 
@@ -63,7 +78,12 @@ class DropNegatives(OffPolicy):
     """``drop_negatives``: negative advantages of off-policy rows set to 0, positives kept."""
 
     def rows(
-        self, advantages: Tensor, off_policy: Tensor, weights: Tensor | None, n_solutions: int
+        self,
+        advantages: Tensor,
+        off_policy: Tensor,
+        weights: Tensor | None,
+        n_solutions: int,
+        solutions: Sequence[Hashable | None] = (),
     ) -> tuple[Tensor, dict[str, float]]:
         out = scale_off_policy_negatives(advantages, off_policy, torch.zeros(advantages.shape[0]))
         return out, _changed(out, advantages, n_solutions)
@@ -77,7 +97,12 @@ class WeightNegatives(OffPolicy):
     needs_weights = True
 
     def rows(
-        self, advantages: Tensor, off_policy: Tensor, weights: Tensor | None, n_solutions: int
+        self,
+        advantages: Tensor,
+        off_policy: Tensor,
+        weights: Tensor | None,
+        n_solutions: int,
+        solutions: Sequence[Hashable | None] = (),
     ) -> tuple[Tensor, dict[str, float]]:
         # no weights were computed only when no row is off-policy, and then none is scaled
         factors = torch.ones(advantages.shape[0]) if weights is None else weights
@@ -102,6 +127,55 @@ class OnPolicyBaseline(OffPolicy):
             "loss/adv_changed_frac": float((adv != paper).float().mean()),
             "loss/baseline_fallback_frac": float(no_on_policy_groups(on_policy).float().mean()),
         }
+
+
+@register(OFF_POLICY, "distinct_solutions")
+class DistinctSolutions(DropNegatives):
+    """``distinct_solutions``: ``drop_negatives``, then the positive advantages shared out per distinct rewarded
+    solution of a prompt. A solution drawn n times for the same prompt in the batch (in one group or in several)
+    gets 1/n of each of its rows' advantages, so together they push it as much as one row does; the prompt's
+    positives are then rescaled to their total before the split, so the update pushes the rewarded set as hard as
+    ``drop_negatives`` does but spreads the push evenly over what was found instead of in proportion to how often
+    the policy already draws it. Negative advantages are as ``drop_negatives`` leaves them.
+
+    Logs ``loss/distinct_rewarded_frac``: distinct rewarded solutions per rewarded solution row (1 = no repeats)."""
+
+    def rows(
+        self,
+        advantages: Tensor,
+        off_policy: Tensor,
+        weights: Tensor | None,
+        n_solutions: int,
+        solutions: Sequence[Hashable | None] = (),
+    ) -> tuple[Tensor, dict[str, float]]:
+        dropped, _ = super().rows(advantages, off_policy, weights, n_solutions, solutions)
+        if len(solutions) != n_solutions:
+            raise ValueError(
+                f"distinct_solutions needs one solution per solution row: {len(solutions)} != {n_solutions}"
+            )
+        positive = [i for i in range(n_solutions) if solutions[i] is not None and float(dropped[i]) > 0]
+        counts: dict[Hashable, int] = {}
+        for i in positive:
+            counts[solutions[i]] = counts.get(solutions[i], 0) + 1
+        out = dropped.clone()
+        shared = torch.tensor([float(dropped[i]) / counts[solutions[i]] for i in positive], dtype=dropped.dtype)
+        if positive:
+            # the total positive push of each prompt's rows is kept (the prompt is the first part of a solution)
+            prompts = [_prompt_of(solutions[i]) for i in positive]
+            for prompt in dict.fromkeys(prompts):
+                mine = torch.tensor([p == prompt for p in prompts])
+                idx = torch.tensor(positive)[mine]
+                shared[mine] *= dropped[idx].sum() / shared[mine].sum()
+            out[torch.tensor(positive)] = shared
+        stats = _changed(out, advantages, n_solutions)
+        if positive:
+            stats["loss/distinct_rewarded_frac"] = len(counts) / len(positive)
+        return out, stats
+
+
+def _prompt_of(solution: Hashable | None) -> Hashable | None:
+    """The prompt part of a ``(prompt, key)`` solution identity (the whole value when it is not a pair)."""
+    return solution[0] if isinstance(solution, tuple) and len(solution) == 2 else solution
 
 
 def off_policy_strategy(algo: AlgoConfig) -> OffPolicy:

@@ -54,7 +54,7 @@ def test_recipe_headers_give_the_claims_report_commands(claim: R.Claim) -> None:
 def test_the_comparison_sweeps_every_variant_explicitly() -> None:
     for name in ("discovery", "revive_sequential"):
         argv = R.recipe_command(R._sweep(name))
-        assert "algo.off_policy=paper,drop_negatives,weight_negatives,on_policy_baseline" in argv
+        assert "algo.off_policy=paper,drop_negatives,weight_negatives,on_policy_baseline,distinct_solutions" in argv
         assert "sampler.stage1=solution,sketch" in argv
     assert "seed=0,1,2,3,4" in R.recipe_command(R._sweep("collapse"))
 
@@ -65,7 +65,7 @@ def fake_claims(root: Path, seeds: tuple[int, ...] = SEEDS) -> None:
     for job, seed in enumerate(seeds):
         write_run(root / "collapse" / str(job), {"experiment": "collapse_revival", "seed": seed}, policy=True)
     job = 0
-    for variant in ("paper", "drop_negatives", "weight_negatives", "on_policy_baseline"):
+    for variant in ("paper", "drop_negatives", "weight_negatives", "on_policy_baseline", "distinct_solutions"):
         for stage1 in ("solution", "sketch"):
             for seed in seeds:
                 overrides = {
@@ -110,7 +110,7 @@ def test_page_from_a_fake_sweep(tmp_path: Path) -> None:
     # (sequential 0.3 + 0.3 + 0.2 + 0.05, parallel 0.9 + 0.001 + 0.001 + 0.05, the same seed offset): paired, a point
     section = text[text.index("## II.") : text.index("## III.")]
     assert "| [1] parallel | 2 |" in section
-    assert section.count("| [") == 9 + 8  # headline rows, difference rows
+    assert section.count("| [") == 11 + 10  # headline rows, difference rows
     assert (
         "| [2] sequential off_policy=paper stage1=solution | +2.23 [2.21, 2.24] | -0.102 [-0.102, -0.102] |" in section
     )
@@ -133,7 +133,7 @@ def test_missing_runs_are_said_not_invented(tmp_path: Path) -> None:
     assert "Task path · 1 runs in 1 group · seeds 0." in text
     assert text.count("Not run yet.") == 2  # claims III and IV; II shows the parallel runs it has
     assert "- **Incomplete:** 1 of the 2 jobs of sweep `collapse` have finished." in text
-    assert "- **Incomplete:** 0 of the 16 jobs of sweep `discovery` have finished." in text
+    assert "- **Incomplete:** 0 of the 20 jobs of sweep `discovery` have finished." in text
 
 
 # ------------------------------------------------------------------------------------------------- resuming
@@ -145,9 +145,9 @@ def test_resume_runs_only_what_is_missing(tmp_path: Path, monkeypatch: pytest.Mo
     session = R.Session(root, SEEDS)
     for sweep in R.SWEEPS:
         R.run_sweep(session, sweep, root / "session.log")
-    # complete sweeps are not rerun; revive_sequential has 1 of its 8 settings for both checkpoints: the 7 others
-    # are not a Cartesian product, so they run as 7 multiruns over the two checkpoints
-    assert [argv[1] for argv in calls] == ["revive"] * 7
+    # complete sweeps are not rerun; revive_sequential has 1 of its 10 settings for both checkpoints: the 9 others
+    # are not a Cartesian product, so they run as 9 multiruns over the two checkpoints
+    assert [argv[1] for argv in calls] == ["revive"] * 9
     ckpts = f"ckpt={root / 'collapse' / '0'},{root / 'collapse' / '1'}"
     assert all(ckpts in argv for argv in calls)
     assert {a for argv in calls for a in argv if a.startswith("sampler.stage1=")} == {

@@ -45,7 +45,7 @@ from sesa_cli.report.tables import difference_table, headline_table, markdown_ta
 from sesa_cli.runs import git_commit, read_metrics
 
 SEEDS = (0, 1, 2, 3, 4)
-VARIANTS = "algo.off_policy=paper,drop_negatives,weight_negatives,on_policy_baseline"
+VARIANTS = "algo.off_policy=paper,drop_negatives,weight_negatives,on_policy_baseline,distinct_solutions"
 STAGE1 = "sampler.stage1=solution,sketch"
 REVIVE = ("step=auto", "more_steps=60", "train.checkpoint_every=0")
 # A small path world (4 x 4 x 4 = 64 leaves, 20 targets) and a short warm start: enough for the model to name mostly

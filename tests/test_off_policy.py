@@ -183,24 +183,35 @@ def test_the_config_accepts_the_registered_strategies_and_the_old_key_still_work
 def test_distinct_solutions_shares_the_positive_push_out_per_distinct_solution(path_setup, tmp_path, monkeypatch):
     trainer = _trainer(path_setup, tmp_path, off_policy="distinct_solutions")
     groups = _groups(trainer)
-    # Row 5 (group 1, rewarded) draws the same solution as row 0 (group 0, rewarded): the same prompt, the same key.
-    first = groups[0][0]
-    groups[1][1] = replace(groups[1][1], completion=first.completion, text=first.text, score=first.score)
+    # Group 1 rewards [0, 1, 1, 0], and row 6 draws the same solution as row 2 (group 0): the same prompt, the same
+    # key. Rewarded rows: 0 (on-policy), 2, 5 and 6 (off-policy).
+    second = groups[0][2]
+    groups[1][2] = replace(groups[1][2], completion=second.completion, text=second.text, score=second.score)
+    rewards = torch.tensor([REWARDS[0], [0.0, 1.0, 1.0, 0.0]])
     seen, stats = _advantages_seen(trainer, groups, monkeypatch)
-    paper = _paper(trainer)
-    dropped = paper.clone()
-    dropped[[1, 3, 4, 6, 7]] = 0.0  # drop_negatives (see test_drop_negatives_zeroes_the_off_policy_negatives_only)
-    # rows 0 and 5 are one solution drawn twice: half of each row's advantage; row 2 keeps its own; then the three
-    # are rescaled to drop_negatives' total positive push.
-    shares = torch.tensor([paper[0] / 2, paper[2], paper[5] / 2])
-    shares *= (paper[0] + paper[2] + paper[5]) / shares.sum()
-    expected = dropped.clone()
-    expected[[0, 2, 5]] = shares
+    paper = algos.compute_advantages(rewards, trainer.cfg.algo).flatten()
+    expected = torch.where(torch.tensor(OFF) & (paper < 0), 0.0, paper)  # drop_negatives
+    # rows 2 and 6 are one solution drawn twice off-policy: half of each row's advantage; row 5 keeps its own; the
+    # three are rescaled to their total. Row 0, on-policy, keeps its advantage.
+    shares = torch.tensor([paper[2] / 2, paper[5], paper[6] / 2])
+    shares *= (paper[2] + paper[5] + paper[6]) / shares.sum()
+    expected[[2, 5, 6]] = shares
     torch.testing.assert_close(seen, expected)
-    assert float(seen[[0, 2, 5]].sum()) == pytest.approx(float(dropped.clamp(min=0).sum()))
+    assert seen[0] == paper[0]
+    assert float(seen[[2, 5, 6]].sum()) == pytest.approx(float(paper[[2, 5, 6]].sum()))
     # the twice-drawn solution gets as much push as the mean of its two rows, not their sum
-    assert float(seen[0] + seen[5]) / float(seen[2]) == pytest.approx(float((paper[0] + paper[5]) / 2 / paper[2]))
+    assert float(seen[2] + seen[6]) / float(seen[5]) == pytest.approx(float((paper[2] + paper[6]) / 2 / paper[5]))
     assert stats["loss/distinct_rewarded_frac"] == 2 / 3
+
+
+def test_distinct_solutions_leaves_parallel_sampling_alone(path_setup, tmp_path, monkeypatch):
+    groups_seen = {}
+    for name in ("paper", "distinct_solutions"):
+        trainer = _trainer(path_setup, tmp_path / name, off_policy=name, loss_context="conditioned")
+        groups = _groups(trainer)
+        groups[1][2] = replace(groups[1][2], score=groups[0][2].score)  # a repeated rewarded solution
+        groups_seen[name] = _advantages_seen(trainer, groups, monkeypatch)[0]
+    assert torch.equal(groups_seen["paper"], groups_seen["distinct_solutions"])  # no off-policy row: plain GRPO
 
 
 @pytest.mark.parametrize(("strategy", "dominant_rises"), [("drop_negatives", True), ("distinct_solutions", False)])
@@ -208,8 +219,8 @@ def test_distinct_solutions_moves_a_softmax_policy_off_its_dominant_solution(str
     """A hand-set policy over four solutions, p = (0.7, 0.1, 0.1, 0.1): one group drew solution 0 five times (the
     first draw on-policy), solutions 1 and 2 once each and the unrewarded solution 3 once. One gradient step on
     -sum_i A_i log p(y_i) with each strategy's advantages: drop_negatives pushes every rewarded row alike, so the
-    solution drawn five times gains; distinct_solutions pushes each found solution alike, so mass moves from the
-    dominant one to the two the group also found."""
+    solution drawn five times gains; distinct_solutions pushes each solution found off-policy alike (solution 0's
+    on-policy row keeps its own push), so mass moves from the dominant one to the two the group also found."""
     logits = torch.log(torch.tensor([0.7, 0.1, 0.1, 0.1])).requires_grad_()
     drawn = [0, 0, 0, 0, 0, 1, 2, 3]
     rewards = torch.tensor([[1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 0.0]])

@@ -131,14 +131,16 @@ class OnPolicyBaseline(OffPolicy):
 
 @register(OFF_POLICY, "distinct_solutions")
 class DistinctSolutions(DropNegatives):
-    """``distinct_solutions``: ``drop_negatives``, then the positive advantages shared out per distinct rewarded
-    solution of a prompt. A solution drawn n times for the same prompt in the batch (in one group or in several)
-    gets 1/n of each of its rows' advantages, so together they push it as much as one row does; the prompt's
-    positives are then rescaled to their total before the split, so the update pushes the rewarded set as hard as
-    ``drop_negatives`` does but spreads the push evenly over what was found instead of in proportion to how often
-    the policy already draws it. Negative advantages are as ``drop_negatives`` leaves them.
+    """``distinct_solutions``: ``drop_negatives``, then the positive advantages of the off-policy rows shared out
+    per distinct rewarded solution of a prompt. A solution drawn off-policy n times for the same prompt in the batch
+    (in one group or in several) gets 1/n of each of those rows' advantages, so together they push it as much as one
+    row does; the prompt's off-policy positives are then rescaled to their total before the split, so the update
+    pushes the rewarded set as hard as ``drop_negatives`` does, but evenly over what was found instead of in
+    proportion to how often it was drawn. On-policy rows keep their advantages (with parallel sampling nothing
+    changes: plain GRPO), negative ones are as ``drop_negatives`` leaves them.
 
-    Logs ``loss/distinct_rewarded_frac``: distinct rewarded solutions per rewarded solution row (1 = no repeats)."""
+    Logs ``loss/distinct_rewarded_frac``: distinct rewarded solutions per rewarded off-policy row (1 = no repeats).
+    """
 
     def rows(
         self,
@@ -153,7 +155,9 @@ class DistinctSolutions(DropNegatives):
             raise ValueError(
                 f"distinct_solutions needs one solution per solution row: {len(solutions)} != {n_solutions}"
             )
-        positive = [i for i in range(n_solutions) if solutions[i] is not None and float(dropped[i]) > 0]
+        positive = [
+            i for i in range(n_solutions) if solutions[i] is not None and bool(off_policy[i]) and float(dropped[i]) > 0
+        ]
         counts: dict[Hashable, int] = {}
         for i in positive:
             counts[solutions[i]] = counts.get(solutions[i], 0) + 1

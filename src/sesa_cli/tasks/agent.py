@@ -209,6 +209,12 @@ class AgentTask(RagenTask):
     def longest_plan(self) -> list[str]:
         """A plan as long as the warm start's longest (the compact sketch budget)."""
 
+    def turn_responses(self) -> list[str] | None:
+        """Every well-formed response of one turn (stop included, each once) when the environment is deterministic
+        and the list is short enough to walk turn by turn: the exact plain-prompt policy over whole episodes
+        (sesa_cli.tasks.episode_tree, ``policy/*`` metrics). None otherwise (the default)."""
+        return None
+
     @property
     def sketch_max_actions(self) -> int:
         """Longest plan a sketch names: ``task.sketch_max_actions``, 0 meaning ``task.max_actions``."""

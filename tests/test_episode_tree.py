@@ -137,7 +137,7 @@ def test_the_walk_equals_the_brute_force_enumeration_on_a_3x3_map(seed):
     inst = FrozenLakeInstance(MAP, seed=1)
     engine = Engine(policy.model, int(policy.tokenizer.pad_token_id))
     prompt = policy.encode_prompt(task.prompt(inst))
-    tree = episode_tree(task, policy, engine, prompt, inst, temperature=1.0, min_prob=0.0)
+    tree = episode_tree(task, policy, engine, prompt, inst, temperature=1.0, min_prob=0.0, max_branches=0)
     exact, success = _brute_force(task, policy, table, inst)
     assert set(tree.probs) == set(exact)
     for key, p in exact.items():
@@ -157,7 +157,7 @@ def test_exact_policy_reports_policy_metrics_of_the_brute_force_probabilities():
     inst = FrozenLakeInstance(MAP, seed=1)
     exact, success = _brute_force(task, policy, table, inst)
     sampler = ParallelSampler(SamplerConfig(), task, policy)
-    ep = ExactPolicy(sampler, [inst], min_prob=0.0)
+    ep = ExactPolicy(sampler, [inst], min_prob=0.0, max_branches=100_000)
     assert ep.available
     summary = ep.summary(ep.probs(), k=4)
     keys = sorted(exact)
@@ -178,7 +178,7 @@ def test_pruning_loses_mass_it_reports_and_never_invents_any():
     inst = FrozenLakeInstance(MAP, seed=1)
     engine = Engine(policy.model, int(policy.tokenizer.pad_token_id))
     prompt = policy.encode_prompt(task.prompt(inst))
-    full = episode_tree(task, policy, engine, prompt, inst, temperature=1.0, min_prob=0.0)
+    full = episode_tree(task, policy, engine, prompt, inst, temperature=1.0, min_prob=0.0, max_branches=0)
     cut = episode_tree(task, policy, engine, prompt, inst, temperature=1.0, min_prob=1e-3)
     assert cut.pruned > 0
     assert cut.nodes < full.nodes
@@ -186,3 +186,20 @@ def test_pruning_loses_mass_it_reports_and_never_invents_any():
     for key, p in cut.probs.items():
         assert p <= full.probs[key] + 1e-12
     assert sum(full.probs.values()) - sum(cut.probs.values()) <= cut.pruned + 1e-9
+
+
+def test_the_branch_cap_keeps_the_most_probable_branches_and_reports_the_rest():
+    task = _task()
+    policy, _ = _bigram_policy(task, 0)
+    inst = FrozenLakeInstance(MAP, seed=1)
+    engine = Engine(policy.model, int(policy.tokenizer.pad_token_id))
+    prompt = policy.encode_prompt(task.prompt(inst))
+    full = episode_tree(task, policy, engine, prompt, inst, temperature=1.0, min_prob=0.0, max_branches=0)
+    capped = episode_tree(task, policy, engine, prompt, inst, temperature=1.0, min_prob=0.0, max_branches=8)
+    assert capped.pruned > 0
+    assert sum(capped.probs.values()) + capped.other + capped.pruned == pytest.approx(1.0, abs=1e-9)
+    # the most probable episode survives a cap of 8 branches (some of the texts that play it may not)
+    best = max(full.probs, key=full.probs.__getitem__)
+    assert 0.5 * full.probs[best] < capped.probs[best] <= full.probs[best] + 1e-12
+    for key, p in capped.probs.items():
+        assert p <= full.probs[key] + 1e-12

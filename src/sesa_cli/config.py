@@ -390,7 +390,8 @@ class TrainLoopConfig:
     """Dump the step's rollouts to samples/step_N.jsonl every this many steps; 0 = never."""
     policy_every: int = 5
     """Tasks that enumerate their solutions (the path task): add the exact ``policy/*`` metrics to the training row
-    every this many steps (evaluation rows always have them); 0 = evaluations only. Scoring all 512 leaves of the
+    every this many steps (evaluation rows always have them); 0 = evaluations only. Agent tasks whose episodes are
+    walked (sesa_cli.tasks.episode_tree) have them at evaluations only. Scoring all 512 leaves of the
     default path task costs 1.9-3 parallel training steps, or about 0.6 of a sequential one (measured on 1 thread,
     shared machine), so every step would triple a parallel run; every 5 steps matches collapse_revival's
     checkpoints, which is the resolution ``sesa revive step=auto`` has anyway. The collapse monitor reads the steps

@@ -122,13 +122,22 @@ class ExactPolicy:
     read those of the latest call, and add ``pruned_mass``.
     """
 
-    def __init__(self, sampler: Sampler, instances: Sequence[Any], rows: int = 256, min_prob: float = 1e-4) -> None:
+    def __init__(
+        self,
+        sampler: Sampler,
+        instances: Sequence[Any],
+        rows: int = 256,
+        min_prob: float = 1e-4,
+        max_branches: int = 64,
+    ) -> None:
         """``sampler`` gives the policy, the prompt rendering and the temperature; ``rows`` bounds the rows scored in
-        one forward pass (a real model's vocabulary makes each row's logits large); ``min_prob``: the probability
-        below which an agent task's episode tree is pruned."""
+        one forward pass (a real model's vocabulary makes each row's logits large). An agent task's episode tree is
+        pruned below ``min_prob`` and to the ``max_branches`` most probable branches live at once (0 = no cap): 64
+        cost ~1 s of one core per FrozenLake map at the near-uniform base, whose mass is then mostly pruned."""
         self.sampler = sampler
         self.rows = rows
         self.min_prob = min_prob
+        self.max_branches = max_branches
         task, policy = sampler.task, sampler.policy
         self.prompts: list[list[int]] = []
         self.solutions: list[list[list[int]]] = []
@@ -162,6 +171,12 @@ class ExactPolicy:
     @property
     def available(self) -> bool:
         return bool(self.indices)
+
+    @property
+    def fixed(self) -> bool:
+        """Every instance has a fixed solution list (one teacher-forced pass each): cheap enough for training rows
+        every ``train.policy_every`` steps. Episode trees are walked at evaluations only."""
+        return self.available and not self.episodes
 
     def probs(self) -> list[np.ndarray]:
         """Per instance with a solution space, (S,) float64 π(y | x) of each solution, in ``solution_space`` order."""
@@ -198,6 +213,7 @@ class ExactPolicy:
             self.episodes[j],
             self.sampler.cfg.temperature,
             self.min_prob,
+            self.max_branches,
         )
         self.keys[j] = list(tree.probs)
         self.targets[j] = np.array([tree.success[key] for key in self.keys[j]], dtype=bool)

@@ -16,7 +16,10 @@ solution key, ``Score.key``). The rest of the mass is accounted for, never dropp
 
 * ``other``: mass on text outside the listed responses (a malformed or over-long response, a newline inside one, a
   response cut at max_new_tokens): such episodes may still go on, but their text is not enumerated;
-* ``pruned``: branches whose probability fell below ``min_prob`` (not expanded further).
+* ``pruned``: branches whose probability fell below ``min_prob``, and the least probable ones beyond
+  ``max_branches`` live at once (not expanded further). A near-uniform policy (the warm-started base: 20 responses
+  a turn, 5 turns) spreads its mass over millions of episodes, so most of it is pruned there, and the cap bounds
+  the cost (rows x context in the KV cache); a trained policy concentrates and prunes little.
 
 So Σ_a π(a | x) + other + pruned = 1 (up to float rounding). top_p/top_k truncation is not applied (the defaults
 disable it), as in sesa_cli.evaluation.ExactPolicy. The module imports torch; it is imported by the evaluation only.
@@ -83,9 +86,11 @@ def episode_tree(
     inst: Any,
     temperature: float,
     min_prob: float = 1e-4,
+    max_branches: int = 256,
     responses: Sequence[str] | None = None,
 ) -> EpisodeTree:
-    """Every episode of ``inst`` under the plain prompt ``prompt_ids``, to probability ``min_prob``.
+    """Every episode of ``inst`` under the plain prompt ``prompt_ids``, to probability ``min_prob`` and with at most
+    ``max_branches`` branches live at once (0 = no cap).
 
     ``policy`` encodes text (``policy.encode``, as the rollout runner encodes feedback); ``engine`` runs the model;
     ``responses`` overrides the listed responses (default ``task.turn_responses()``, which must not be None).
@@ -150,6 +155,15 @@ def episode_tree(
             out.other += max(0.0, math.exp(branch.logp) - kept)
         if not children:
             break
+        if max_branches and len(children) > max_branches:
+            order = sorted(range(len(children)), key=lambda c: -children[c].logp)
+            out.pruned += sum(math.exp(children[c].logp) for c in order[max_branches:])
+            keep = sorted(order[:max_branches])
+            parents, feeds, children = (
+                [parents[c] for c in keep],
+                [feeds[c] for c in keep],
+                [children[c] for c in keep],
+            )
         session.select(parents)
         session.extend(feeds)
         branches = children

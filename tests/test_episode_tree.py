@@ -9,6 +9,7 @@ shares no code with the walk (no KV cache, no trie), only the environment and th
 from __future__ import annotations
 
 import math
+import random
 from collections import defaultdict
 
 import numpy as np
@@ -203,3 +204,19 @@ def test_the_branch_cap_keeps_the_most_probable_branches_and_reports_the_rest():
     assert 0.5 * full.probs[best] < capped.probs[best] <= full.probs[best] + 1e-12
     for key, p in capped.probs.items():
         assert p <= full.probs[key] + 1e-12
+
+
+def test_plan_lines_are_a_plan_and_the_turns_that_carry_it_out():
+    task = _task(warm_start_plan_lines=0.5, sketch_max_actions=3)
+    lines = task.warm_start_corpus(random.Random(0), 200)
+    plan_lines = [line for line in lines if "!" in line and line.count(":") <= 2]
+    assert len(plan_lines) > 60  # half of the lines, plus the long plan -> play lines that end within two turns
+    for line in plan_lines:
+        head, rest = line.split("!", 1)
+        plan, episode = rest.split("|\n:", 1)
+        played = "".join(ch for ch in episode if ch in "LDRU")  # the responses' letters (grids hold none)
+        assert 1 <= len(plan) <= 3
+        assert played.startswith(plan) or plan.startswith(played)  # a hole may end the episode early
+    # 0 (the default) draws no extra random number, so the corpus and the cached bases stay as they were
+    assert task.warm_start_key()["cfg"]["warm_start_plan_lines"] == 0.5
+    assert "warm_start_plan_lines" not in _task().warm_start_key()["cfg"]

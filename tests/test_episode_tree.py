@@ -212,7 +212,7 @@ def test_plan_lines_are_a_plan_and_the_turns_that_carry_it_out():
     plan_lines = [line for line in lines if "!" in line and line.count(":") <= 2]
     assert len(plan_lines) > 60  # half of the lines, plus the long plan -> play lines that end within two turns
     for line in plan_lines:
-        head, rest = line.split("!", 1)
+        rest = line.split("!", 1)[1]
         plan, episode = rest.split("|\n:", 1)
         played = "".join(ch for ch in episode if ch in "LDRU")  # the responses' letters (grids hold none)
         assert 1 <= len(plan) <= 3

@@ -233,9 +233,10 @@ def register_task(name: str, schema: type[TaskConfig]) -> Callable[[type[Task]],
 
 
 def make_task(cfg: TaskConfig, seed: int = 0) -> Task:
-    """Instantiate the task named by ``cfg.name``."""
-    from sesa_cli import tasks as _tasks  # noqa: F401  (imports every task module, filling TASKS)
+    """Instantiate the task named by ``cfg.name``.
 
+    TASKS holds every task: Python imported this module's package first (sesa_cli/tasks/__init__.py), and the
+    package imports each task module, which registers its class."""
     try:
         cls = TASKS[cfg.name]
     except KeyError:

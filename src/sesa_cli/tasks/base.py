@@ -99,7 +99,7 @@ class Task(ABC):
     """Validation instances of the evaluation protocol when ``eval.instances`` is null."""
     sketch_followed: ClassVar[bool] = False
     """Whether ``sampler.stage1=auto`` drafts sketches for this task: True only where stage II was measured to follow
-    its sketch in at least 80% of solutions at the tiny base (issue 16; the table is in the README). A sketch that
+    its sketch in at least 80% of solutions at the tiny base (issue 16; the table is in docs/samplers.md). A sketch that
     the solutions ignore makes two-stage sampling a parallel sampler with noise in the prompt."""
 
     def __init__(self, cfg: TaskConfig, seed: int = 0) -> None:

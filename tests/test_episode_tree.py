@@ -21,10 +21,10 @@ from sesa_cli import metrics as M
 from sesa_cli.config import SamplerConfig
 from sesa_cli.evaluation import ExactPolicy
 from sesa_cli.models.policy import Policy
+from sesa_cli.models.special import suppress_special_tokens, suppressed_ids
 from sesa_cli.models.tiny import build_char_tokenizer
 from sesa_cli.rollout.engine import Engine
 from sesa_cli.rollout.samplers import ParallelSampler
-from sesa_cli.rollout.special import suppress_special_tokens, suppressed_ids
 from sesa_cli.tasks.episode_tree import episode_tree
 from sesa_cli.tasks.frozenlake import FrozenLakeInstance, FrozenLakeTask, FrozenLakeTaskConfig
 from sesa_cli.tasks.sokoban import SokobanTask, SokobanTaskConfig

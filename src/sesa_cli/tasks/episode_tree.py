@@ -34,8 +34,8 @@ from typing import Any
 
 import torch
 
+from sesa_cli.models.special import banned_mask, masked_logps
 from sesa_cli.rollout.engine import Engine
-from sesa_cli.rollout.special import banned_mask, masked_logps
 from sesa_cli.tasks.agent import AgentTask
 
 

@@ -201,7 +201,7 @@ own values). The diversity report leaves them out of a parallel group's label.""
 
 @dataclass
 class SamplerConfig:
-    """How the G rollouts of a group are drawn (spec section 4)."""
+    """How the G rollouts of a group are drawn (docs/samplers.md)."""
 
     name: str = "parallel"
     """``parallel`` (i.i.d., what GRPO/verl/TRL do) or ``sequential`` (SESA)."""
@@ -512,7 +512,7 @@ class TrainConfig:
     """Torch intra-op threads (CPU); 0 = auto: ``OMP_NUM_THREADS`` when set, else the cores not busy when the command
     starts (cores minus the busy ones: the 1-minute load average, or the tasks running now if fewer, rounded, at
     least 1; sesa_cli.commands.common.busy_cores). More threads than free cores slow every
-    step: each parallel op waits for all its threads to get a core (measured on 2 shared cores in issue 22). The count
+    step: each parallel op waits for all its threads to get a core (measured on 2 shared cores). The count
     a run used is in run.json (float sums split differently, so runs of one seed on other counts part ways)."""
 
     logger: list[str] = field(default_factory=list)
@@ -580,7 +580,7 @@ class EvalConfig:
     """Torch intra-op threads (CPU); 0 = auto: ``OMP_NUM_THREADS`` when set, else the cores not busy when the command
     starts (cores minus the busy ones: the 1-minute load average, or the tasks running now if fewer, rounded, at
     least 1; sesa_cli.commands.common.busy_cores). More threads than free cores slow every
-    step: each parallel op waits for all its threads to get a core (measured on 2 shared cores in issue 22). The count
+    step: each parallel op waits for all its threads to get a core (measured on 2 shared cores). The count
     a run used is in run.json (float sums split differently, so runs of one seed on other counts part ways)."""
 
     def __post_init__(self) -> None:

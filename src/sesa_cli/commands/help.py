@@ -19,9 +19,10 @@ import re
 import textwrap
 from typing import Any
 
+from sesa_cli import config as C
 from sesa_cli.commands.compose import compose
 from sesa_cli.commands.table import COMMANDS, USAGES
-from sesa_cli.config import conf_dir
+from sesa_cli.config import ConfigError, conf_dir
 
 HIDDEN_GROUPS = ("schema",)
 """Config groups of conf/ and the ConfigStore that are machinery, not choices (``schema/task``)."""
@@ -122,7 +123,6 @@ def _rows(prefix: str, node: Any, schema: type, skip: tuple[str, ...] = ()) -> l
 
 def _section_class(schema: type, name: str) -> type | None:
     """The dataclass of field ``name`` of ``schema`` (a config section such as ``sampler``), or None."""
-    from sesa_cli import config as C
 
     cls = next((f.type for f in dataclasses.fields(schema) if f.name == name), None)
     cls = getattr(C, cls, None) if isinstance(cls, str) else cls
@@ -131,7 +131,6 @@ def _section_class(schema: type, name: str) -> type | None:
 
 def topics(command: str, overrides: list[str]) -> list[Topic]:
     """Every help topic of ``sesa <command>``, with the user's group choices among ``overrides`` applied."""
-    from sesa_cli import config as C
     from sesa_cli.commands.schemas import register_configs
     from sesa_cli.progress import legend
     from sesa_cli.tasks import TASK_SCHEMAS
@@ -185,8 +184,6 @@ def command_help(command: str, args: list[str]) -> str:
     """The text of ``sesa <command> --help [TOPIC ...]`` (``--help-all`` among ``args``: every topic). ``args``: the
     command line after the command; its overrides choose the groups shown as chosen, words name topics. An unknown
     topic is a ConfigError naming the topics."""
-    from sesa_cli.config import ConfigError
-
     every = "--help-all" in args
     wanted = [a for a in args if a not in HELP_FLAGS and not a.startswith("-") and "=" not in a]
     overrides = [a for a in args if a not in HELP_FLAGS and not a.startswith("-") and "=" in a]

@@ -68,7 +68,6 @@ def fit(trainer: Trainer, run_dir: Path, show_progress: bool = True, command: st
     """Run a prepared trainer with the live display; print the ending (base -> trained, the run dir, what to run
     next), or after Ctrl-C how to continue."""
     from sesa_cli.commands.ending import base_row, resume_hint, train_summary
-    from sesa_cli.evaluation import describe_protocol
     from sesa_cli.progress import TrainProgress, phase
 
     cfg = trainer.cfg
@@ -110,7 +109,7 @@ def fit(trainer: Trainer, run_dir: Path, show_progress: bool = True, command: st
         raise
     if trainer.dist.is_main:
         trainer.run.mark_ended("finished")
-        protocol = describe_protocol(len(trainer.val_instances), cfg.eval.samples, cfg.sampler.temperature)
+        protocol = trainer.evaluation.describe()
         base = base_row(trainer.run.read_metrics(), start)
         train_summary(command, final, base, protocol, run_dir, remaining=cfg.train.steps - start)
     return final

@@ -396,7 +396,8 @@ class TrainLoopConfig:
     checkpoints, which is the resolution ``sesa revive step=auto`` has anyway. The collapse monitor reads the steps
     that have them."""
     log_every: int = 10
-    """Log a line of metrics every this many steps (the live progress display updates every step)."""
+    """Print a short table of the headline metrics every this many steps and at each evaluation (the live progress
+    display updates every step; every metric is in metrics.jsonl); 0 = at evaluations only."""
     max_nonfinite: int = 3
     """Stop the run after this many consecutive non-finite losses (each one skips its update)."""
 

@@ -433,8 +433,8 @@ def build_report(
     ``runs`` lists run dirs (``metrics.jsonl``, or an eval run's ``metrics.json``) and multirun dirs (whose job
     subdirs are taken). Runs are grouped by their overrides minus the seed (:func:`sesa_cli.report.runs.assign_groups`)
     and every table and plot shows the mean over the seeds of a group with a 95% bootstrap interval. ``compare``
-    names a baseline group and the groups to compare with it (:func:`resolve_compare`; default: the two groups when
-    there are exactly two); ``metrics`` the headline metrics (default: :func:`sesa_cli.report.tables.headline_metrics`).
+    names a baseline group and the groups to compare with it (:func:`resolve_compare`; default:
+    :func:`default_compare`); ``metrics`` the headline metrics (default: :func:`sesa_cli.report.tables.headline_metrics`).
     Raises :class:`sesa_cli.config.ConfigError` (one line) for an empty list, a missing path, a dir without runs, runs
     of different tasks, or a ``compare``/``metrics`` entry that names nothing.
     """

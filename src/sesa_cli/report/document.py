@@ -141,8 +141,11 @@ class Report:
             if math.isnan(lo) or math.isnan(hi):
                 return f"difference {text}; {ONE_SEED}"
             mean, _, bounds = text.partition(" ")
-            clear = "" if lo > 0 or hi < 0 else ", which holds 0: not a clear difference"
-            return f"difference {mean}, 95% interval {bounds}{clear}"
+            return f"difference {mean}, 95% interval {bounds}" + ("" if clear(group) else ", which holds 0")
+
+        def clear(group: str) -> bool:
+            row = diffs.loc[(group, metric)]
+            return not float(row["low"]) <= 0 <= float(row["high"])  # NaN bounds (one seed) compare False: clear
 
         def name(group: str) -> str:
             return self.labels[group]
@@ -159,6 +162,9 @@ class Report:
                 return (f"{name(self.baseline)} and {name(other)} kept as many solutions: {metric} "
                         f"{shown(other)} each ({versus(other)}).")  # fmt: skip
             loser = self.baseline if best == other else other
+            if not clear(other):
+                return (f"Neither kept clearly more solutions: {metric} {shown(best)} in {name(best)} against "
+                        f"{shown(loser)} in {name(loser)} ({versus(other)}).")  # fmt: skip
             return (f"{name(best)} kept more solutions than {name(loser)}: {metric} {shown(best)} "
                     f"against {shown(loser)} ({versus(other)}).")  # fmt: skip
         rest = ", ".join(f"{name(g)} {shown(g)}" for g in compared if g != best)

@@ -278,6 +278,14 @@ def test_the_periodic_metrics_are_a_short_table_within_80_columns():
     shown.print(progress.metrics_table(10, 100, LONG_ROW))
     lines = shown.export_text().splitlines()
     assert all(len(line) <= 80 for line in lines), lines
+    assert "…" not in "".join(lines)  # no value cut to fit
+    # the widest values .3g gives, at a 5-digit step: fewer pairs to a line, still nothing cut
+    widest = {k: 0.00721 if isinstance(v, float) else v for k, v in LONG_ROW.items()}
+    shown.print(progress.metrics_table(12345, 99999, widest))
+    wide_lines = shown.export_text().splitlines()
+    assert all(len(line) <= 80 for line in wide_lines), wide_lines
+    assert "…" not in "".join(wide_lines)
+    assert "0.00721" in "".join(wide_lines)
     assert len(lines) <= 5  # the headline metrics, three to a line
     text = "\n".join(lines)
     assert lines[0].startswith("step 10/100")

@@ -384,20 +384,19 @@ class TrainProgress:
             console.print(metrics_table(step, self.total, shown))
 
 
-EVAL_HEADLINE = (
-    metric_keys.key("eval/success"),
-    metric_keys.key("eval/pass@{k}"),
-    metric_keys.key("eval/greedy_success"),
-)
+EVAL_HEADLINE = (metric_keys.key("eval/success"), metric_keys.key("eval/pass@{k}"))
 """The evaluation's metrics the periodic table adds on an evaluation step (``@{k}`` at the largest k logged)."""
 PAIRS_PER_LINE = 3
+"""At most this many ``label value`` pairs to a line of the periodic metrics table (fewer when they would pass
+:data:`TABLE_WIDTH`)."""
+TABLE_WIDTH = 80
 
 
 def metrics_table(step: int, total: int, row: dict[str, Any]) -> Table:
     """The periodic metrics table of the training loop (every ``train.log_every`` steps and at each evaluation): the
-    live view's headline metrics (:data:`LIVE`, by their labels) and on an evaluation step :data:`EVAL_HEADLINE`
-    (by key), :data:`PAIRS_PER_LINE` label/value pairs to a line, within 80 columns. Every metric is in
-    metrics.jsonl."""
+    live view's headline metrics (:data:`LIVE`, by their labels), on an evaluation step :data:`EVAL_HEADLINE` (by
+    key), and ``collapse/flag`` once it is up; up to :data:`PAIRS_PER_LINE` pairs to a line within
+    :data:`TABLE_WIDTH` columns. Every metric is in metrics.jsonl."""
     pairs = [(label, f"{row[key]:.3g}") for key, label in LIVE if isinstance(row.get(key), (int, float))]
     for name in EVAL_HEADLINE:
         if name.endswith("@{k}"):
@@ -410,12 +409,29 @@ def metrics_table(step: int, total: int, row: dict[str, Any]) -> Table:
             pairs.append((name, f"{row[name]:.3g}"))
     if row.get("collapse/flag"):
         pairs.append(("collapse/flag", "1"))
+    head = f"step {step}/{total}"
+
+    def cells(per_line: int) -> list[list[str]]:
+        """The pairs as ``label value`` cells, ``per_line`` columns, each column's labels and values aligned."""
+        columns = [pairs[j::per_line] for j in range(per_line)]
+        shown = []
+        for column in columns:
+            lw, vw = max((len(a) for a, _ in column), default=0), max((len(b) for _, b in column), default=0)
+            shown.append([f"{a:<{lw}} {b:>{vw}}" for a, b in column])
+        return [[c[i] for c in shown if i < len(c)] for i in range(len(shown[0]))]
+
+    def width(lines: list[list[str]]) -> int:  # two cells between columns, none at the edges
+        return len(head) + sum(2 + max(len(line[j]) for line in lines if j < len(line)) for j in range(len(lines[0])))
+
+    per_line = 1
+    for n in range(PAIRS_PER_LINE, 1, -1):
+        if pairs and width(cells(n)) <= TABLE_WIDTH:
+            per_line = n
+            break
     table = Table(box=None, show_header=False, padding=(0, 1), pad_edge=False)
     table.add_column(no_wrap=True)
-    for _ in range(PAIRS_PER_LINE):
-        table.add_column(style="dim", no_wrap=True)
-        table.add_column(justify="right", no_wrap=True)
-    for start in range(0, max(1, len(pairs)), PAIRS_PER_LINE):
-        cells = [cell for pair in pairs[start : start + PAIRS_PER_LINE] for cell in pair]
-        table.add_row(f"step {step}/{total}" if start == 0 else "", *cells)
+    for _ in range(per_line):
+        table.add_column(no_wrap=True)
+    for i, line in enumerate(cells(per_line) if pairs else [[]]):
+        table.add_row(head if i == 0 else "", *line)
     return table

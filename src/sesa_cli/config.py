@@ -396,7 +396,8 @@ class TrainLoopConfig:
     checkpoints, which is the resolution ``sesa revive step=auto`` has anyway. The collapse monitor reads the steps
     that have them."""
     log_every: int = 10
-    """Log a line of metrics every this many steps (the live progress display updates every step)."""
+    """Print a short table of the headline metrics every this many steps and at each evaluation (the live progress
+    display updates every step; every metric is in metrics.jsonl); 0 = at evaluations only."""
     max_nonfinite: int = 3
     """Stop the run after this many consecutive non-finite losses (each one skips its update)."""
 
@@ -598,8 +599,9 @@ class DiversityReportConfig:
     """Groups to compare, baseline first: ``compare=[1,2]`` (group numbers as the report lists them) or labels,
     e.g. ``compare=[parallel,sequential]`` (a full or short label, or a piece of exactly one); ``*`` stands for every
     group not named (``'compare=[parallel,*]'``, quoted for the shell). Each further group is reported as its
-    difference to the baseline (group − baseline) with a 95% bootstrap interval. Empty: the two groups are compared
-    when there are exactly two."""
+    difference to the baseline (group − baseline) with a 95% bootstrap interval. Empty: the revivals (``sesa
+    revive`` runs) with each other when two or more groups are revivals, the parallel one the baseline; else the two
+    groups when there are exactly two."""
     metrics: list[str] = field(default_factory=list)
     """Headline metrics, e.g. ``metrics=[policy/target_mass,eval/success]``; empty: chosen from what the runs
     logged (the exact policy's spread and target mass where the task has them, validation success, episode length)."""

@@ -341,7 +341,7 @@ class Evaluation:
         self.plain = ParallelSampler(sampler_cfg, task, policy, dtype)  # the plain prompt, whatever draws
         self.sampler: Sampler = sampler if sampler is not None else self.plain
         self.greedy = ParallelSampler(sampler_cfg, task, policy, dtype, greedy=True)
-        self.exact = ExactPolicy(self.plain, self.instances, rows=max_rows or 256)
+        self.exact = ExactPolicy(self.plain, self.instances[: protocol.policy_instances], rows=max_rows or 256)
         self.sampler_name = "parallel" if self.sampler is self.plain else sampler_cfg.name
         self.temperature = sampler_cfg.temperature
 

@@ -82,7 +82,7 @@ def test_advantages_accept_integer_rewards_and_need_two_rollouts() -> None:
         compute_advantages(torch.tensor([[1.0]]), AlgoConfig(advantage="rloo"))
 
 
-# On-policy baseline (sampler.off_policy=on_policy_baseline). Group 0 as in REWARDS with rows 0 and 1 on-policy,
+# On-policy baseline (algo.off_policy=on_policy_baseline). Group 0 as in REWARDS with rows 0 and 1 on-policy,
 # group 1 with only row 0 on-policy (a sequential chain: only the first item is drawn from the plain prompt).
 ON_POLICY = torch.tensor([[True, True, False, False], [True, False, False, False]])
 ON_POLICY_CASES = {

@@ -4,7 +4,7 @@ Every estimator here takes ``rewards`` of shape (n_groups, group), row g holding
 prompt g, and returns advantages of the same shape. Rewards are constants: nothing here carries a gradient.
 
 Each estimator also takes an optional ``on_policy`` mask, bool (n_groups, group): True for rollouts drawn in the
-context they are scored in (``sampler.off_policy=on_policy_baseline``). The baseline the estimator subtracts (the
+context they are scored in (``algo.off_policy=on_policy_baseline``). The baseline the estimator subtracts (the
 group mean, or for RLOO the mean of the other rollouts) is then taken over on-policy rollouts only, while the scale
 (GRPO's std) stays that of the whole group. A group, or for RLOO a rollout, with no on-policy rollout to average
 keeps the estimator's own baseline, and a group whose rollouts are all on-policy gets exactly the estimator's
@@ -126,7 +126,7 @@ def scale_off_policy_negatives(advantages: Tensor, off_policy: Tensor, factors: 
     """A_i · f_i for rows that are off-policy with A_i < 0; every other A_i unchanged (positives are kept).
 
     advantages (batch,) float, off_policy (batch,) bool, factors (batch,) float -> (batch,). Factors 0 drop those
-    negatives (``sampler.off_policy=drop_negatives``); truncated importance weights min(c, π(y|x)/π(y|ctx)) bound
+    negatives (``algo.off_policy=drop_negatives``); truncated importance weights min(c, π(y|x)/π(y|ctx)) bound
     them by how likely the scored context is to draw the row (``weight_negatives``).
     """
     if not advantages.shape == off_policy.shape == factors.shape or advantages.ndim != 1:

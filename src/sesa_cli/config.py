@@ -11,6 +11,7 @@ sesa_cli.commands.schemas.register_configs stores them all.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -605,11 +606,41 @@ class DiversityReportConfig:
     logged (the exact policy's spread and target mass where the task has them, validation success, episode length)."""
 
 
+def nonfinite_values(cfg: Any) -> list[str]:
+    """``key=value`` of every float setting of a composed config (DictConfig) that is NaN or +-inf, in schema order.
+
+    One check for every float field of every schema (and any float in an untyped field): no range check of a
+    ``__post_init__`` can see a NaN (every comparison with it is false), and an infinite rate or coefficient passes
+    ``> 0``. A config that does not resolve yields no problem here: :func:`to_object` reports it."""
+    from omegaconf import OmegaConf
+
+    try:
+        plain = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=False)
+    except Exception:  # noqa: BLE001  (an interpolation error: OmegaConf.to_object says which key)
+        return []
+    found: list[str] = []
+
+    def walk(node: Any, prefix: str) -> None:
+        items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
+        for name, value in items:
+            where = f"{prefix}[{name}]" if isinstance(node, list) else f"{prefix}.{name}" if prefix else str(name)
+            if isinstance(value, float) and not math.isfinite(value):
+                found.append(f"{where}={value}")
+            walk(value, where)
+
+    walk(plain, "")
+    return found
+
+
 def to_object(cfg: Any) -> Any:
-    """DictConfig -> typed dataclass, turning schema validation errors into ``ConfigError``."""
+    """DictConfig -> typed dataclass, turning schema validation errors into ``ConfigError``; a NaN or infinite float
+    setting is refused first (:func:`nonfinite_values`)."""
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
+    nonfinite = nonfinite_values(cfg)
+    if nonfinite:
+        raise ConfigError("; ".join(f"{item} must be a finite number" for item in nonfinite))
     try:
         return OmegaConf.to_object(cfg)
     except OmegaConfBaseException as exc:

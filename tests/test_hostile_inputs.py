@@ -1,0 +1,66 @@
+"""Hostile inputs of issue 31 (cases 3, 4, 5, 7, 8, 10): what a user, a scheduler or a damaged tree can hand sesa.
+Each ends in one line on stderr and exit 2 (no traceback), and nothing outside the command's own run dir changes;
+the helpers are tests.test_damaged_inputs' (a real short run copied and damaged per case)."""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+
+import pytest
+
+from tests.conftest import run_cli
+from tests.test_damaged_inputs import check_one_line
+
+
+# ------------------------------------------------------------------------ case 3: NaN and infinity in a float
+def float_settings() -> list[tuple[str, str]]:
+    """(command-line prefix choosing the task or "", dotted key) of every float field of every command's schema and
+    of every task's schema, found by walking the dataclasses: a float field added later is tested too."""
+    from sesa_cli.config import ReviveConfig, TrainConfig
+    from sesa_cli.tasks import TASK_SCHEMAS
+
+    def walk(schema: type, prefix: str) -> list[str]:
+        hints = typing.get_type_hints(schema)
+        found = []
+        for f in dataclasses.fields(schema):
+            kind = hints[f.name]
+            if dataclasses.is_dataclass(kind):
+                found += walk(kind, f"{prefix}{f.name}.")  # type: ignore[arg-type]
+            elif kind is float or float in typing.get_args(kind):
+                found.append(f"{prefix}{f.name}")
+        return found
+
+    keys = sorted(set(walk(TrainConfig, "")) | set(walk(ReviveConfig, "")))
+    task_keys = sorted({(f"task={name}", f"task.{k}") for name, s in TASK_SCHEMAS.items() for k in walk(s, "")})
+    return [("task=path", k) for k in keys if not k.startswith("task.")] + task_keys
+
+
+FLOATS = float_settings()
+
+
+def test_the_float_settings_are_found():
+    keys = {k for _, k in FLOATS}
+    assert {"optim.lr", "sampler.temperature", "optim.weight_decay", "algo.kl_coef", "model.lora_dropout"} <= keys
+    assert any(k.startswith("task.") for k in keys)
+
+
+@pytest.mark.parametrize(("task", "setting"), FLOATS, ids=[k for _, k in FLOATS])
+def test_nan_is_refused_in_every_float_setting(task, setting, tmp_path, monkeypatch, capsys):
+    code = run_cli(["train", task, f"{setting}=nan", f"hydra.run.dir={tmp_path / 'out'}"], monkeypatch)
+    line = check_one_line(code, capsys.readouterr().err, f"{setting}=nan must be a finite number")
+    assert line == f"sesa train: error: {setting}=nan must be a finite number"
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("value", ["inf", "-inf", "+inf", "1e999"])
+def test_infinity_is_refused_in_every_float_setting(value):
+    from sesa_cli.commands.validate import validate_argv
+
+    by_task: dict[str, list[str]] = {}
+    for task, setting in FLOATS:
+        by_task.setdefault(task, []).append(setting)
+    for task, settings in by_task.items():  # one composition per task: every float setting infinite at once
+        problem = validate_argv("train", [task, *(f"{s}={value}" for s in settings)])
+        sign = "-" if value.startswith("-") else ""
+        assert sorted(problem.split("; ")) == sorted(f"{s}={sign}inf must be a finite number" for s in settings)

@@ -64,3 +64,35 @@ def test_infinity_is_refused_in_every_float_setting(value):
         problem = validate_argv("train", [task, *(f"{s}={value}" for s in settings)])
         sign = "-" if value.startswith("-") else ""
         assert sorted(problem.split("; ")) == sorted(f"{s}={sign}inf must be a finite number" for s in settings)
+
+
+# ------------------------------------------------------------------------ case 7: `+key=` outside the schema
+@pytest.mark.parametrize(
+    ("command", "override", "expected"),
+    [
+        ("train", "+optim.lrr=0.1", "unknown key 'optim.lrr'; valid keys under 'optim': lr, lr_schedule, "),
+        ("train", "++optim.lrr=0.1", "unknown key 'optim.lrr'; valid keys under 'optim': lr, lr_schedule, "),
+        ("train", "+lrr=0.1", "unknown key 'lrr'; valid keys at the top level: algo, collapse, "),
+        ("train", "+task.foo=1", "unknown key 'task.foo'; valid keys under 'task': "),
+        ("eval", "+eval.sample=4", "unknown key 'eval.sample'; valid keys under 'eval': instances, samples"),
+    ],
+)
+def test_adding_a_key_outside_the_schema_is_refused_like_an_unknown_key(command, override, expected, tmp_path,
+                                                                       monkeypatch, capsys):  # fmt: skip
+    out = tmp_path / "out"
+    code = run_cli([command, "task=path", override, f"hydra.run.dir={out}"], monkeypatch)
+    check_one_line(code, capsys.readouterr().err, f"sesa {command}: error: {expected}")
+    assert not out.exists()
+    # the same typo without the +: the same line
+    assert run_cli([command, "task=path", override.lstrip("+"), f"hydra.run.dir={out}"], monkeypatch) == 2
+    check_one_line(2, capsys.readouterr().err, f"sesa {command}: error: {expected}")
+
+
+def test_adding_a_key_where_the_schema_allows_it_still_works():
+    from sesa_cli.commands.validate import validate_argv
+
+    # reasoning_gym's task.options is a dict of the dataset's own fields: the one place keys are added
+    base = ["task=reasoning_gym", "model=smollm2-135m"]
+    assert validate_argv("train", [*base, "+task.options.min_digits=2"]) is None
+    assert validate_argv("train", ["task=path", "++optim.lr=0.1"]) is None  # ++ on a key the schema has
+    assert validate_argv("train", ["task=path", "+hydra.job.env_set.X=1"]) is None  # Hydra's own settings

@@ -632,15 +632,39 @@ def nonfinite_values(cfg: Any) -> list[str]:
     return found
 
 
+def unknown_keys(cfg: Any, prefix: str = "") -> list[str]:
+    """A one-line problem per key of a composed config (DictConfig) that its schema dataclass has no field for.
+
+    Hydra's ``+key=`` and ``++key=`` add a key to a structured config even where the schema has none, and
+    ``OmegaConf.to_object`` then sets it as a stray attribute: ``+optim.lrr=0.1`` would run with the typo recorded
+    and ignored. Keys under a dict-typed field (``task.options`` of reasoning_gym) are the schema's to add."""
+    import dataclasses
+
+    from omegaconf import DictConfig, OmegaConf
+
+    found: list[str] = []
+    schema = OmegaConf.get_type(cfg)
+    names = {f.name for f in dataclasses.fields(schema)} if dataclasses.is_dataclass(schema) else None
+    for name in cfg:
+        where = f"{prefix}.{name}" if prefix else str(name)
+        if names is not None and name not in names:
+            under = f"under {prefix!r}" if prefix else "at the top level"
+            found.append(f"unknown key {where!r}; valid keys {under}: {', '.join(sorted(names))}")
+            continue
+        child = cfg._get_node(name)
+        if isinstance(child, DictConfig) and not child._is_missing() and not child._is_none():
+            found += unknown_keys(child, where)
+    return found
+
+
 def to_object(cfg: Any) -> Any:
-    """DictConfig -> typed dataclass, turning schema validation errors into ``ConfigError``; a NaN or infinite float
-    setting is refused first (:func:`nonfinite_values`)."""
+    """DictConfig -> typed dataclass, turning schema validation errors into ``ConfigError``; a key the schema does
+    not have (:func:`unknown_keys`) and a NaN or infinite float setting (:func:`nonfinite_values`) are refused
+    first."""
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
-    nonfinite = nonfinite_values(cfg)
-    if nonfinite:
-        raise ConfigError("; ".join(f"{item} must be a finite number" for item in nonfinite))
+    raise_if(unknown_keys(cfg) or [f"{item} must be a finite number" for item in nonfinite_values(cfg)])
     try:
         return OmegaConf.to_object(cfg)
     except OmegaConfBaseException as exc:

@@ -96,3 +96,74 @@ def test_adding_a_key_where_the_schema_allows_it_still_works():
     assert validate_argv("train", [*base, "+task.options.min_digits=2"]) is None
     assert validate_argv("train", ["task=path", "++optim.lr=0.1"]) is None  # ++ on a key the schema has
     assert validate_argv("train", ["task=path", "+hydra.job.env_set.X=1"]) is None  # Hydra's own settings
+
+
+# ------------------------------------------------------------------------ case 8: printed commands on odd run dirs
+ODD_NAMES = [
+    "d sp/ünï 😀 (1)",
+    "it's",
+    'say "hi"',
+    "back\\slash'",
+    "end\\",
+    "a,b=c",
+    "[x]{y}",
+    "${oops}",
+    "-m",
+    "x y\\'z",
+]
+
+
+@pytest.mark.parametrize("name", ODD_NAMES)
+def test_a_printed_path_reads_back_as_the_same_path(name, tmp_path):
+    import shlex
+
+    from hydra import compose, initialize_config_dir
+
+    from sesa_cli.commands.ending import arg
+    from sesa_cli.commands.schemas import register_configs
+    from sesa_cli.config import conf_dir
+
+    path = tmp_path / name
+    register_configs()
+    with initialize_config_dir(version_base="1.3", config_dir=str(conf_dir())):
+        [ckpt] = shlex.split(arg("ckpt", path))
+        assert compose("eval", overrides=["task=path", ckpt]).ckpt == str(path)
+        [runs] = shlex.split(arg("runs", path, listed=True))
+        assert list(compose("diversity_report", overrides=[runs]).runs) == [str(path)]
+
+
+def test_the_printed_next_commands_run_as_pasted(tmp_path, monkeypatch, capsys, tiny_overrides):
+    """A real run into a dir with spaces, parentheses, a quote, non-ASCII and an emoji: each command its ending and
+    its eval's ending print is pasted back (the shell's split, then the CLI). The evals and the report run; the
+    revive commands go through the CLI's whole validation (their checkpoint found and its run config reloaded),
+    which is where a misquoted path fails, without training again."""
+    import shlex
+
+    from sesa_cli.commands.ending import hydra_value
+    from sesa_cli.commands.validate import validate_argv
+    from tests.test_damaged_inputs import SMALL
+
+    monkeypatch.chdir(tmp_path)  # paths print relative to the working directory
+    run = tmp_path / "d sp" / "ünï 😀 (1) it's"
+    train = ["train", *tiny_overrides, *SMALL, f"hydra.run.dir={hydra_value(str(run))}"]
+    assert run_cli(train, monkeypatch) == 0, capsys.readouterr().err
+
+    def printed() -> list[list[str]]:
+        lines = [line.strip() for line in capsys.readouterr().out.partition("\nnext:")[2].splitlines()]
+        return [shlex.split(line)[1:] for line in lines if line.startswith("sesa ")]
+
+    def out(name: str) -> str:
+        return f"hydra.run.dir={tmp_path / name}"
+
+    evaluate, revive, report = printed()
+    assert (evaluate[0], revive[0], report[0]) == ("eval", "revive", "diversity-report")
+    assert validate_argv("revive", [*revive[1:], out("revived")]) is None
+    assert run_cli(report, monkeypatch) == 0, capsys.readouterr().err
+    capsys.readouterr()
+    assert run_cli([*evaluate, "eval.instances=2", out("evaluated")], monkeypatch) == 0, capsys.readouterr().err
+    sequential, revive_ckpt = printed()  # the eval's own ending: the chain health of its checkpoint, revive
+    assert (sequential[0], revive_ckpt[0]) == ("eval", "revive")
+    assert validate_argv("revive", [*revive_ckpt[1:], out("revived")]) is None
+    # 2 samples, chains of group_size=4: the chain health of their first two items (issue 31 case 11)
+    argv = [*sequential, "eval.instances=1", "eval.samples=2", out("sequential")]
+    assert run_cli(argv, monkeypatch) == 0, capsys.readouterr().err

@@ -40,6 +40,18 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
+def json_text(data: dict[str, Any], indent: int | None = 2) -> str:
+    """``data`` as strict JSON: a float that is not finite (NaN: nothing was measured) becomes null, in lists too,
+    where ``json.dumps`` would write ``NaN``, which JSON readers other than Python's refuse."""
+
+    def clean(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: clean(v) for k, v in value.items()}
+        return [clean(v) for v in value] if isinstance(value, (list, tuple)) else _jsonable(value)
+
+    return json.dumps(clean(data), indent=indent, allow_nan=False)
+
+
 class RunDir:
     """Writes one run's files under ``path``."""
 

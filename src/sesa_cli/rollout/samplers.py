@@ -327,13 +327,16 @@ class SequentialSampler(Sampler):
         """The health of every chain in ``groups`` (issue 16): the items are the sketches (stage1=sketch, judged by
         ``task.sketch_key`` and ``task.follows_sketch``) or the solutions (keys from their scores). A group holds one
         chain of G items (G x m rollouts with m solutions per sketch), or several in a row (evaluation draws n
-        samples); an incomplete chain at a group's end is left out."""
-        task, g = self.task, self.cfg.group_size
-        m = self.cfg.solutions_per_sketch if self.stage1 == "sketch" else 1
+        samples); an incomplete chain at a group's end is left out. An evaluation of fewer samples than one chain
+        (``eval.samples`` < G x m) measures the first n // m items of each chain."""
+        task, m = self.task, self.cfg.solutions_per_sketch if self.stage1 == "sketch" else 1
         keys: list[list[str | None]] = []
         cut: list[list[bool]] = []
         followed: list[list[list[bool | None]]] = []
         for group in groups:
+            g = min(self.cfg.group_size, len(group) // m)  # items per chain measured
+            if g == 0:
+                continue
             for start in range(0, len(group) - g * m + 1, g * m):
                 chain = group[start : start + g * m]
                 firsts = chain[::m]

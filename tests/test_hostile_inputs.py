@@ -5,12 +5,14 @@ the helpers are tests.test_damaged_inputs' (a real short run copied and damaged 
 from __future__ import annotations
 
 import dataclasses
+import shutil
+import time
 import typing
 
 import pytest
 
 from tests.conftest import run_cli
-from tests.test_damaged_inputs import check_one_line
+from tests.test_damaged_inputs import check_one_line, snapshot, source_run  # noqa: F401  (source_run: a fixture)
 
 
 # ------------------------------------------------------------------------ case 3: NaN and infinity in a float
@@ -132,24 +134,24 @@ def test_a_printed_path_reads_back_as_the_same_path(name, tmp_path):
         assert list(compose("diversity_report", overrides=[runs]).runs) == [str(path)]
 
 
-def test_the_printed_next_commands_run_as_pasted(tmp_path, monkeypatch, capsys, tiny_overrides):
-    """A real run into a dir with spaces, parentheses, a quote, non-ASCII and an emoji: each command its ending and
-    its eval's ending print is pasted back (the shell's split, then the CLI). The evals and the report run; the
-    revive commands go through the CLI's whole validation (their checkpoint found and its run config reloaded),
-    which is where a misquoted path fails, without training again."""
+def test_the_printed_next_commands_run_as_pasted(source_run, tmp_path, monkeypatch, capsys):
+    """A run copied into a dir with spaces, parentheses, a quote, non-ASCII and an emoji: each command the ending of
+    a training run and of an eval print is pasted back (the shell's split, then the CLI). The evals and the report
+    run; the revive commands go through the CLI's whole validation (their checkpoint found and its run config
+    reloaded), which is where a misquoted path fails, without training again."""
     import shlex
 
-    from sesa_cli.commands.ending import hydra_value
+    from sesa_cli.commands.ending import next_commands
     from sesa_cli.commands.validate import validate_argv
-    from tests.test_damaged_inputs import SMALL
 
     monkeypatch.chdir(tmp_path)  # paths print relative to the working directory
     run = tmp_path / "d sp" / "ünï 😀 (1) it's"
-    train = ["train", *tiny_overrides, *SMALL, f"hydra.run.dir={hydra_value(str(run))}"]
-    assert run_cli(train, monkeypatch) == 0, capsys.readouterr().err
+    shutil.copytree(source_run, run)
+    capsys.readouterr()
+    next_commands(run)  # what sesa train's ending prints
 
     def printed() -> list[list[str]]:
-        lines = [line.strip() for line in capsys.readouterr().out.partition("\nnext:")[2].splitlines()]
+        lines = [line.strip() for line in ("\n" + capsys.readouterr().out).partition("\nnext:")[2].splitlines()]
         return [shlex.split(line)[1:] for line in lines if line.startswith("sesa ")]
 
     def out(name: str) -> str:
@@ -167,3 +169,33 @@ def test_the_printed_next_commands_run_as_pasted(tmp_path, monkeypatch, capsys, 
     # 2 samples, chains of group_size=4: the chain health of their first two items (issue 31 case 11)
     argv = [*sequential, "eval.instances=1", "eval.samples=2", out("sequential")]
     assert run_cli(argv, monkeypatch) == 0, capsys.readouterr().err
+
+
+# ------------------------------------------------------------------------ case 4: a YAML bomb in a run's config
+BOMB = "".join(
+    f"{name}: &{name} [{', '.join([f'*{prev}'] * 9 if prev else ['lol'] * 9)}]\n"
+    for prev, name in zip(["", *"abcdefgh"], "abcdefghi", strict=True)
+)  # 9 ** 9 (387 million) strings once its aliases are expanded, in 400 bytes
+
+
+@pytest.mark.parametrize(
+    ("argv", "content"),
+    [
+        (["eval", "ckpt={run}"], BOMB),
+        (["revive", "ckpt={run}", "more_steps=1"], BOMB),
+        (["eval", "ckpt={run}"], "model: &m {name: tiny, again: *m}\n"),  # an alias inside itself
+    ],
+    ids=["eval", "revive", "self-reference"],
+)
+def test_a_yaml_bomb_in_a_run_config_is_refused_at_once(source_run, tmp_path, monkeypatch, capsys, argv, content):
+    from tests.test_damaged_inputs import fill, prepare, write
+
+    run, out, before = prepare(source_run, tmp_path, write("config.yaml", content))
+    capsys.readouterr()
+    started = time.monotonic()
+    code = run_cli(fill(argv, run, out), monkeypatch)
+    elapsed = time.monotonic() - started
+    line = check_one_line(code, capsys.readouterr().err, f"{run}/config.yaml is not a valid run config (")
+    assert line.startswith(f"sesa {argv[0]}: error: ")
+    assert elapsed < 10, elapsed  # expanded, it would run for minutes and fill the memory
+    assert snapshot(tmp_path, out) == before

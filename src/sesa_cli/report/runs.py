@@ -18,12 +18,11 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-import yaml
 
 from sesa_cli.config import SEQUENTIAL_ONLY, ConfigError
 from sesa_cli.deprecations import rename_overrides, upgrade_config
 from sesa_cli.metric_keys import RENAMED, key
-from sesa_cli.runs import read_json_object, read_metrics  # one reader each: one-line errors naming the file
+from sesa_cli.runs import read_json_object, read_metrics, read_yaml  # one reader each: one-line errors naming the file
 
 METRICS_JSONL = "metrics.jsonl"
 METRICS_JSON = "metrics.json"
@@ -188,12 +187,7 @@ def expand_run_paths(paths: Sequence[str | Path]) -> tuple[list[Path], list[str]
 
 # --------------------------------------------------------------------------------------------------- loading
 def _read_yaml(path: Path) -> Any:
-    try:
-        # libyaml's loader when PyYAML has it: a report reads two YAML files per run
-        return yaml.load(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
-    except (OSError, yaml.YAMLError) as exc:
-        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise ConfigError(f"cannot read {path}: {first_line}") from exc
+    return read_yaml(path, "run file")  # the one bounded reader of run files (sesa_cli.runs)
 
 
 def metrics_frame(rows: list[dict[str, Any]], source: Path) -> pd.DataFrame:
@@ -342,10 +336,10 @@ def _ckpt_identity(run: Run) -> str | None:
     overrides: dict[str, str] | None = None
     try:
         if (path / ".hydra" / "overrides.yaml").is_file():
-            overrides = _parse_overrides(yaml.safe_load((path / ".hydra" / "overrides.yaml").read_text()))
+            overrides = _parse_overrides(_read_yaml(path / ".hydra" / "overrides.yaml"))
         elif (path / "run.json").is_file():
             overrides = _parse_overrides(json.loads((path / "run.json").read_text()).get("overrides"))
-    except (OSError, ValueError, yaml.YAMLError, AttributeError):
+    except (OSError, ValueError, AttributeError):  # ConfigError is a ValueError
         overrides = None
     if overrides is None:
         return None

@@ -5,6 +5,7 @@ the helpers are tests.test_damaged_inputs' (a real short run copied and damaged 
 from __future__ import annotations
 
 import dataclasses
+import json
 import shutil
 import time
 import typing
@@ -213,3 +214,84 @@ def test_a_yaml_bomb_in_a_run_config_is_refused_at_once(source_run, tmp_path, mo
     assert line.startswith(f"sesa {argv[0]}: error: ")
     assert elapsed < 10, elapsed  # expanded, it would run for minutes and fill the memory
     assert snapshot(tmp_path, out) == before
+
+
+# ------------------------------------------------------------------------ case 10: diversity-report, damaged trees
+def _copy(source: Path, target: Path, step_time: float | None = None) -> Path:
+    """A copy of a run dir without its checkpoints (a report reads none); ``step_time`` makes it another run."""
+    shutil.copytree(source, target, ignore=shutil.ignore_patterns("checkpoints"))
+    if step_time is not None:
+        lines = (target / "metrics.jsonl").read_text().splitlines()
+        rows = [json.loads(line) for line in lines]
+        rows[0]["time/step_s"] = step_time
+        (target / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        info = json.loads((target / "run.json").read_text())
+        info["id"] = f"another-{step_time}"
+        (target / "run.json").write_text(json.dumps(info))
+    return target
+
+
+def _report(tmp_path: Path, runs: list[Path], monkeypatch, capsys) -> tuple[str, str]:
+    out = tmp_path / "report"
+    before = snapshot(tmp_path, out)
+    capsys.readouterr()
+    code = run_cli(["diversity-report", f"runs=[{','.join(str(r) for r in runs)}]", f"hydra.run.dir={out}"],
+                   monkeypatch)  # fmt: skip
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    assert "Traceback" not in captured.err
+    assert snapshot(tmp_path, out) == before
+    return "".join(captured.out.split()), (out / "report.md").read_text()  # the console wraps lines: no spaces
+
+
+def test_copies_of_one_run_count_as_one_seed(source_run, tmp_path, monkeypatch, capsys):
+    from sesa_cli.report import load_runs
+
+    runs = [_copy(source_run, tmp_path / "tree" / "original")]
+    runs += [_copy(source_run, tmp_path / "tree" / f"copy{i}") for i in range(50)]
+    loaded, notes = load_runs(runs)
+    assert [r.path for r in loaded] == [runs[0]]  # one run, its first path
+    copies = [n for n in notes if "a copy of" in n]
+    assert len(copies) == 50
+    assert all(n.startswith("warning: skipped ") and n.endswith(f"a copy of {runs[0]} (the same run), counted once")
+               for n in copies)  # fmt: skip
+    out, markdown = _report(tmp_path, runs, monkeypatch, capsys)
+    assert "1runsin1group" in out
+    assert out.count("acopyof") == 50
+    assert markdown.count("a copy of") == 50
+
+
+def test_a_copy_of_a_run_written_before_run_ids_is_found_by_its_metrics(source_run, tmp_path):
+    from sesa_cli.report import load_runs
+
+    original = _copy(source_run, tmp_path / "original")
+    info = json.loads((original / "run.json").read_text())
+    del info["id"]
+    (original / "run.json").write_text(json.dumps(info))
+    copy = _copy(original, tmp_path / "copy")
+    other = _copy(original, tmp_path / "other", step_time=123.0)  # a distinct run of the same settings
+    del info["started"]
+    loaded, notes = load_runs([original, copy, other])
+    assert [r.path for r in loaded] == [original, other]
+    assert sum("a copy of" in n for n in notes) == 1
+
+
+def test_runs_that_cannot_be_read_fully_are_said_and_not_grouped_as_unset(source_run, tmp_path, monkeypatch, capsys):
+    tree = tmp_path / "tree"
+    whole = _copy(source_run, tree / "whole")
+    no_config = _copy(source_run, tree / "no_config", step_time=1.0)
+    (no_config / "config.yaml").unlink()
+    shutil.rmtree(no_config / ".hydra", ignore_errors=True)
+    no_info = _copy(source_run, tree / "no_info", step_time=2.0)
+    (no_info / "run.json").unlink()
+    bomb = _copy(source_run, tree / "bomb", step_time=3.0)
+    (bomb / "config.yaml").write_text(BOMB)
+    out, markdown = _report(tmp_path, [whole, no_config, no_info, bomb], monkeypatch, capsys)
+    for text, squeeze in ((out, lambda t: "".join(t.split())), (markdown, str)):
+        assert squeeze(f"warning: {no_config} was not read fully: no config.yaml") in text
+        assert squeeze(f"warning: {no_info} was not read fully: no run.json") in text
+        assert squeeze(f"warning: {bomb} was not read fully: {bomb}/config.yaml is not a valid run file") in text
+        assert squeeze(f"{whole} was not read") not in text
+        assert "(unset)" not in text
+    assert "unknown (no run.json)" in markdown
+    assert "(unknown: no config)" in markdown

@@ -3,8 +3,8 @@
 Layout (spec section 1)::
 
     <run_dir>/config.yaml            resolved config
-    <run_dir>/run.json               command, parent checkpoint, overrides, start time, git commit, torch thread
-                                     count and package versions
+    <run_dir>/run.json               run id, command, parent checkpoint, overrides, start time, git commit, torch
+                                     thread count and package versions
     <run_dir>/metrics.jsonl          one JSON object per step (training rows and evaluation rows), each with "step"
     <run_dir>/metrics.csv            the same, as a table (rewritten at every checkpoint and at the end)
     <run_dir>/policy_probs.jsonl     per evaluation, the exact probability of each target and likely solution
@@ -25,6 +25,7 @@ import re
 import shutil
 import subprocess
 import time
+import uuid
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -70,6 +71,7 @@ class RunDir:
 
     def write_run_info(self, command: str, overrides: list[str], parent: str | None = None, **extra: Any) -> None:
         info = {
+            "id": uuid.uuid4().hex,  # what tells this run from a copy of its dir (sesa diversity-report counts it once)
             "command": command,
             "parent": parent,
             "overrides": overrides,

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import shutil
 import time
 import typing
@@ -295,3 +296,55 @@ def test_runs_that_cannot_be_read_fully_are_said_and_not_grouped_as_unset(source
         assert "(unset)" not in text
     assert "unknown (no run.json)" in markdown
     assert "(unknown: no config)" in markdown
+
+
+# ------------------------------------------------------------------------ case 5: sizes the machine cannot hold
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["train", "task=path", "sampler.group_size=100000"],
+         ("train.batch_size=8 x sampler.group_size=100000 rows x task.max_new_tokens=24 need at least 78.6 GB of "
+         "key/value cache (4 layers x 128 key/value width, from model.num_layers, model.hidden_size)")),
+        (["eval", "task=path", "eval.samples=10000000"], "eval.samples=10000000 rows x task.max_new_tokens=24 need "),
+        (["train", "task=path", "train.batch_size=4096", "sampler=sequential", "sampler.group_size=4096"],
+         "train.batch_size=4096 x sampler.group_size=4096 rows x task.max_new_tokens=24 need "),
+    ],
+)  # fmt: skip
+def test_rows_the_memory_cannot_hold_are_refused_before_model_work(argv, expected, tmp_path, monkeypatch, capsys):
+    if os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") > 70e9:
+        pytest.skip("the machine holds 78 GB: the sizes of this test would fit")  # not a CI runner's size
+    started = time.monotonic()
+    code = run_cli([*argv, f"hydra.run.dir={tmp_path / 'out'}"], monkeypatch)
+    check_one_line(code, capsys.readouterr().err, f"sesa {argv[0]}: error: {expected}")
+    assert time.monotonic() - started < 20  # before the warm start and any sampling
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    "recipe", sorted(p.stem for p in (Path(__file__).parents[1] / "conf" / "experiment").glob("*.yaml"))
+)
+def test_the_memory_estimate_passes_every_recipe(recipe, tmp_path):
+    # the commands of README.md and docs/ go through the same validation in tests/test_docs_commands.py
+    from sesa_cli.commands.validate import memory_problem, validate_argv
+    from tests.conftest import compose_train
+
+    assert validate_argv("train", [f"experiment={recipe}", f"hydra.run.dir={tmp_path}/run"]) is None
+    assert memory_problem(compose_train([f"experiment={recipe}"])) is None
+
+
+def test_a_prompt_longer_than_the_model_is_refused_before_sampling(tmp_path, monkeypatch, capsys):
+    """A 200,000-character math question (task.data): one line naming model.max_position_embeddings, not a 40 GB
+    allocation. (Its length is known only once the tokenizer is: the check is at the first encoded prompt.)"""
+    pytest.importorskip("math_verify")
+    data = tmp_path / "huge.jsonl"
+    row = json.dumps({"question": "1+" * 100_000 + "1", "answer": "100001"})
+    data.write_text(f"{row}\n{row}\n")
+    out = tmp_path / "out"
+    argv = ["eval", "task=math", f"task.data={data}", "model.warm_start_steps=0", "model.warm_start_corpus_size=10",
+            f"model.cache_dir={tmp_path / 'cache'}", "eval.samples=2", f"hydra.run.dir={out}"]  # fmt: skip
+    before = snapshot(tmp_path, out)
+    code = run_cli(argv, monkeypatch)
+    line = check_one_line(code, capsys.readouterr().err, "a prompt of 200,004 tokens ('P1+1+1+1")
+    assert "does not fit the model's 1,024 positions (model.max_position_embeddings)" in line
+    after = snapshot(tmp_path, out)
+    assert {k: v for k, v in after.items() if not k.startswith("cache")} == before  # its run dir, its base cache

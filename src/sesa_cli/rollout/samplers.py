@@ -124,7 +124,20 @@ class Sampler:
         self.bos = [int(policy.tokenizer.bos_token_id)] if policy.tokenizer.bos_token_id is not None else []
 
     def encode_prompt(self, text: str) -> list[int]:
-        return self.policy.encode_prompt(text, chat=self.task.chat)
+        """Token ids of a prompt, refused with a ConfigError when it and ``task.max_new_tokens`` do not fit the
+        model's positions: found before the engine allocates (a 200,000-character question of a data file would
+        ask the attention for tens of GB, then fail with an allocation traceback)."""
+        ids = self.policy.encode_prompt(text, chat=self.task.chat)
+        positions = getattr(self.policy.model.config, "max_position_embeddings", None)
+        budget = self.task.cfg.max_new_tokens
+        if isinstance(positions, int) and len(ids) + budget > positions:
+            start = " ".join(text[:40].split())
+            raise ConfigError(
+                f"a prompt of {len(ids):,} tokens ({start!r}...) + task.max_new_tokens={budget} does not fit the "
+                f"model's {positions:,} positions (model.max_position_embeddings): shorten the task's questions or "
+                "choose a model with more positions"
+            )
+        return ids
 
     def answer(
         self, session: Session, instances: Sequence[Any], generator: torch.Generator

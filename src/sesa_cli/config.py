@@ -11,6 +11,7 @@ sesa_cli.commands.schemas.register_configs stores them all.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -615,11 +616,65 @@ class DiversityReportConfig:
     logged (the exact policy's spread and target mass where the task has them, validation success, episode length)."""
 
 
+def nonfinite_values(cfg: Any) -> list[str]:
+    """``key=value`` of every float setting of a composed config (DictConfig) that is NaN or +-inf, in schema order.
+
+    One check for every float field of every schema (and any float in an untyped field): no range check of a
+    ``__post_init__`` can see a NaN (every comparison with it is false), and an infinite rate or coefficient passes
+    ``> 0``. A config that does not resolve yields no problem here: :func:`to_object` reports it."""
+    from omegaconf import OmegaConf
+
+    try:
+        plain = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=False)
+    except Exception:  # noqa: BLE001  (an interpolation error: OmegaConf.to_object says which key)
+        return []
+    found: list[str] = []
+
+    def walk(node: Any, prefix: str) -> None:
+        items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
+        for name, value in items:
+            where = f"{prefix}[{name}]" if isinstance(node, list) else f"{prefix}.{name}" if prefix else str(name)
+            if isinstance(value, float) and not math.isfinite(value):
+                found.append(f"{where}={value}")
+            walk(value, where)
+
+    walk(plain, "")
+    return found
+
+
+def unknown_keys(cfg: Any, prefix: str = "") -> list[str]:
+    """A one-line problem per key of a composed config (DictConfig) that its schema dataclass has no field for.
+
+    Hydra's ``+key=`` and ``++key=`` add a key to a structured config even where the schema has none, and
+    ``OmegaConf.to_object`` then sets it as a stray attribute: ``+optim.lrr=0.1`` would run with the typo recorded
+    and ignored. Keys under a dict-typed field (``task.options`` of reasoning_gym) are the schema's to add."""
+    import dataclasses
+
+    from omegaconf import DictConfig, OmegaConf
+
+    found: list[str] = []
+    schema = OmegaConf.get_type(cfg)
+    names = {f.name for f in dataclasses.fields(schema)} if dataclasses.is_dataclass(schema) else None
+    for name in cfg:
+        where = f"{prefix}.{name}" if prefix else str(name)
+        if names is not None and name not in names:
+            under = f"under {prefix!r}" if prefix else "at the top level"
+            found.append(f"unknown key {where!r}; valid keys {under}: {', '.join(sorted(names))}")
+            continue
+        child = cfg._get_node(name)
+        if isinstance(child, DictConfig) and not child._is_missing() and not child._is_none():
+            found += unknown_keys(child, where)
+    return found
+
+
 def to_object(cfg: Any) -> Any:
-    """DictConfig -> typed dataclass, turning schema validation errors into ``ConfigError``."""
+    """DictConfig -> typed dataclass, turning schema validation errors into ``ConfigError``; a key the schema does
+    not have (:func:`unknown_keys`) and a NaN or infinite float setting (:func:`nonfinite_values`) are refused
+    first."""
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
+    raise_if(unknown_keys(cfg) or [f"{item} must be a finite number" for item in nonfinite_values(cfg)])
     try:
         return OmegaConf.to_object(cfg)
     except OmegaConfBaseException as exc:

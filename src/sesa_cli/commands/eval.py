@@ -16,6 +16,7 @@ from sesa_cli.commands.common import (
     seed_everything,
     user_errors,
 )
+from sesa_cli.commands.ending import number
 from sesa_cli.commands.schemas import register_configs
 from sesa_cli.config import EvalConfig, conf_dir
 
@@ -32,6 +33,7 @@ def run(cfg: EvalConfig, run_dir: Path, overrides: list[str] | None = None) -> d
         atomic_write_text,
         check_checkpoint,
         ended_badly,
+        json_text,
         resolve_checkpoint,
         run_dir_of_checkpoint,
     )
@@ -78,14 +80,14 @@ def run(cfg: EvalConfig, run_dir: Path, overrides: list[str] | None = None) -> d
         metrics.update(chain_metrics(health))
     records = sample_records(groups, policy.decode)
     atomic_write_text(run.path / "samples.jsonl", "".join(json.dumps(r) + "\n" for r in records))
-    atomic_write_text(run.path / "metrics.json", json.dumps(metrics, indent=2))
+    atomic_write_text(run.path / "metrics.json", json_text(metrics))
     table = Table(title=f"sesa eval: task={task.name} sampler={cfg.sampler.name}", title_justify="left")
     table.caption = evaluation.describe()
     table.add_column("metric")
     table.add_column("value", justify="right")
     for key, value in metrics.items():
         if key.startswith(("eval/", "policy/")):
-            table.add_row(key, f"{value:.4g}" if isinstance(value, float) else str(value))
+            table.add_row(key, number(value))
     console.print(table)
     if health is not None:
         console.print(chain_table(health))
@@ -122,15 +124,14 @@ def chain_table(health: Any) -> Any:
         + ("; followed: share of stage-II solutions that follow their sketch" if health.sketches else "")
     )
     rows = [
-        ("valid", health.valid, f"{scalars['valid']:.2f}"),
-        ("new", health.new, f"{health.distinct:.2f} distinct"),
-        ("cut", health.cut, f"{scalars['cut']:.2f}"),
+        ("valid", health.valid, number(scalars["valid"], ".2f")),
+        ("new", health.new, f"{number(health.distinct, '.2f')} distinct"),
+        ("cut", health.cut, number(scalars["cut"], ".2f")),
     ]
     if health.sketches:
-        followed = scalars.get("followed")
-        rows.append(("followed", health.followed, "-" if followed is None else f"{followed:.2f}"))
+        rows.append(("followed", health.followed, number(scalars.get("followed"), ".2f")))
     for name, values, whole in rows:
-        table.add_row(name, *("-" if v is None else f"{v:.2f}" for v in values), whole)
+        table.add_row(name, *(number(v, ".2f") for v in values), whole)
     return table
 
 

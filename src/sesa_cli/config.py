@@ -492,6 +492,33 @@ class LoggerOptions:
             raise ConfigError("logger_options.experiment must not be empty")
 
 
+SWEEP_DIRECTIONS = ("maximize", "minimize")
+"""``sweep.direction`` values (Optuna's study directions)."""
+
+
+@dataclass
+class SweepConfig:
+    """What a hyperparameter search optimizes (``sweep.*``): ``sesa train`` returns the run's ``objective`` to Hydra,
+    whose sweeper (``hydra/sweeper=optuna``, ``pip install 'sesa[optuna]'``) proposes the next trial from it."""
+
+    objective: str = "eval/success"
+    """The metric key a train job returns: its value at the run's last evaluation (the final row, which holds the
+    final evaluation's ``eval/*`` and ``policy/*`` and the last training step's keys), any key of docs/metrics.md,
+    e.g. ``eval/pass@8`` or ``policy/effective_solutions``. A value that is not finite, or a key the run never
+    logged (``policy/*`` on a task without exact policy metrics; with a warning), is returned as NaN: Optuna records
+    the trial as failed."""
+    direction: str = "maximize"
+    """``maximize`` or ``minimize`` the objective. Hydra's Optuna sweeper takes its ``hydra.sweeper.direction`` from
+    it (sesa_cli.commands.schemas stores that default), so a study sets only this."""
+
+    def __post_init__(self) -> None:
+        from sesa_cli.metric_keys import find
+
+        _choice(self.direction, "sweep.direction", SWEEP_DIRECTIONS)
+        if find(self.objective) is None:
+            raise ConfigError(f"sweep.objective={self.objective!r} is not a metric key (docs/metrics.md lists them)")
+
+
 @dataclass
 class TrainConfig:
     """``sesa train``: RL training of a policy on a task."""
@@ -521,6 +548,7 @@ class TrainConfig:
     (see ``logger_options``). Each is an extra: ``pip install 'sesa[tensorboard]'``. The resolved config
     goes along as parameters, and a revived run logs its parent's rows first, on the same step axis."""
     logger_options: LoggerOptions = field(default_factory=LoggerOptions)
+    sweep: SweepConfig = field(default_factory=SweepConfig)
 
     def __post_init__(self) -> None:
         if self.threads < 0:

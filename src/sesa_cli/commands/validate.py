@@ -15,10 +15,19 @@ from typing import Any
 from sesa_cli.commands.schemas import register_configs
 from sesa_cli.config import SEQUENTIAL_ONLY, ConfigError, conf_dir, to_object
 
+PLUGIN_HINTS = {
+    "hydra/launcher": " (launcher plugins: pip install 'sesa[launchers]')",
+    "hydra/launcher=ray": " (Hydra's Ray launcher: pip install 'sesa[ray]')",
+    "hydra/sweeper": " (Hydra's Optuna sweeper: pip install 'sesa[optuna]')",
+}
+"""What to install for a Hydra plugin group's option that is missing (by ``group=value``, else by group)."""
+
 
 def _split_sweeps(overrides: list[str]) -> list[list[str]]:
-    """One override list per sweep value (the other sweeps at their first value); [overrides] if no sweep."""
+    """One override list per sweep value (the other sweeps at their first value; an ``interval(a, b)`` range at
+    each end); [overrides] if no sweep."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.core.override_parser.types import IntervalSweep
 
     parsed = OverridesParser.create().parse_overrides(overrides)
     base: list[str] = []
@@ -26,7 +35,12 @@ def _split_sweeps(overrides: list[str]) -> list[list[str]]:
     for line, ov in zip(overrides, parsed, strict=True):
         if ov.is_sweep_override():
             key = ov.get_key_element()
-            sweeps.append([f"{key}={v}" for v in ov.sweep_string_iterator()])
+            value = ov.value()
+            if isinstance(value, IntervalSweep):  # a sweeper's search range (hydra/sweeper=optuna): its two ends
+                ends = (float(value.start or 0), float(value.end or 0))
+                sweeps.append([f"{key}={int(v) if v.is_integer() else v}" for v in ends])
+            else:
+                sweeps.append([f"{key}={v}" for v in ov.sweep_string_iterator()])
         else:
             base.append(line)  # the override as typed (Hydra's ov.input_line)
     if not sweeps:
@@ -118,7 +132,7 @@ def explain(exc: BaseException, config_name: str, overrides: list[str]) -> str:
         options = re.findall(r"^\t(\S+)$", msg, flags=re.MULTILINE)
         if m and options:
             group, value = m.groups()
-            hint = " (launcher plugins: pip install 'sesa[launchers]')" if group == "hydra/launcher" else ""
+            hint = PLUGIN_HINTS.get(f"{group}={value}", PLUGIN_HINTS.get(group, ""))
             return f"{group}={value} is not a {group} option; choose one of: {', '.join(options)}{hint}"
         m = re.search(r"Could not find '([^']+)'", msg)
         return f"no config named {m.group(1)!r}" if m else msg.splitlines()[0]

@@ -1,5 +1,5 @@
-"""Developer sessions: `nox -s lint typecheck tests` (the default and what CI runs), `nox -s slow`, `nox -s bench`
-and `nox -s results` (opt-in).
+"""Developer sessions: `nox -s lint typecheck tests scale` (the default and what CI runs), `nox -s slow`, `nox -s
+bench` and `nox -s results` (opt-in).
 
 Every session that installs the project installs the CPU build of torch first: an unpinned torch in a fresh
 environment would pull ~2.6 GB of CUDA wheels.
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import nox
 
-nox.options.sessions = ["lint", "typecheck", "tests"]
+nox.options.sessions = ["lint", "typecheck", "tests", "scale"]
 nox.options.error_on_missing_interpreters = True
 
 TORCH = "torch==2.13.0"
@@ -44,6 +44,16 @@ def tests(session: nox.Session) -> None:
     workers (each builds the session's tiny bases once); `nox -s tests -- -n 0` runs it in one process."""
     install_project(session)
     session.run("pytest", "-n", "2", "--durations=15", *session.posargs, env={"OMP_NUM_THREADS": "1"})
+
+
+@nox.session
+def scale(session: nox.Session) -> None:
+    """The tests of the large extras, kept out of `tests`' install: Hydra's Ray launcher (tests/test_ray.py; ray is
+    ~240 MB installed), the W&B and trackio trackers (tests/test_loggers.py), and docs/scaling.md's commands
+    validated with every plugin installed."""
+    install_project(session, "test,ray,wandb,trackio")
+    session.run("pytest", "-n", "0", "tests/test_ray.py", "tests/test_loggers.py", "tests/test_docs_commands.py",
+                "-k", "ray or wandb or trackio or scaling", *session.posargs, env={"OMP_NUM_THREADS": "1"})  # fmt: skip
 
 
 @nox.session(default=False)

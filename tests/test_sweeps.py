@@ -102,3 +102,11 @@ def test_the_frozenlake_search_recipe_sets_the_study() -> None:
     assert cfg.task.name == "frozenlake"
     assert cfg.optim.lr == 3e-4  # the default the search brackets
     assert cfg.algo.entropy_coef == 0.003
+
+
+def test_an_unknown_sweeper_names_the_optuna_extra(monkeypatch, capsys) -> None:
+    assert run_cli(["train", "-m", "hydra/sweeper=nope", "task=path"], monkeypatch) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1
+    assert "hydra/sweeper=nope is not a hydra/sweeper option" in err[0]
+    assert "pip install 'sesa[optuna]'" in err[0]

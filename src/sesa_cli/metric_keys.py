@@ -5,7 +5,7 @@ view takes its labels from :attr:`MetricKey.label`, the diversity report names i
 :func:`key` (an undeclared pattern raises at import), and ``docs/metrics.md`` is :func:`markdown` (a test keeps it
 current). Renamed keys map to their current name in :data:`RENAMED`, so run dirs written before a rename still read.
 
-The prefix says what a number describes (one name per concept, style.md): ``rollout/`` what a sampler drew at a
+The prefix says what a number describes (one name per concept): ``rollout/`` what a sampler drew at a
 training step (with a sequential sampler, the chain, not the plain-prompt policy), ``eval/`` validation samples drawn
 i.i.d. from the plain prompt (or by the sampler ``sesa eval`` was given), ``policy/`` the plain-prompt policy itself,
 computed exactly, ``chain/`` the chains of a sequential sampler, ``loss/`` the update's objective and its
@@ -202,9 +202,9 @@ METRIC_KEYS: tuple[MetricKey, ...] = (
     ),
     MetricKey("loss/clip_frac", "Share of tokens where PPO's clipped term is the one taken.", "sesa_cli.algos.losses"),
     MetricKey(
-        "loss/clip_cov_frac", "Clip-Cov: share of tokens whose gradient is detached.", "sesa_cli.algos.clip_cov"
+        "loss/clip_cov_frac", "Clip-Cov: share of tokens whose gradient is detached.", "sesa_cli.algos.losses.clip_cov"
     ),
-    MetricKey("loss/kl_cov_frac", "KL-Cov: share of tokens with the KL penalty.", "sesa_cli.algos.kl_cov"),
+    MetricKey("loss/kl_cov_frac", "KL-Cov: share of tokens with the KL penalty.", "sesa_cli.algos.losses.kl_cov"),
     MetricKey("loss/approx_kl", "k3 estimate of KL(old || pi), token mean.", "sesa_cli.algos.compute_loss"),
     MetricKey("loss/ratio_mean", "Token mean of pi / old.", "sesa_cli.algos.compute_loss"),
     MetricKey(

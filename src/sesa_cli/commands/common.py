@@ -11,7 +11,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from sesa_cli.config import ConfigError
+from sesa_cli.commands.interrupt import interrupted
+from sesa_cli.config import ConfigError, first_line
 
 log = logging.getLogger("sesa")
 
@@ -31,13 +32,9 @@ def user_errors(command: str) -> Iterator[None]:
         print(f"sesa {command}: error: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
     except KeyboardInterrupt:
-        from sesa_cli.cli import interrupted
-
         _mark_run_dir(command, "interrupted", "Ctrl-C", 130)
         interrupted(command)
     except Exception as exc:  # Hydra prints the traceback and exits 1
-        from sesa_cli.config import first_line
-
         _mark_run_dir(command, "failed", f"{type(exc).__name__}: {first_line(exc)}", 1)
         raise
 

@@ -1,4 +1,4 @@
-"""Samplers: how the G rollouts of a group are drawn (spec section 4). Registry keys = ``conf/sampler/*.yaml``.
+"""Samplers: how the G rollouts of a group are drawn (docs/samplers.md). Registry keys = ``conf/sampler/*.yaml``.
 
 * ``parallel``   y_1..y_G ~ pi(.|x) i.i.d.: one batched session of B*G rows.
 * ``sequential`` SESA. ``stage1=solution``: one session per prompt row; sample k continues the cache right after
@@ -29,8 +29,8 @@ import torch
 from sesa_cli import metrics as M
 from sesa_cli.config import ConfigError, SamplerConfig
 from sesa_cli.models.policy import Policy
+from sesa_cli.models.special import stop_ids_for
 from sesa_cli.rollout.engine import Completion, Engine, SamplingParams, Session
-from sesa_cli.rollout.special import stop_ids_for
 from sesa_cli.rollout.stops import stop_string_fn
 from sesa_cli.tasks.base import Score, Task
 

@@ -480,9 +480,18 @@ class CollapseConfig:
         raise_if(at_least(self, "collapse", 0, "max_distinct_correct", "min_entropy"))
 
 
-LOGGER_NAMES = ("tensorboard", "mlflow")
+LOGGER_NAMES = ("tensorboard", "mlflow", "wandb", "trackio")
 """``logger`` values: the keys of ``sesa_cli.loggers.LOGGERS`` (a test keeps the two equal; this module must not
 import the trackers)."""
+
+
+def check_logger_names(names: list[str]) -> None:
+    """A ConfigError for a ``logger`` list naming an unknown tracker or one twice."""
+    unknown = [name for name in names if name not in LOGGER_NAMES]
+    if unknown:
+        raise ConfigError(f"logger={unknown[0]!r} is not a logger; choose from: {', '.join(LOGGER_NAMES)}")
+    if len(set(names)) != len(names):
+        raise ConfigError(f"logger={names} names a logger twice")
 
 
 @dataclass
@@ -490,7 +499,7 @@ class LoggerOptions:
     """Where the experiment trackers named in ``logger`` write (``logger_options.*``)."""
 
     experiment: str = "sesa"
-    """The MLflow experiment the run is logged under."""
+    """The MLflow experiment, W&B project or trackio project the run is logged under."""
     mlflow_tracking_uri: str = "outputs/mlruns"
     """Where MLflow logs: a local directory (relative paths are from the cwd) gets an SQLite store ``mlflow.db`` and
     the artifacts (MLflow's file store is in maintenance mode; browse with ``pip install mlflow`` and ``mlflow ui
@@ -500,6 +509,33 @@ class LoggerOptions:
     def __post_init__(self) -> None:
         if not self.experiment.strip():
             raise ConfigError("logger_options.experiment must not be empty")
+
+
+SWEEP_DIRECTIONS = ("maximize", "minimize")
+"""``sweep.direction`` values (Optuna's study directions)."""
+
+
+@dataclass
+class SweepConfig:
+    """What a hyperparameter search optimizes (``sweep.*``): ``sesa train`` returns the run's ``objective`` to Hydra,
+    whose sweeper (``hydra/sweeper=optuna``, ``pip install 'sesa[optuna]'``) proposes the next trial from it."""
+
+    objective: str = "eval/success"
+    """The metric key a train job returns: its value at the run's last evaluation (the final row, which holds the
+    final evaluation's ``eval/*`` and ``policy/*`` and the last training step's keys), any key of docs/metrics.md,
+    e.g. ``eval/pass@8`` or ``policy/effective_solutions``. A value that is not finite, or a key the run never
+    logged (``policy/*`` on a task without exact policy metrics; with a warning), is returned as NaN: Optuna records
+    the trial as failed."""
+    direction: str = "maximize"
+    """``maximize`` or ``minimize`` the objective. Hydra's Optuna sweeper takes its ``hydra.sweeper.direction`` from
+    it (sesa_cli.commands.schemas stores that default), so a study sets only this."""
+
+    def __post_init__(self) -> None:
+        from sesa_cli.metric_keys import find
+
+        _choice(self.direction, "sweep.direction", SWEEP_DIRECTIONS)
+        if find(self.objective) is None:
+            raise ConfigError(f"sweep.objective={self.objective!r} is not a metric key (docs/metrics.md lists them)")
 
 
 @dataclass
@@ -528,18 +564,17 @@ class TrainConfig:
     logger: list[str] = field(default_factory=list)
     """Experiment trackers that get every metric row besides the run dir's own files (which stay the source of
     truth), e.g. ``logger=[tensorboard,mlflow]``: ``tensorboard`` (event files in the run dir), ``mlflow``
-    (see ``logger_options``). Each is an extra: ``pip install 'sesa[tensorboard]'``. The resolved config
-    goes along as parameters, and a revived run logs its parent's rows first, on the same step axis."""
+    (see ``logger_options``), ``wandb`` (offline unless ``WANDB_MODE`` says otherwise: the run dir's ``wandb/``,
+    which ``wandb sync`` uploads later), ``trackio`` (its local store, ``$TRACKIO_DIR``). Each is an extra: ``pip
+    install 'sesa[tensorboard]'``. The resolved config goes along as parameters, and a revived run logs its parent's
+    rows first, on the same step axis."""
     logger_options: LoggerOptions = field(default_factory=LoggerOptions)
+    sweep: SweepConfig = field(default_factory=SweepConfig)
 
     def __post_init__(self) -> None:
         if self.threads < 0:
             raise ConfigError(f"threads={self.threads} must be >= 0 (0 = auto)")
-        unknown = [name for name in self.logger if name not in LOGGER_NAMES]
-        if unknown:
-            raise ConfigError(f"logger={unknown[0]!r} is not a logger; choose from: {', '.join(LOGGER_NAMES)}")
-        if len(set(self.logger)) != len(self.logger):
-            raise ConfigError(f"logger={self.logger} names a logger twice")
+        check_logger_names(self.logger)
         if self.optim.warmup_steps >= self.train.steps:
             raise ConfigError(
                 f"optim.warmup_steps={self.optim.warmup_steps} must be < train.steps={self.train.steps} (the warm-up "
@@ -584,6 +619,11 @@ class EvalConfig:
     """A checkpoint dir or run dir (its config is reloaded); unset = the base model named by ``model``."""
     seed: int = 0
     """Seed of the evaluation draws."""
+    logger: list[str] = field(default_factory=list)
+    """Experiment trackers that get the evaluation's metrics (at the checkpoint's step), as ``logger`` of ``sesa
+    train`` names them; with ``ckpt=`` the run's own (its config is reloaded), ``logger=[]`` for none. The
+    evaluation is a run of its own there, linked to the evaluated run as a revived run is."""
+    logger_options: LoggerOptions = field(default_factory=LoggerOptions)
     device: str = "cpu"
     """Torch device."""
     threads: int = 0
@@ -596,6 +636,7 @@ class EvalConfig:
     def __post_init__(self) -> None:
         if self.threads < 0:
             raise ConfigError(f"threads={self.threads} must be >= 0 (0 = auto)")
+        check_logger_names(self.logger)
 
 
 @dataclass

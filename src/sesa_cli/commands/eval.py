@@ -135,11 +135,33 @@ def chain_table(health: Any) -> Any:
     return table
 
 
+def tracked(cfg: EvalConfig, run_dir: Path, overrides: list[str] | None = None) -> dict[str, Any]:
+    """:func:`run` with the trackers ``cfg.logger`` names started first (one line and exit 2 if one cannot start),
+    sent the metrics at the checkpoint's step, and closed as the evaluation ended. The tracker run is linked to the
+    evaluated run as a revived run is (sesa_cli.loggers)."""
+    from sesa_cli.commands.revive import parent_loggers
+    from sesa_cli.loggers import attached
+    from sesa_cli.runs import RunDir, atomic_write_text, read_json_object, resolve_checkpoint, run_dir_of_checkpoint
+
+    parent = None
+    if cfg.ckpt and cfg.logger:
+        ckpt = resolve_checkpoint(cfg.ckpt)
+        parent_run = run_dir_of_checkpoint(ckpt)
+        parent = {"checkpoint": ckpt, "run_dir": parent_run, "loggers": parent_loggers(parent_run)}
+    with attached(RunDir(run_dir), cfg.logger, cfg.logger_options, resolved_yaml(cfg), parent) as trackers:
+        metrics = run(cfg, run_dir, overrides)
+        trackers.log(metrics)
+        if trackers:  # run.json names the tracker runs, as a training run's does
+            info = read_json_object(run_dir / "run.json")
+            atomic_write_text(run_dir / "run.json", json.dumps({**info, "loggers": trackers.references()}, indent=2))
+    return metrics
+
+
 def job(cfg: DictConfig) -> tuple[Path, dict[str, Any]]:
     """The command inside its Hydra job (``main`` and sesa_cli.api run it): (run dir, metrics)."""
     from sesa_cli.commands.reload import checkpoint_job
 
-    return checkpoint_job("eval", cfg, run)
+    return checkpoint_job("eval", cfg, tracked)
 
 
 @hydra.main(version_base="1.3", config_path=str(conf_dir()), config_name="eval")

@@ -18,8 +18,10 @@ from sesa_cli.config import SEQUENTIAL_ONLY, to_object
 
 
 def _split_sweeps(overrides: list[str]) -> list[list[str]]:
-    """One override list per sweep value (the other sweeps at their first value); [overrides] if no sweep."""
+    """One override list per sweep value (the other sweeps at their first value; an ``interval(a, b)`` range at
+    each end); [overrides] if no sweep."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.core.override_parser.types import IntervalSweep
 
     parsed = OverridesParser.create().parse_overrides(overrides)
     base: list[str] = []
@@ -27,7 +29,12 @@ def _split_sweeps(overrides: list[str]) -> list[list[str]]:
     for line, ov in zip(overrides, parsed, strict=True):
         if ov.is_sweep_override():
             key = ov.get_key_element()
-            sweeps.append([f"{key}={v}" for v in ov.sweep_string_iterator()])
+            value = ov.value()
+            if isinstance(value, IntervalSweep):  # a sweeper's search range (hydra/sweeper=optuna): its two ends
+                ends = (float(value.start or 0), float(value.end or 0))
+                sweeps.append([f"{key}={int(v) if v.is_integer() else v}" for v in ends])
+            else:
+                sweeps.append([f"{key}={v}" for v in ov.sweep_string_iterator()])
         else:
             base.append(line)  # the override as typed (Hydra's ov.input_line)
     if not sweeps:

@@ -70,7 +70,7 @@ class AgentTaskConfig(TaskConfig):
     (``solve_prompt`` + the plan's actions, ``max_actions_per_turn`` per response, no random tail): short lines that
     are mostly the copy stage II needs. Without them the copy is a couple of tokens in a hundred-token episode and the
     base ignores its plan. FrozenLake tiny, 600 warm-start steps, ``sesa eval sampler=sequential
-    sampler.stage1=sketch seed=0`` (issue 29): chain/followed 0.17 at 0 (about chance); at 0.3 the base still puts
+    sampler.stage1=sketch seed=0``: chain/followed 0.17 at 0 (about chance); at 0.3 the base still puts
     ~0.25 on every first move whatever the plan; at 0.7 followed 0.44 (sketches valid 0.97, cut 0.02, 5.8 distinct
     per chain of 8): the base has learned which letters the plan holds, not yet their order. 0 = none (the default
     everywhere: no recipe sets it until a setting is measured to be followed)."""

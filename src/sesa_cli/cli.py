@@ -7,13 +7,9 @@
 
 from __future__ import annotations
 
-import contextlib
 import difflib
 import os
-import signal
 import sys
-import threading
-from collections.abc import Iterator
 from importlib import import_module
 from typing import NoReturn
 
@@ -59,50 +55,35 @@ def fail(message: str, command: str | None = None) -> NoReturn:
 
 
 def _interrupted_line(command: str | None) -> str:
-    return f"sesa {command}: interrupted" if command else "sesa: interrupted"
+    from sesa_cli import stopping
+
+    why = "" if stopping.reason() == "Ctrl-C" else f" ({stopping.reason()})"
+    return (f"sesa {command}: interrupted" if command else "sesa: interrupted") + why
 
 
 def interrupted(command: str | None = None) -> NoReturn:
-    """Ctrl-C, wherever it lands (start-up, or training after the trainer saved a checkpoint): one line, exit 130."""
+    """Ctrl-C, SIGTERM or SIGUSR1, wherever it lands (start-up, or training after the trainer saved a checkpoint):
+    one line, exit 128 + the signal's number (130 for Ctrl-C; sesa_cli.stopping)."""
+    from sesa_cli import stopping
+
     print(_interrupted_line(command), file=sys.stderr)
-    raise SystemExit(130)
-
-
-@contextlib.contextmanager
-def ctrl_c_raises() -> Iterator[None]:
-    """Inside the block Ctrl-C raises KeyboardInterrupt (Python's default), for work that must react to it: the
-    trainer saves a checkpoint, then the command prints the line of :func:`interrupted`."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
+    raise SystemExit(stopping.exit_code())
 
 
 def main(argv: list[str] | None = None) -> None:
+    from sesa_cli import stopping
+
     args = sys.argv[1:] if argv is None else list(argv)
     command = args[0] if args and args[0] in COMMANDS else None
-    previous = None
-    if threading.current_thread() is threading.main_thread():
-        # Start-up (imports, validation, Hydra's composition, model loading) has nothing to save, and a
-        # KeyboardInterrupt raised inside a library there can come out as another error (OmegaConf, transformers'
-        # lazy imports and Hydra turn it into tracebacks: issue 17). So Ctrl-C exits at once with the one line;
-        # the trainer's loop takes Ctrl-C back (ctrl_c_raises) to save a checkpoint first.
-        def exit_now(signum: int, frame: object) -> None:
-            os.write(2, (_interrupted_line(command) + "\n").encode())  # no buffered IO: a handler may re-enter it
-            os._exit(130)
-
-        previous = signal.signal(signal.SIGINT, exit_now)
-    try:
-        dispatch(args)
-    except KeyboardInterrupt:  # raised by code that installed its own handler
-        interrupted(command)
-    finally:
-        if previous is not None:
-            signal.signal(signal.SIGINT, previous)
+    # Start-up (imports, validation, Hydra's composition, model loading) has nothing to save, and a
+    # KeyboardInterrupt raised inside a library there can come out as another error (OmegaConf, transformers'
+    # lazy imports and Hydra turn it into tracebacks: issue 17). So a stop signal (Ctrl-C, SIGTERM, SIGUSR1) exits
+    # at once with the one line; the trainer's loop takes them back (stopping.stop_after_step) to save a checkpoint.
+    with stopping.exit_at_once(lambda: _interrupted_line(command)):
+        try:
+            dispatch(args)
+        except KeyboardInterrupt:  # raised by code that installed its own handler
+            interrupted(command)
 
 
 def checked_overrides(name: str, overrides: list[str]) -> list[str]:
@@ -153,19 +134,26 @@ def dispatch(args: list[str]) -> None:
 
         print(command_help(name, [a for a in args[1:] if a not in ("-h", "--help")]))
         return
+    from sesa_cli import run_lock
+    from sesa_cli.commands.rundir import claim_planned_run_dir
     from sesa_cli.config import ConfigError
 
     try:
         rest = checked_overrides(name, args[1:])
+        # The run dir is this command's from here on, before Hydra's job writes into it (sesa_cli.run_lock).
+        _, rest = claim_planned_run_dir(name, rest)
     except ConfigError as exc:
         fail(str(exc), name)
-    if name in ("train", "revive", "eval") and ("-m" in rest or "--multirun" in rest):
-        # after the last job: the sweep dir and how to report on it (sesa_cli.commands.ending.SweepEnding)
-        rest = [*rest, "+hydra.callbacks.sesa_ending._target_=sesa_cli.commands.ending.SweepEnding"]
-    module = import_module(f"sesa_cli.commands.{module_name}")
-    # Keep argv[0] (the real `sesa` path): Hydra registers shell completion under it.
-    sys.argv = [sys.argv[0], *rest]
-    module.main()
+    try:
+        if name in ("train", "revive", "eval") and ("-m" in rest or "--multirun" in rest):
+            # after the last job: the sweep dir and how to report on it (sesa_cli.commands.ending.SweepEnding)
+            rest = [*rest, "+hydra.callbacks.sesa_ending._target_=sesa_cli.commands.ending.SweepEnding"]
+        module = import_module(f"sesa_cli.commands.{module_name}")
+        # Keep argv[0] (the real `sesa` path): Hydra registers shell completion under it.
+        sys.argv = [sys.argv[0], *rest]
+        module.main()
+    finally:
+        run_lock.release_all()
 
 
 if __name__ == "__main__":

@@ -24,32 +24,51 @@ def user_errors(command: str) -> Iterator[None]:
     from sesa_cli.progress import use_console
 
     use_console()
-    try:
+    with contextlib.ExitStack() as owning:  # released after the handlers below marked the dir
+        try:
+            owning.enter_context(_owned_job_dir(command))
+            yield
+        except ConfigError as exc:
+            _mark_run_dir(command, "failed", str(exc), 2)
+            print(f"sesa {command}: error: {exc}", file=sys.stderr)
+            raise SystemExit(2) from None
+        except KeyboardInterrupt:
+            from sesa_cli import stopping
+            from sesa_cli.cli import interrupted
+
+            _mark_run_dir(command, "interrupted", stopping.reason(), stopping.exit_code())
+            interrupted(command)
+        except Exception as exc:  # Hydra prints the traceback and exits 1
+            from sesa_cli.config import first_line
+
+            _mark_run_dir(command, "failed", f"{type(exc).__name__}: {first_line(exc)}", 1)
+            raise
+
+
+@contextlib.contextmanager
+def _owned_job_dir(command: str) -> Iterator[None]:
+    """The Hydra job's run dir locked for this process (sesa_cli.commands.rundir.owned): a sweep's job dir is locked
+    here; a single run's dir the dispatcher already holds."""
+    from sesa_cli.commands.rundir import RUN_COMMANDS, owned
+
+    if command not in RUN_COMMANDS:
         yield
-    except ConfigError as exc:
-        _mark_run_dir(command, "failed", str(exc), 2)
-        print(f"sesa {command}: error: {exc}", file=sys.stderr)
-        raise SystemExit(2) from None
-    except KeyboardInterrupt:
-        from sesa_cli.cli import interrupted
-
-        _mark_run_dir(command, "interrupted", "Ctrl-C", 130)
-        interrupted(command)
-    except Exception as exc:  # Hydra prints the traceback and exits 1
-        from sesa_cli.config import first_line
-
-        _mark_run_dir(command, "failed", f"{type(exc).__name__}: {first_line(exc)}", 1)
-        raise
+        return
+    run_dir, overrides = hydra_context()
+    with owned(run_dir, command, overrides):
+        yield
 
 
 def _mark_run_dir(command: str, status: str, reason: str, exit_code: int) -> None:
-    """Mark the running Hydra job's run dir as ended badly (rank 0 of a run command; best effort: the error being
-    reported matters more than the marker)."""
+    """Mark the running Hydra job's run dir as ended badly (rank 0 of a run command that holds the dir's lock: not a
+    dir another command owns; best effort: the error being reported matters more than the marker)."""
     if command not in ("train", "revive", "eval") or os.environ.get("RANK", "0") != "0":
         return
     try:
+        from sesa_cli import run_lock
+
         run_dir, _ = hydra_context()
-        if run_dir.is_dir():
+        if run_dir.is_dir() and run_lock.holds(run_dir):
             from sesa_cli.runs import RunDir
 
             RunDir(run_dir).mark_ended(status, reason, exit_code, command=command)

@@ -1,0 +1,136 @@
+"""Stop signals: Ctrl-C (SIGINT), SIGTERM and SIGUSR1 (what SLURM, Kubernetes and ``timeout`` send) all stop a
+command the same way.
+
+* During start-up (imports, validation, Hydra's composition, model loading) there is nothing to save: the command
+  prints one line and exits at once (:func:`exit_at_once`, installed by ``sesa_cli.cli.main``).
+* During training (:func:`stop_after_step`) the first signal lets the current step finish (its row logged, its
+  evaluation and checkpoint written), then the trainer saves an interrupt checkpoint and the command ends as after
+  Ctrl-C: run.json ``status: interrupted``, the line of ``sesa_cli.cli.interrupted`` and the command that continues
+  the run. A checkpoint taken at a step boundary resumes bit-identically; one taken mid-step would not (the batch's
+  prompts and random draws are already consumed). A second signal stops at once (a KeyboardInterrupt where it lands).
+* Under submitit (``hydra/launcher=submitit_slurm``) its preemption signal (``SIGUSR2`` unless
+  ``SUBMITIT_PREEMPT_SIGNAL`` says otherwise) is deferred the same way, then handed to submitit's own handler, which
+  requeues the job with the same command: the requeued job resumes the run (``train.resume=auto``).
+
+The exit code after a signal is 128 + its number (130 for Ctrl-C, 143 for SIGTERM, 138 for SIGUSR1), as a shell
+reports it. Never imports torch.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)
+
+_received: signal.Signals | None = None
+"""The last stop signal this process received (None: none, or only a KeyboardInterrupt raised by code)."""
+
+
+def reason() -> str:
+    """How the command was stopped, for run.json and the ending: ``Ctrl-C`` or the signal's name."""
+    return "Ctrl-C" if _received in (None, signal.SIGINT) else _received.name
+
+
+def exit_code() -> int:
+    """The exit code of a stopped command: 128 + the signal's number."""
+    return 128 + int(_received or signal.SIGINT)
+
+
+def _note(signum: int) -> None:
+    global _received
+    _received = signal.Signals(signum)
+
+
+def _install(handlers: dict[int, Any]) -> dict[int, Any]:
+    """Install ``handlers`` (signal -> handler); returns the previous ones (main thread only, else nothing)."""
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    return {signum: signal.signal(signum, handler) for signum, handler in handlers.items()}
+
+
+def _restore(previous: dict[int, Any]) -> None:
+    for signum, handler in previous.items():
+        signal.signal(signum, handler)
+
+
+@contextlib.contextmanager
+def exit_at_once(line: Callable[[], str]) -> Iterator[None]:
+    """Inside the block every stop signal writes ``line()`` to stderr and exits at once with its exit code (no
+    buffered IO and no exception: a KeyboardInterrupt raised inside a library during start-up can come out as another
+    error; issue 17)."""
+
+    def exit_now(signum: int, frame: object) -> None:
+        _note(signum)
+        os.write(2, (line() + "\n").encode())
+        from sesa_cli import run_lock
+
+        run_lock.release_all()  # the dir's lock file goes with the process (a stale one is taken over anyway)
+        os._exit(exit_code())
+
+    previous = _install(dict.fromkeys(STOP_SIGNALS, exit_now))
+    try:
+        yield
+    finally:
+        _restore(previous)
+
+
+def preemption_signal() -> signal.Signals | None:
+    """The signal submitit's job environment turns into checkpoint-and-requeue, when submitit installed a handler
+    for it in this process; None otherwise."""
+    name = "SIG" + os.environ.get("SUBMITIT_PREEMPT_SIGNAL", "USR2")
+    signum = getattr(signal, name, None)
+    if signum is None or signum in STOP_SIGNALS:
+        return None
+    return signum if callable(signal.getsignal(signum)) else None
+
+
+class StopRequest:
+    """What :func:`stop_after_step` hands the training loop: ``check()`` at each step boundary raises
+    KeyboardInterrupt once a stop signal arrived (the trainer then saves its checkpoint); ``after_checkpoint()`` hands
+    a deferred preemption signal to submitit's handler."""
+
+    def __init__(self) -> None:
+        self.signal: signal.Signals | None = None
+        self.chained: Any = None  # submitit's handler of a deferred preemption signal
+
+    def check(self) -> None:
+        if self.signal is not None:
+            raise KeyboardInterrupt
+
+    def after_checkpoint(self) -> None:
+        if self.chained is not None and self.signal is not None:
+            self.chained(int(self.signal), None)  # checkpoint the submission, requeue, exit (submitit)
+
+
+@contextlib.contextmanager
+def stop_after_step(label: str, request: StopRequest | None = None) -> Iterator[StopRequest]:
+    """Inside the block the first stop signal is noted in ``request`` (and ``label`` tells the user on stderr that
+    the current step finishes first); a second one raises KeyboardInterrupt where it lands."""
+    request = request or StopRequest()
+
+    def defer(signum: int, frame: object) -> None:
+        if request.signal is not None:
+            _note(signum)
+            raise KeyboardInterrupt
+        request.signal = signal.Signals(signum)
+        _note(signum)
+        name = "Ctrl-C" if signum == signal.SIGINT else request.signal.name
+        os.write(
+            2, f"{label}: {name}: stopping after this step's checkpoint (send it again to stop at once)\n".encode()
+        )
+
+    preempt = preemption_signal()
+    handlers: dict[int, Any] = dict.fromkeys(STOP_SIGNALS, defer)
+    if preempt is not None:
+        request.chained = signal.getsignal(preempt)
+        handlers[preempt] = defer
+    previous = _install(handlers)
+    try:
+        yield request
+    finally:
+        _restore(previous)

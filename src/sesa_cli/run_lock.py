@@ -1,16 +1,17 @@
-"""A run owns its dir: an exclusive lock on ``<run_dir>/.sesa.lock``, held from before anything is written into the
-dir until the command exits.
+"""A run owns its dir: an exclusive lock on the run dir, held from before anything is written into it until the
+command exits.
 
 ``sesa train|revive|eval`` take it in the dispatcher, before Hydra's job writes ``.hydra/`` and the log file into
 the dir (``sesa_cli.cli.dispatch``, ``sesa_cli.api``), and the command's job takes it again for its actual run dir
 (a no-op when the process holds it already; the lock of a sweep's job dir, whose path only the launcher knows). A
 second command into the same dir stops with one line naming the holder (pid, host, command, start time) and exit
-code 2, having written nothing there.
+code 2, having changed nothing in the dir.
 
-The lock is ``fcntl.flock`` on the file, which the kernel releases when the process ends however it ends (SIGKILL
-included); the file also records the holder, so a lock file left by a process that died is taken over (and noted).
-On a file system without ``flock`` the record decides: a live process of this host holds the dir; a dead one's
-record is taken over. A finished command removes the file. Never imports torch.
+The lock is ``fcntl.flock`` on the directory itself, which the kernel releases when the process ends however it ends
+(SIGKILL included), so a dead holder never blocks the dir. Once the command decided to use the dir it records itself
+in ``<run_dir>/.sesa.lock`` (removed when it ends; a record left by a process that died is taken over, and noted). On
+a file system without ``flock`` on directories the record decides: a live process of this host, or any process of
+another host, holds the dir; a dead one's record is taken over. Never imports torch.
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ import json
 import logging
 import os
 import socket
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -33,7 +33,9 @@ LOCK_NAME = ".sesa.lock"
 log = logging.getLogger("sesa")
 
 _held: dict[Path, int] = {}
-"""The run dirs this process holds (resolved path -> the lock file's descriptor)."""
+"""The run dirs this process holds (absolute path -> the locked directory's descriptor)."""
+_recorded: set[Path] = set()
+"""The held dirs this process wrote its record into."""
 
 
 def _key(run_dir: Path) -> Path:
@@ -54,15 +56,6 @@ def _record(command: str, argv: list[str]) -> dict[str, Any]:
         "command": " ".join(["sesa", command, *(shlex.quote(a) for a in argv)]),
         "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
     }
-
-
-def _read(fd: int) -> dict[str, Any]:
-    try:
-        os.lseek(fd, 0, os.SEEK_SET)
-        data = json.loads(os.read(fd, 65536).decode() or "{}")
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
 
 
 def describe(holder: dict[str, Any]) -> str:
@@ -91,73 +84,75 @@ def alive(holder: dict[str, Any]) -> bool:
     return True
 
 
+def _read_record(run_dir: Path) -> dict[str, Any]:
+    try:
+        data = json.loads((run_dir / LOCK_NAME).read_text() or "{}")
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
 def claim(run_dir: Path, command: str, argv: list[str], key: str = "hydra.run.dir") -> bool:
-    """Take ``run_dir``'s lock for this process (creating the dir); True when newly taken (the caller releases it
-    with :func:`release`), False when this process held it already. A one-line ConfigError naming the holder when
-    another process holds it."""
+    """Take ``run_dir``'s lock for this process (creating the dir if it does not exist; nothing is written into an
+    existing one: :func:`record` does that once the command uses the dir). True when newly taken (the caller gives
+    it back with :func:`release`), False when this process held it already. A one-line ConfigError naming the
+    holder when another process holds it."""
     import fcntl
 
     path = _key(run_dir)
     if path in _held:
         return False
     path.mkdir(parents=True, exist_ok=True)
-    lock = path / LOCK_NAME
-    while True:
-        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = _read(fd)
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise ConfigError(
+            f"{key}={run_dir} is in use by another sesa command ({describe(_read_record(path))}); wait for it to end "
+            "or choose another directory"
+        ) from None
+    except OSError as exc:  # no flock on this file system (ENOLCK, EOPNOTSUPP; NFS: EBADF): the record decides
+        if exc.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.EINVAL, errno.EBADF):
+            os.close(fd)
+            raise
+        holder = _read_record(path)
+        if holder and holder.get("pid") != os.getpid() and alive(holder):
             os.close(fd)
             raise ConfigError(
-                f"{key}={run_dir} is in use by another sesa command ({describe(holder)}); wait for it to end or "
-                "choose another directory"
+                f"{key}={run_dir} is in use by another sesa command ({describe(holder)}); wait for it to end, or "
+                f"remove {path / LOCK_NAME} if that process is gone"
             ) from None
-        except OSError as exc:  # no flock on this file system (ENOLCK, EOPNOTSUPP): the record decides
-            if exc.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.EINVAL):
-                os.close(fd)
-                raise
-            holder = _read(fd)
-            if holder and holder.get("pid") != os.getpid() and alive(holder):
-                os.close(fd)
-                raise ConfigError(
-                    f"{key}={run_dir} is in use by another sesa command ({describe(holder)}); wait for it to end, "
-                    f"or remove {lock} if that process is gone"
-                ) from None
-        # The holder that just released the lock may have removed the file: lock the file that is there now.
-        try:
-            same = os.stat(lock).st_ino == os.fstat(fd).st_ino
-        except FileNotFoundError:
-            same = False
-        if same:
-            break
-        os.close(fd)
-    previous = _read(fd)
-    if previous and previous.get("pid") != os.getpid():
-        log.info("took over the lock of %s, which is no longer running (%s)", run_dir, describe(previous))
-    os.ftruncate(fd, 0)
-    os.lseek(fd, 0, os.SEEK_SET)
-    os.write(fd, json.dumps(_record(command, argv)).encode())
     _held[path] = fd
     return True
 
 
+def record(run_dir: Path, command: str, argv: list[str]) -> None:
+    """Write this process's record into the dir it holds (pid, host, command, start time): what a second command
+    names. A record left by a process that died is replaced (and noted in the log)."""
+    path = _key(run_dir)
+    previous = _read_record(path)
+    if previous and previous.get("pid") != os.getpid():
+        log.info("took over %s from a command that is no longer running (%s)", run_dir, describe(previous))
+    from sesa_cli.runs import atomic_write_text
+
+    atomic_write_text(path / LOCK_NAME, json.dumps(_record(command, argv)))
+    _recorded.add(path)
+
+
 def release(run_dir: Path) -> None:
-    """Give ``run_dir``'s lock up and remove the lock file (nothing when this process does not hold it)."""
-    fd = _held.pop(_key(run_dir), None)
+    """Give ``run_dir``'s lock up and remove this process's record (nothing when this process does not hold it)."""
+    path = _key(run_dir)
+    fd = _held.pop(path, None)
     if fd is None:
         return
-    # While still locked: a process waiting for it then locks a new file. (The dir may be gone or read-only now.)
-    with contextlib.suppress(OSError):
-        os.unlink(_key(run_dir) / LOCK_NAME)
+    if path in _recorded:
+        _recorded.discard(path)
+        with contextlib.suppress(OSError):  # the dir may be gone or read-only now
+            (path / LOCK_NAME).unlink()
     os.close(fd)
 
 
 def release_all() -> None:
     for path in list(_held):
         release(path)
-
-
-def argv_of_job() -> list[str]:
-    """The overrides of the running command line (``sys.argv`` after the command name, as the dispatcher set it)."""
-    return list(sys.argv[1:])

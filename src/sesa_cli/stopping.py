@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -67,9 +68,12 @@ def exit_at_once(line: Callable[[], str]) -> Iterator[None]:
     def exit_now(signum: int, frame: object) -> None:
         _note(signum)
         os.write(2, (line() + "\n").encode())
-        from sesa_cli import run_lock
-
-        run_lock.release_all()  # the dir's lock file goes with the process (a stale one is taken over anyway)
+        # The run dir's lock record goes with the process (a record left behind is taken over anyway). No import
+        # here: the signal may land inside one.
+        release_all = getattr(sys.modules.get("sesa_cli.run_lock"), "release_all", None)
+        if release_all is not None:
+            with contextlib.suppress(Exception):
+                release_all()
         os._exit(exit_code())
 
     previous = _install(dict.fromkeys(STOP_SIGNALS, exit_now))

@@ -56,6 +56,7 @@ def claim_planned_run_dir(command: str, overrides: list[str]) -> tuple[Path | No
     try:
         resolved = _resolved_config(command, overrides)
         check_existing(command, run_dir, resolved)
+        run_lock.record(run_dir, command, overrides)
     except BaseException:
         run_lock.release(run_dir)
         raise
@@ -88,6 +89,8 @@ def owned(run_dir: Path, command: str, overrides: list[str]) -> Iterator[None]:
 
     taken = os.environ.get("RANK", "0") == "0" and run_lock.claim(run_dir, command, overrides)
     try:
+        if taken:
+            run_lock.record(run_dir, command, overrides)
         yield
     finally:
         if taken:

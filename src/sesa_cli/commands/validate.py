@@ -69,6 +69,10 @@ def output_dir_problem(config_name: str, overrides: list[str], multirun: bool) -
         held = [n for n in ("metrics.jsonl", "metrics.json", "checkpoints", "multirun.yaml") if (path / n).exists()]
         if held:
             return f"{key}={path} already holds a run ({held[0]}); choose a new directory"
+    from sesa_cli.commands.rundir import held_files
+
+    if existing == path and held_files(path):
+        return None  # a run's dir: what it holds is checked once the command holds its lock (sesa_cli.commands.rundir)
     try:  # os.access is not enough: root passes it, and /proc or a read-only mount still refuse
         tempfile.TemporaryDirectory(dir=existing).cleanup()
     except OSError as exc:

@@ -14,6 +14,7 @@ The signal cases run ``python -m sesa_cli`` as a real subprocess, as a scheduler
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
@@ -48,10 +49,8 @@ def _lines(path: Path) -> list[dict]:
         return []
     out = []
     for line in path.read_text().splitlines():
-        try:
+        with contextlib.suppress(ValueError):  # a line being written
             out.append(json.loads(line))
-        except ValueError:  # a line being written
-            pass
     return out
 
 
@@ -115,7 +114,9 @@ def test_a_second_command_into_a_run_dir_in_use_stops_naming_the_holder(tmp_path
         _, err = second.communicate(timeout=300)
         line = check_one_line(second.returncode, err, f"hydra.run.dir={run} is in use by another sesa command "
                                                       f"(pid {first.pid} on host ")  # fmt: skip
-        assert "sesa train " in line and "seed=1" in line and ", started 20" in line
+        assert "sesa train " in line
+        assert "seed=1" in line
+        assert ", started 20" in line
         _, err = first.communicate(timeout=600)
     finally:
         first.kill()
@@ -212,8 +213,10 @@ def test_a_signal_saves_a_checkpoint_and_marks_the_run_interrupted(tmp_path, tin
     if not twice:  # the step under way finished and its checkpoint holds it: nothing lost
         assert last == steps[-1]
         # the ending names the commands that continue the run
-        assert f"stopped at step {last} of 40; continue with: rerun the same command (train.resume=auto) or sesa " \
-               f"revive ckpt=run more_steps={40 - last}" in " ".join(out.split())
+        assert (
+            f"stopped at step {last} of 40; continue with: rerun the same command (train.resume=auto) or sesa "
+            f"revive ckpt=run more_steps={40 - last}" in " ".join(out.split())
+        )
     else:
         assert last <= steps[-1]
 
@@ -235,7 +238,8 @@ def test_a_stopped_run_rerun_with_its_command_equals_the_uninterrupted_run(tmp_p
     proc = _sesa(command, cwd=tmp_path)
     _wait(proc, lambda: len(_train_steps(stopped)) >= 3)
     proc.send_signal(signal.SIGTERM)
-    assert proc.communicate(timeout=300) and proc.returncode == 143
+    proc.communicate(timeout=300)
+    assert proc.returncode == 143
     first_stop = _checkpoint_steps(stopped)[-1]
     assert first_stop >= 3
 
@@ -408,8 +412,11 @@ def test_a_run_dir_deleted_mid_run_stops_the_run_with_one_line(tmp_path, monkeyp
     monkeypatch.setattr(Trainer, "train_step", deleted_after_step_1)
     capsys.readouterr()
     code = run_cli(["train", *tiny_overrides, *RUN, "train.steps=3", f"hydra.run.dir={run}"], monkeypatch)
-    check_one_line(code, capsys.readouterr().err,
-                   f"run dir {run} disappeared while writing metrics.jsonl (deleted or unmounted); the run stopped")
+    check_one_line(
+        code,
+        capsys.readouterr().err,
+        f"run dir {run} disappeared while writing metrics.jsonl (deleted or unmounted); the run stopped",
+    )
     assert not run.exists()  # not recreated half-empty
 
 
@@ -428,6 +435,11 @@ def test_a_run_dir_that_is_a_broken_symlink_is_one_line(tmp_path, monkeypatch, c
         run = link
     capsys.readouterr()
     code = run_cli(["train", *tiny_overrides, f"hydra.run.dir={run}"], monkeypatch)
-    check_one_line(code, capsys.readouterr().err,
-                   f"hydra.run.dir={run}: {link} is a symlink that leads nowhere (a loop, or its target is gone)")
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["link", *(["other"] if kind == "parent-loop" else [])])
+    check_one_line(
+        code,
+        capsys.readouterr().err,
+        f"hydra.run.dir={run}: {link} is a symlink that leads nowhere (a loop, or its target is gone)",
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        ["link", *(["other"] if kind == "parent-loop" else [])]
+    )

@@ -126,7 +126,7 @@ def test_a_second_command_into_a_run_dir_in_use_stops_naming_the_holder(tmp_path
 
 def test_two_commands_started_at_the_same_instant_leave_one_run(tmp_path, tiny_overrides, path_setup):
     run = tmp_path / "run"
-    settings = [*tiny_overrides, *RUN, "train.steps=6", "train.checkpoint_every=2", f"hydra.run.dir={run}"]
+    settings = [*tiny_overrides, *RUN, "train.steps=10", "train.checkpoint_every=2", f"hydra.run.dir={run}"]
     procs = {seed: _sesa(["train", *settings, f"seed={seed}"], cwd=tmp_path) for seed in (1, 2)}
     errs = {seed: p.communicate(timeout=600)[1] for seed, p in procs.items()}
     codes = {seed: p.returncode for seed, p in procs.items()}
@@ -134,7 +134,7 @@ def test_two_commands_started_at_the_same_instant_leave_one_run(tmp_path, tiny_o
     winner = next(seed for seed, code in codes.items() if code == 0)
     loser = 3 - winner
     check_one_line(codes[loser], errs[loser], f"hydra.run.dir={run} is in use by another sesa command (")
-    _check_own_run(run, seed=winner, steps=6)
+    _check_own_run(run, seed=winner, steps=10)
 
 
 def test_the_lock_names_a_live_holder_and_takes_over_a_dead_ones_record(tmp_path):
@@ -443,3 +443,31 @@ def test_a_run_dir_that_is_a_broken_symlink_is_one_line(tmp_path, monkeypatch, c
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
         ["link", *(["other"] if kind == "parent-loop" else [])]
     )
+
+
+def test_under_submitit_sigterm_stays_submitits_and_its_preemption_signal_is_deferred(monkeypatch):
+    from sesa_cli import stopping
+
+    def bypass(signum, frame):  # what submitit installs for SIGTERM
+        pass
+
+    def requeue(signum, frame):  # and for its preemption signal
+        pass
+
+    monkeypatch.delenv("SUBMITIT_PREEMPT_SIGNAL", raising=False)
+    before = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGUSR2)}
+    signal.signal(signal.SIGTERM, bypass)
+    signal.signal(signal.SIGUSR2, requeue)
+    try:
+        with stopping.stop_after_step("sesa train") as stop:
+            assert signal.getsignal(signal.SIGTERM) is bypass
+            assert signal.getsignal(signal.SIGUSR2) is not requeue
+            assert signal.getsignal(signal.SIGUSR1) is signal.getsignal(signal.SIGINT)  # the deferring handler
+            assert stop.chained is requeue
+        assert signal.getsignal(signal.SIGUSR2) is requeue
+    finally:
+        for s, handler in before.items():
+            signal.signal(s, handler)
+    with stopping.stop_after_step("sesa train") as stop:  # without submitit: SIGTERM stops the run as Ctrl-C does
+        assert signal.getsignal(signal.SIGTERM) is signal.getsignal(signal.SIGINT)
+        assert stop.chained is None

@@ -10,7 +10,8 @@ command the same way.
   prompts and random draws are already consumed). A second signal stops at once (a KeyboardInterrupt where it lands).
 * Under submitit (``hydra/launcher=submitit_slurm``) its preemption signal (``SIGUSR2`` unless
   ``SUBMITIT_PREEMPT_SIGNAL`` says otherwise) is deferred the same way, then handed to submitit's own handler, which
-  requeues the job with the same command: the requeued job resumes the run (``train.resume=auto``).
+  requeues the job with the same command: the requeued job resumes the run (``train.resume=auto``). SIGTERM stays
+  submitit's there (it ignores it: SLURM sends it around a requeue).
 
 The exit code after a signal is 128 + its number (130 for Ctrl-C, 143 for SIGTERM, 138 for SIGUSR1), as a shell
 reports it. Never imports torch.
@@ -133,6 +134,9 @@ def stop_after_step(label: str, request: StopRequest | None = None) -> Iterator[
     if preempt is not None:
         request.chained = signal.getsignal(preempt)
         handlers[preempt] = defer
+        # submitit ignores SIGTERM on purpose (SLURM sends it around a requeue): a SIGTERM taken as a stop there
+        # would end the job without its requeue, or turn the preemption signal into a second, immediate stop
+        del handlers[signal.SIGTERM]
     previous = _install(handlers)
     try:
         yield request

@@ -452,8 +452,7 @@ class Trainer:
             elif self.step > 0:
                 # Stopped at once inside a step (a second signal): its prompts and random draws are consumed and
                 # the weights may be half-updated, so a checkpoint of this state would not resume exactly.
-                log.warning("interrupted inside step %d: no checkpoint of it (the last is step %s)", self.step + 1,
-                            self.saved_step)  # fmt: skip
+                log.warning("interrupted inside a step: no checkpoint of it (the last is step %s)", self.saved_step)
             raise
         with phase(f"final evaluation (step {self.step})"):
             ev = self.evaluate()

@@ -471,3 +471,32 @@ def test_under_submitit_sigterm_stays_submitits_and_its_preemption_signal_is_def
     with stopping.stop_after_step("sesa train") as stop:  # without submitit: SIGTERM stops the run as Ctrl-C does
         assert signal.getsignal(signal.SIGTERM) is signal.getsignal(signal.SIGINT)
         assert stop.chained is None
+
+
+def test_a_stopped_revive_rerun_with_its_command_equals_the_uninterrupted_revive(tmp_path, monkeypatch,
+                                                                                tiny_overrides, path_setup):  # fmt: skip
+    from sesa_cli import progress
+
+    parent, whole, stopped = tmp_path / "parent", tmp_path / "whole", tmp_path / "stopped"
+    settings = [*tiny_overrides, *RUN, "train.steps=4", "train.checkpoint_every=2", "seed=3"]
+    assert run_cli(["train", *settings, f"hydra.run.dir={parent}"], monkeypatch) == 0
+    revive = ["revive", f"ckpt={parent}", "sampler=sequential", "more_steps=5", "train.checkpoint_every=2"]
+    assert run_cli([*revive, f"hydra.run.dir={whole}"], monkeypatch) == 0
+
+    update = progress.TrainProgress.update
+
+    def sigterm_at_step_7(self, step, row):
+        update(self, step, row)
+        if step == 7:
+            os.kill(os.getpid(), signal.SIGTERM)  # as a scheduler would: deferred to this step's checkpoint
+
+    monkeypatch.setattr(progress.TrainProgress, "update", sigterm_at_step_7)
+    assert run_cli([*revive, f"hydra.run.dir={stopped}"], monkeypatch) == 143
+    assert _checkpoint_steps(stopped) == [6, 7]
+    monkeypatch.setattr(progress.TrainProgress, "update", update)
+    assert run_cli([*revive, f"hydra.run.dir={stopped}"], monkeypatch) == 0
+    assert json.loads((stopped / "run.json").read_text())["resumed"] == [7]
+    assert _rows(stopped) == _rows(whole)  # the parent's rows (revive/parent), then steps 5-9 and the evaluations
+    final = "checkpoints/step_000009"
+    a, b = load_file(whole / final / "model.safetensors"), load_file(stopped / final / "model.safetensors")
+    assert all(torch.equal(a[k], b[k]) for k in a)

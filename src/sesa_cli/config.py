@@ -404,7 +404,8 @@ class TrainLoopConfig:
     a signal, preempted, killed, failed) and of the same config, from its last checkpoint (weights, optimizer, step,
     data position, RNG: bit-identical to a run never stopped; metrics rows after that checkpoint are dropped), so a
     scheduler's requeue of the same command resumes it; a finished run or another config is refused with one line.
-    ``never`` refuses any dir that holds a run. (``sesa revive`` and ``sesa eval`` always want a new dir.)"""
+    ``never`` refuses any dir that holds a run. ``sesa revive`` likewise continues its own stopped run when the same
+    revive command runs again into its dir; ``sesa eval`` always wants a new dir."""
 
     def __post_init__(self) -> None:
         _choice(self.resume, "train.resume", ("auto", "never"))

@@ -77,6 +77,8 @@ def exit_at_once(line: Callable[[], str]) -> Iterator[None]:
                 release_all()
         os._exit(exit_code())
 
+    global _received
+    _received = None  # a new command (the CLI run in-process again)
     previous = _install(dict.fromkeys(STOP_SIGNALS, exit_now))
     try:
         yield

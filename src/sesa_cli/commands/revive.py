@@ -49,13 +49,24 @@ def pick_checkpoint(path: str, step: str) -> Path:
     raise ConfigError(f"run {p} has no checkpoint at step {step}; it has: {', '.join(str(n) for n, _ in ckpts)}")
 
 
-def run(cfg: ReviveConfig, run_dir: Path, overrides: list[str] | None = None) -> dict[str, Any]:
-    from sesa_cli.runs import ReplicaRunDir, RunDir, check_checkpoint, read_metrics, run_dir_of_checkpoint
+def with_total_steps(cfg: ReviveConfig) -> tuple[ReviveConfig, Path, int]:
+    """(``cfg`` with ``train.steps`` = the checkpoint's step + ``more_steps``, the parent checkpoint, its step)."""
+    from sesa_cli.runs import check_checkpoint
 
     ckpt = pick_checkpoint(cfg.ckpt, cfg.step)
     state = check_checkpoint(ckpt, training=True)  # every file it holds, before any model work (or its imports)
+    start = int(state["step"])
+    return replace(cfg, train=replace(cfg.train, steps=start + cfg.more_steps)), ckpt, start
 
-    from sesa_cli.commands.train import fit
+
+def run(cfg: ReviveConfig, run_dir: Path, overrides: list[str] | None = None) -> dict[str, Any]:
+    from sesa_cli.commands.rundir import check_existing, resume_point
+    from sesa_cli.runs import ReplicaRunDir, RunDir, read_metrics, run_dir_of_checkpoint
+
+    cfg, ckpt, start = with_total_steps(cfg)
+    resolved = resolved_yaml(cfg)
+
+    from sesa_cli.commands.train import fit, last_checkpoint, previous_resumes
     from sesa_cli.distributed import replicas
     from sesa_cli.loggers import attached
     from sesa_cli.models.loading import load_base, load_checkpoint
@@ -65,8 +76,6 @@ def run(cfg: ReviveConfig, run_dir: Path, overrides: list[str] | None = None) ->
     from sesa_cli.tasks.base import make_task
     from sesa_cli.trainer import Trainer
 
-    start = int(state["step"])
-    cfg = replace(cfg, train=replace(cfg.train, steps=start + cfg.more_steps))
     parent_run = run_dir_of_checkpoint(ckpt)
     bad = ended_badly(parent_run)
     if bad:
@@ -75,8 +84,13 @@ def run(cfg: ReviveConfig, run_dir: Path, overrides: list[str] | None = None) ->
     history = [r for r in read_metrics(parent_run / "metrics.jsonl") if r.get("step", 0) <= start]
     reference = parent_record(parent_run)
     dist = replicas(cfg.device)  # one process unless started by `accelerate launch` (sesa_cli.distributed)
+    # The same revive command rerun into its own dir continues it (train.resume=auto, as sesa train does).
+    own = None
+    if dist.is_main:
+        own = resume_point(run_dir) if check_existing("revive", run_dir, resolved) else None
+    elif cfg.train.resume == "auto":  # rank 0 decided before any replica could write a checkpoint
+        own = last_checkpoint(run_dir)
     run = RunDir(run_dir) if dist.is_main else ReplicaRunDir(run_dir)
-    resolved = resolved_yaml(cfg)
     run.write_config(resolved)
     parent = {"checkpoint": ckpt, "run_dir": parent_run, "loggers": parent_loggers(parent_run)}
     # The trackers start (or fail, one line) before any model work.
@@ -94,20 +108,25 @@ def run(cfg: ReviveConfig, run_dir: Path, overrides: list[str] | None = None) ->
             except ConfigError as exc:
                 raise ConfigError(f"the base model {parent_run} started from cannot be rebuilt: {exc}") from None
             reference = check_rebuilt(reference, base, parent_run)
+        resumed: dict[str, Any] = {"resumed": [*previous_resumes(run_dir), int(own.name[5:])]} if own else {}
         run.write_run_info("revive", overrides or [], parent=str(ckpt), parent_step=start, parent_run=str(parent_run),
-                           kl_reference=reference, loggers=trackers.references())  # fmt: skip
-        for row in history:
-            run.log_metrics({**row, "revive/parent": 1})
-        for record in read_metrics(parent_run / "policy_probs.jsonl"):
-            if record.get("step", 0) <= start:
-                run.log_policy_probs(record)
-        with phase(f"model load ({ckpt})"):
-            policy = load_checkpoint(ckpt, cfg.model, task, device, base=base)
+                           kl_reference=reference, loggers=trackers.references(), **resumed)  # fmt: skip
+        if own is None:
+            for row in history:
+                run.log_metrics({**row, "revive/parent": 1})
+            for record in read_metrics(parent_run / "policy_probs.jsonl"):
+                if record.get("step", 0) <= start:
+                    run.log_policy_probs(record)
+        restore = own or ckpt
+        with phase(f"model load ({restore})"):
+            policy = load_checkpoint(restore, cfg.model, task, device, base=base)
         # LoRA: the trainer disables the adapter for the reference; otherwise the rebuilt base is the reference model.
         trainer = Trainer(cfg, task, policy, run, dist,
                           reference=None if cfg.model.lora or base is None else base.model)  # fmt: skip
-        trainer.load_checkpoint(ckpt)
-        log.info("reviving %s at step %d with overrides %s", ckpt, start, overrides)
+        trainer.load_checkpoint(restore)
+        trainer.resumed = own is not None
+        log.info("reviving %s at step %d with overrides %s%s", ckpt, start, overrides,
+                 f" (resumed from its own checkpoint at step {trainer.step})" if own else "")  # fmt: skip
         return fit(trainer, run_dir, show_progress=dist.is_main, command="revive")
 
 

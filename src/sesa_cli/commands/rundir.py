@@ -22,6 +22,8 @@ RUN_FILES = ("metrics.jsonl", "metrics.json", "checkpoints")
 """What makes a dir hold a run (its records would be overwritten or mixed)."""
 
 RUN_COMMANDS = ("train", "revive", "eval")
+RESUMABLE = ("train", "revive")
+"""Commands that continue their own unfinished run when rerun into its dir (``train.resume=auto``)."""
 
 
 def planned_run_dir(config_name: str, overrides: list[str]) -> Path | None:
@@ -68,15 +70,23 @@ def claim_planned_run_dir(command: str, overrides: list[str]) -> tuple[Path | No
 
 
 def _resolved_config(command: str, overrides: list[str]) -> str | None:
-    """``sesa train``'s resolved config for ``overrides`` (what its job writes to config.yaml), else None."""
-    if command != "train":
+    """The resolved config ``sesa train``/``revive`` write to config.yaml for ``overrides`` (a revive's: its parent's
+    config with the overrides and its total of steps), else None."""
+    if command not in RESUMABLE:
         return None
     from hydra._internal.utils import get_args_parser
 
     from sesa_cli.commands.common import resolved_yaml
     from sesa_cli.commands.validate import _compose
 
-    return resolved_yaml(_compose(command, get_args_parser().parse_args(overrides).overrides))
+    args = get_args_parser().parse_args(overrides).overrides
+    composed = _compose(command, args)
+    if command == "train":
+        return resolved_yaml(composed)
+    from sesa_cli.commands.reload import command_config
+    from sesa_cli.commands.revive import with_total_steps
+
+    return resolved_yaml(with_total_steps(command_config(command, composed, args))[0])
 
 
 @contextlib.contextmanager
@@ -102,14 +112,14 @@ def held_files(run_dir: Path) -> list[str]:
 
 
 def check_existing(command: str, run_dir: Path, resolved: str | None, key: str = "hydra.run.dir") -> bool:
-    """Whether ``run_dir`` holds a run the command continues (only ``sesa train`` with ``train.resume=auto``, of a
-    run that did not finish and has the same config ``resolved``); False for a dir that holds no run. A one-line
-    ConfigError when the dir holds a run the command must not touch."""
+    """Whether ``run_dir`` holds a run the command continues (``sesa train``/``revive`` with ``train.resume=auto``,
+    of a run of the same command that did not finish and has the same config ``resolved``); False for a dir that
+    holds no run. A one-line ConfigError when the dir holds a run the command must not touch."""
     held = held_files(run_dir)
     if not held:
         return False
     refuse = f"{key}={run_dir} already holds a run ({held[0]})"
-    if command != "train" or resolved is None:
+    if command not in RESUMABLE or resolved is None:
         raise ConfigError(f"{refuse}; choose a new directory")
     import yaml
 
@@ -120,7 +130,7 @@ def check_existing(command: str, run_dir: Path, resolved: str | None, key: str =
     info = _run_info(run_dir)
     if info.get("status") == "finished":
         raise ConfigError(f"{refuse} that finished; choose a new directory, or continue it with sesa revive")
-    if info.get("command") not in (None, "train"):
+    if info.get("command") not in (None, command):
         raise ConfigError(f"{refuse} of sesa {info['command']}; choose a new directory")
     config = run_dir / "config.yaml"
     try:

@@ -163,6 +163,12 @@ CASES = [
     ("output-holds-a-run-resume-never", ["train", "task=path", "train.resume=never", "hydra.run.dir={run}"],
      edit_json("run.json", lambda d: d.update(status="interrupted")),
      "hydra.run.dir={run} already holds a run (metrics.jsonl); choose a new directory (train.resume=never)"),
+    ("output-config-yaml-bomb", ["train", "task=path", "hydra.run.dir={run}"],
+     lambda run: (edit_json("run.json", lambda d: d.update(status="interrupted"))(run),
+                  write("config.yaml", "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
+                      f"{c}: &{c} [*{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}]\n"
+                      for p, c in zip("abcdefgh", "bcdefghi", strict=True)))(run)),
+     "hydra.run.dir={run} already holds a run (metrics.jsonl) whose config.yaml cannot be read"),
     ("revive-into-a-train-run", ["revive", "ckpt={run}", "hydra.run.dir={run}"],
      edit_json("run.json", lambda d: d.update(status="interrupted")),
      "hydra.run.dir={run} already holds a run (metrics.jsonl) of sesa train; choose a new directory"),

@@ -130,7 +130,8 @@ class RunDir:
         folder = self.path / "samples"
         with self.writing(folder):
             folder.mkdir(exist_ok=True)
-        atomic_write_text(folder / f"step_{step:06d}.jsonl", "".join(json.dumps(r) + "\n" for r in records))
+        atomic_write_text(folder / f"step_{step:06d}.jsonl", "".join(json.dumps(r) + "\n" for r in records),
+                          run_dir=self.path)  # fmt: skip
 
     # ---------------------------------------------------------------- checkpoints
     def checkpoint_dir(self, step: int) -> Path:
@@ -327,10 +328,11 @@ def check_tensor_file(path: Path, what: str) -> None:
         raise ConfigError(f"{path} is damaged or not a torch tensor file ({first_line(exc)})") from None
 
 
-def atomic_write_text(path: Path, text: str) -> None:
-    """``text`` into ``path`` through ``path.tmp`` (removed if the write fails: :func:`writing`)."""
+def atomic_write_text(path: Path, text: str, run_dir: Path | None = None) -> None:
+    """``text`` into ``path`` through ``path.tmp`` (removed if the write fails: :func:`writing`; ``run_dir``: the
+    run dir it belongs to, by default the file's own dir)."""
     tmp = path.with_name(path.name + ".tmp")
-    with writing(path, cleanup=tmp, run_dir=path.parent):
+    with writing(path, cleanup=tmp, run_dir=run_dir or path.parent):
         tmp.write_text(text)
         os.replace(tmp, path)
 

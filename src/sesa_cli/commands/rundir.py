@@ -134,7 +134,7 @@ def check_existing(command: str, run_dir: Path, resolved: str | None, key: str =
         raise ConfigError(f"{refuse} of sesa {info['command']}; choose a new directory")
     config = run_dir / "config.yaml"
     try:
-        found = yaml.safe_load(config.read_text())
+        found = _load_plain_yaml(config.read_text())
     except FileNotFoundError:
         raise ConfigError(f"{refuse} without its config.yaml; choose a new directory") from None
     except (OSError, yaml.YAMLError, ValueError) as exc:
@@ -148,6 +148,16 @@ def check_existing(command: str, run_dir: Path, resolved: str | None, key: str =
             "continue it"
         )
     return True
+
+
+def _load_plain_yaml(text: str) -> Any:
+    """YAML without aliases (a run's config.yaml has none: OmegaConf writes none; a hostile one could expand a few
+    anchors into billions of nodes)."""
+    import yaml
+
+    if any(isinstance(event, yaml.AliasEvent) for event in yaml.parse(text, Loader=yaml.SafeLoader)):
+        raise ValueError("YAML aliases")
+    return yaml.safe_load(text)
 
 
 def _run_info(run_dir: Path) -> dict[str, Any]:

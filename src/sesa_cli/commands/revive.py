@@ -51,19 +51,19 @@ def pick_checkpoint(path: str, step: str) -> Path:
 
 def with_total_steps(cfg: ReviveConfig) -> tuple[ReviveConfig, Path, int]:
     """(``cfg`` with ``train.steps`` = the checkpoint's step + ``more_steps``, the parent checkpoint, its step)."""
-    from sesa_cli.runs import check_checkpoint
+    from sesa_cli.runs import read_trainer_state
 
     ckpt = pick_checkpoint(cfg.ckpt, cfg.step)
-    state = check_checkpoint(ckpt, training=True)  # every file it holds, before any model work (or its imports)
-    start = int(state["step"])
+    start = int(read_trainer_state(ckpt, training=True)["step"])
     return replace(cfg, train=replace(cfg.train, steps=start + cfg.more_steps)), ckpt, start
 
 
 def run(cfg: ReviveConfig, run_dir: Path, overrides: list[str] | None = None) -> dict[str, Any]:
     from sesa_cli.commands.rundir import check_existing, resume_point
-    from sesa_cli.runs import ReplicaRunDir, RunDir, read_metrics, run_dir_of_checkpoint
+    from sesa_cli.runs import ReplicaRunDir, RunDir, check_checkpoint, read_metrics, run_dir_of_checkpoint
 
     cfg, ckpt, start = with_total_steps(cfg)
+    check_checkpoint(ckpt, training=True)  # every file it holds, before any model work (or its imports)
     resolved = resolved_yaml(cfg)
 
     from sesa_cli.commands.train import fit, last_checkpoint, previous_resumes

@@ -54,6 +54,7 @@ def claim_planned_run_dir(command: str, overrides: list[str]) -> tuple[Path | No
     run_dir = planned_run_dir(command, overrides)
     if run_dir is None:
         return None, overrides
+    created = not run_dir.exists()
     run_lock.claim(run_dir, command, overrides)
     try:
         resolved = _resolved_config(command, overrides)
@@ -61,6 +62,9 @@ def claim_planned_run_dir(command: str, overrides: list[str]) -> tuple[Path | No
         run_lock.record(run_dir, command, overrides)
     except BaseException:
         run_lock.release(run_dir)
+        if created:  # leave no empty dir behind a refused command
+            with contextlib.suppress(OSError):
+                run_dir.rmdir()
         raise
     if not any(o.lstrip("+").startswith("hydra.run.dir=") for o in overrides) and re.fullmatch(
         r"[\w./:-]+", str(run_dir)

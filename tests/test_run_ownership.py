@@ -4,7 +4,7 @@
 * Two commands into one run dir: the second stops with one line naming the holder, exit 2; the first run's records
   stay its own (sesa_cli.run_lock).
 * SIGTERM and SIGUSR1 stop a run as Ctrl-C does: an interrupt checkpoint, run.json ``interrupted``, exit 128 + the
-  signal; the run dir is consistent wherever the signal lands, during a checkpoint write too (sesa_cli.stopping).
+  signal; the run dir is consistent wherever the signal lands, during a checkpoint write too (sesa_cli.commands.interrupt).
 * Rerunning the same ``sesa train`` command into the dir of a stopped run (SIGTERM, SIGKILL) continues it from its
   last checkpoint, bit-identical to the run never stopped (``train.resume=auto``).
 * A full disk, a read-only file system, a run dir deleted mid-run or a symlink loop: one line, exit 2, no ``.tmp``.
@@ -446,7 +446,7 @@ def test_a_run_dir_that_is_a_broken_symlink_is_one_line(tmp_path, monkeypatch, c
 
 
 def test_under_submitit_sigterm_stays_submitits_and_its_preemption_signal_is_deferred(monkeypatch):
-    from sesa_cli import stopping
+    from sesa_cli.commands import interrupt as stopping
 
     def bypass(signum, frame):  # what submitit installs for SIGTERM
         pass

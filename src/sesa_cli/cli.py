@@ -1,4 +1,4 @@
-"""The ``sesa`` dispatcher: a subcommand table, lazy imports, Hydra flags passed through unchanged.
+"""The ``sesa`` dispatcher: the command table (sesa_cli.commands.table), lazy imports, Hydra flags passed through.
 
 ``sesa <command> [hydra args]`` validates the overrides against the command's schema first (one-line error, exit
 2, no traceback), then hands ``argv`` to the command's ``@hydra.main`` app, so ``-m``, ``--cfg job``, ``--help``,
@@ -14,23 +14,8 @@ from importlib import import_module
 from typing import NoReturn
 
 from sesa_cli import __version__
-
-# command -> (module under sesa_cli.commands, one-line help)
-COMMANDS: dict[str, tuple[str, str]] = {
-    "train": ("train", "RL training of a policy on a task; writes a run dir with metrics and checkpoints"),
-    "eval": ("eval", "evaluate a checkpoint or base model: success, pass@k, coverage, distinct, entropy"),
-    "revive": ("revive", "continue a (collapsed) run from a checkpoint with new settings, e.g. sampler=sequential"),
-    "diversity-report": ("diversity_report", "compare runs: tables and plots of success, diversity, entropy"),
-}
-
-USAGE = "usage: sesa {" + ",".join(COMMANDS) + "} [overrides ...] [hydra flags: -m, --cfg job, --help, ...]"
-USAGES: dict[str, str] = {
-    "train": "sesa train [overrides ...]",
-    "eval": "sesa eval [ckpt=CHECKPOINT|RUN_DIR] [overrides ...]",
-    "revive": "sesa revive ckpt=RUN_DIR|CHECKPOINT [step=auto|last|N] [more_steps=N] [overrides ...]",
-    "diversity-report": "sesa diversity-report runs=[RUN_DIR|MULTIRUN_DIR,...] [compare=[...]] [metrics=[...]]",
-}
-"""Each command's own usage line: its ``--help`` starts with it, and a missing mandatory key quotes it."""
+from sesa_cli.commands.interrupt import exit_at_once
+from sesa_cli.commands.table import COMMANDS, USAGE
 
 
 def print_help() -> None:
@@ -54,36 +39,11 @@ def fail(message: str, command: str | None = None) -> NoReturn:
     raise SystemExit(2)
 
 
-def _interrupted_line(command: str | None) -> str:
-    from sesa_cli import stopping
-
-    why = "" if stopping.reason() == "Ctrl-C" else f" ({stopping.reason()})"
-    return (f"sesa {command}: interrupted" if command else "sesa: interrupted") + why
-
-
-def interrupted(command: str | None = None) -> NoReturn:
-    """Ctrl-C, SIGTERM or SIGUSR1, wherever it lands (start-up, or training after the trainer saved a checkpoint):
-    one line, exit 128 + the signal's number (130 for Ctrl-C; sesa_cli.stopping)."""
-    from sesa_cli import stopping
-
-    print(_interrupted_line(command), file=sys.stderr)
-    raise SystemExit(stopping.exit_code())
-
-
 def main(argv: list[str] | None = None) -> None:
-    from sesa_cli import stopping
-
     args = sys.argv[1:] if argv is None else list(argv)
     command = args[0] if args and args[0] in COMMANDS else None
-    # Start-up (imports, validation, Hydra's composition, model loading) has nothing to save, and a
-    # KeyboardInterrupt raised inside a library there can come out as another error (OmegaConf, transformers'
-    # lazy imports and Hydra turn it into tracebacks: issue 17). So a stop signal (Ctrl-C, SIGTERM, SIGUSR1) exits
-    # at once with the one line; the trainer's loop takes them back (stopping.stop_after_step) to save a checkpoint.
-    with stopping.exit_at_once(lambda: _interrupted_line(command)):
-        try:
-            dispatch(args)
-        except KeyboardInterrupt:  # raised by code that installed its own handler
-            interrupted(command)
+    with exit_at_once(command):  # Ctrl-C, SIGTERM, SIGUSR1: one line, exit 128 + signal (commands.interrupt)
+        dispatch(args)
 
 
 def checked_overrides(name: str, overrides: list[str]) -> list[str]:

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from sesa_cli.commands import interrupt
 from sesa_cli.config import ConfigError
 
 log = logging.getLogger("sesa")
@@ -33,11 +34,8 @@ def user_errors(command: str) -> Iterator[None]:
             print(f"sesa {command}: error: {exc}", file=sys.stderr)
             raise SystemExit(2) from None
         except KeyboardInterrupt:
-            from sesa_cli import stopping
-            from sesa_cli.cli import interrupted
-
-            _mark_run_dir(command, "interrupted", stopping.reason(), stopping.exit_code())
-            interrupted(command)
+            _mark_run_dir(command, "interrupted", interrupt.reason(), interrupt.exit_code())
+            interrupt.interrupted(command)
         except Exception as exc:  # Hydra prints the traceback and exits 1
             from sesa_cli.config import first_line
 
@@ -47,16 +45,23 @@ def user_errors(command: str) -> Iterator[None]:
 
 @contextlib.contextmanager
 def _owned_job_dir(command: str) -> Iterator[None]:
-    """The Hydra job's run dir locked for this process (sesa_cli.commands.rundir.owned): a sweep's job dir is locked
-    here; a single run's dir the dispatcher already holds."""
-    from sesa_cli.commands.rundir import RUN_COMMANDS, owned
+    """The Hydra job's run dir locked for this process (sesa_cli.run_lock): a sweep's job dir is locked here (after
+    Hydra's own files: only the launcher knows its path), a single run's dir the dispatcher already holds; given back
+    when the job ends if taken here. Rank 0 alone: it owns a data-parallel run's dir."""
+    from sesa_cli import run_lock
 
-    if command not in RUN_COMMANDS:
+    if command not in ("train", "revive", "eval") or os.environ.get("RANK", "0") != "0":
         yield
         return
     run_dir, overrides = hydra_context()
-    with owned(run_dir, command, overrides):
+    taken = run_lock.claim(run_dir, command, overrides)
+    try:
+        if taken:
+            run_lock.record(run_dir, command, overrides)
         yield
+    finally:
+        if taken:
+            run_lock.release(run_dir)
 
 
 def _mark_run_dir(command: str, status: str, reason: str, exit_code: int) -> None:

@@ -8,7 +8,6 @@ metrics continue the parent's step numbering. ``run.json`` records the parent ch
 from __future__ import annotations
 
 import logging
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +19,7 @@ from sesa_cli.commands.common import (
     seed_everything,
     user_errors,
 )
+from sesa_cli.commands.reload import checkpoint_job
 from sesa_cli.commands.schemas import register_configs
 from sesa_cli.config import ConfigError, ReviveConfig, conf_dir
 
@@ -27,38 +27,8 @@ log = logging.getLogger("sesa.revive")
 register_configs()
 
 
-def pick_checkpoint(path: str, step: str) -> Path:
-    """The checkpoint named by ``ckpt`` and ``step`` (last, auto = first saved after a collapse flag, or N)."""
-    from sesa_cli.runs import list_checkpoints, read_trainer_state, resolve_checkpoint
-
-    p = Path(path).expanduser()
-    if (p / "trainer_state.json").is_file():
-        return p
-    last = resolve_checkpoint(p)  # validates the run dir, errors if it has no checkpoints
-    if step == "last":
-        return last
-    ckpts = list_checkpoints(p)
-    if step == "auto":
-        for _, ckpt in ckpts:
-            if read_trainer_state(ckpt, training=True)["collapse"].get("first_flag_step") is not None:
-                return ckpt
-        raise ConfigError(f"step=auto: the collapse monitor flagged no step in any checkpoint of {p}")
-    for n, ckpt in ckpts:
-        if n == int(step):
-            return ckpt
-    raise ConfigError(f"run {p} has no checkpoint at step {step}; it has: {', '.join(str(n) for n, _ in ckpts)}")
-
-
-def with_total_steps(cfg: ReviveConfig) -> tuple[ReviveConfig, Path, int]:
-    """(``cfg`` with ``train.steps`` = the checkpoint's step + ``more_steps``, the parent checkpoint, its step)."""
-    from sesa_cli.runs import read_trainer_state
-
-    ckpt = pick_checkpoint(cfg.ckpt, cfg.step)
-    start = int(read_trainer_state(ckpt, training=True)["step"])
-    return replace(cfg, train=replace(cfg.train, steps=start + cfg.more_steps)), ckpt, start
-
-
 def run(cfg: ReviveConfig, run_dir: Path, overrides: list[str] | None = None) -> dict[str, Any]:
+    from sesa_cli.commands.reload import with_total_steps
     from sesa_cli.commands.rundir import check_existing, resume_point
     from sesa_cli.runs import ReplicaRunDir, RunDir, check_checkpoint, read_metrics, run_dir_of_checkpoint
 
@@ -144,8 +114,6 @@ def parent_loggers(parent_run: Path) -> dict[str, Any]:
 
 def job(cfg: DictConfig) -> tuple[Path, dict[str, Any]]:
     """The command inside its Hydra job (``main`` and sesa_cli.api run it): (run dir, final metrics)."""
-    from sesa_cli.commands.reload import checkpoint_job
-
     return checkpoint_job("revive", cfg, run)
 
 

@@ -4,15 +4,15 @@ means for the command, and whether ``sesa train`` resumes it (``train.resume``).
 Order, for ``sesa train|revive|eval`` (one run, rank 0): the dispatcher validates the overrides, then
 :func:`claim_planned_run_dir` locks the dir the job will write (before Hydra's job writes ``.hydra/`` there) and
 checks what the dir holds, so a second command into a dir in use, or into a finished run, stops with one line having
-changed nothing in it. The job itself then calls :func:`owned` for its actual run dir (a sweep's job dir is locked
-there) and ``sesa train`` asks :func:`resume_point` whether it continues the run it found. Never imports torch.
+changed nothing in it. The job itself locks its actual run dir too (sesa_cli.commands.common's ``user_errors``: a
+sweep's job dir is locked there) and ``sesa train``/``revive`` ask :func:`check_existing` and :func:`resume_point`
+whether they continue the run they found. Never imports torch.
 """
 
 from __future__ import annotations
 
 import contextlib
 import re
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -31,12 +31,12 @@ def planned_run_dir(config_name: str, overrides: list[str]) -> Path | None:
     when it writes none here (``-m``: each job locks its own dir; ``--cfg``, ``--info``: nothing is written)."""
     from hydra._internal.utils import get_args_parser
 
-    from sesa_cli.commands.validate import _compose
+    from sesa_cli.commands.compose import compose
 
     args = get_args_parser().parse_args(overrides)
     if args.multirun or args.cfg or args.info or args.shell_completion or args.help or args.hydra_help:
         return None
-    hydra = _compose(config_name, args.overrides, hydra=True).hydra
+    hydra = compose(config_name, args.overrides, hydra=True).hydra
     return Path(str(hydra.run.dir)).expanduser()
 
 
@@ -81,34 +81,15 @@ def _resolved_config(command: str, overrides: list[str]) -> str | None:
     from hydra._internal.utils import get_args_parser
 
     from sesa_cli.commands.common import resolved_yaml
-    from sesa_cli.commands.validate import _compose
+    from sesa_cli.commands.compose import compose
 
     args = get_args_parser().parse_args(overrides).overrides
-    composed = _compose(command, args)
+    composed = compose(command, args)
     if command == "train":
         return resolved_yaml(composed)
-    from sesa_cli.commands.reload import command_config
-    from sesa_cli.commands.revive import with_total_steps
+    from sesa_cli.commands.reload import command_config, with_total_steps
 
     return resolved_yaml(with_total_steps(command_config(command, composed, args))[0])
-
-
-@contextlib.contextmanager
-def owned(run_dir: Path, command: str, overrides: list[str]) -> Iterator[None]:
-    """Inside a command's job: hold ``run_dir``'s lock (taken here for a sweep's job dir, or the API's, when the
-    dispatcher did not already), released when the job ends if taken here."""
-    import os
-
-    from sesa_cli import run_lock
-
-    taken = os.environ.get("RANK", "0") == "0" and run_lock.claim(run_dir, command, overrides)
-    try:
-        if taken:
-            run_lock.record(run_dir, command, overrides)
-        yield
-    finally:
-        if taken:
-            run_lock.release(run_dir)
 
 
 def held_files(run_dir: Path) -> list[str]:

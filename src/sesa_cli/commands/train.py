@@ -136,14 +136,14 @@ def fit(trainer: Trainer, run_dir: Path, show_progress: bool = True, command: st
         trainer.step + 1,
         cfg.train.steps,
     )
-    from sesa_cli import stopping
+    from sesa_cli.commands import interrupt
 
     start = trainer.step
-    stop = stopping.StopRequest()
+    stop = interrupt.StopRequest()
     try:
         with (
             TrainProgress(cfg.train.steps, start, show_progress, cfg.train.log_every) as progress,
-            stopping.stop_after_step(f"sesa {command}", stop),
+            interrupt.stop_after_step(f"sesa {command}", stop),
         ):
             # Ctrl-C, SIGTERM, SIGUSR1: the step finishes, a checkpoint, then user_errors' one line
 
@@ -157,7 +157,7 @@ def fit(trainer: Trainer, run_dir: Path, show_progress: bool = True, command: st
             resume_hint(run_dir, trainer.saved_step, cfg.train.steps, command)
         if stop.chained is not None and stop.signal is not None and trainer.dist.is_main:
             # submitit's preemption signal: the run dir says so, then submitit requeues this job and exits
-            trainer.run.mark_ended("interrupted", stopping.reason(), stopping.exit_code())
+            trainer.run.mark_ended("interrupted", interrupt.reason(), interrupt.exit_code())
         stop.after_checkpoint()
         raise
     if trainer.dist.is_main:

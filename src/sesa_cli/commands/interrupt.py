@@ -1,20 +1,22 @@
-"""Stop signals: Ctrl-C (SIGINT), SIGTERM and SIGUSR1 (what SLURM, Kubernetes and ``timeout`` send) all stop a
-command the same way.
+"""The stop policy of every command: Ctrl-C (SIGINT), SIGTERM and SIGUSR1 (what SLURM, Kubernetes and ``timeout``
+send) all stop a command the same way, with one line and exit code 128 + the signal's number (130 for Ctrl-C, 143 for
+SIGTERM, 138 for SIGUSR1), as a shell reports it.
 
 * During start-up (imports, validation, Hydra's composition, model loading) there is nothing to save: the command
-  prints one line and exits at once (:func:`exit_at_once`, installed by ``sesa_cli.cli.main``).
-* During training (:func:`stop_after_step`) the first signal lets the current step finish (its row logged, its
-  evaluation and checkpoint written), then the trainer saves an interrupt checkpoint and the command ends as after
-  Ctrl-C: run.json ``status: interrupted``, the line of ``sesa_cli.cli.interrupted`` and the command that continues
-  the run. A checkpoint taken at a step boundary resumes bit-identically; one taken mid-step would not (the batch's
+  prints the line of :func:`interrupted` and exits at once (:func:`exit_at_once`, installed by the dispatcher,
+  sesa_cli.cli).
+* During training (:func:`stop_after_step`, around the trainer's loop in ``sesa train`` and ``sesa revive``) the
+  first signal lets the current step finish (its row logged, its evaluation and checkpoint written), then the trainer
+  saves an interrupt checkpoint and the command ends as after Ctrl-C: run.json ``status: interrupted`` (written by
+  sesa_cli.commands.common's ``user_errors``), the line of :func:`interrupted`, and the commands that continue the
+  run. A checkpoint taken at a step boundary resumes bit-identically; one taken mid-step would not (the batch's
   prompts and random draws are already consumed). A second signal stops at once (a KeyboardInterrupt where it lands).
 * Under submitit (``hydra/launcher=submitit_slurm``) its preemption signal (``SIGUSR2`` unless
   ``SUBMITIT_PREEMPT_SIGNAL`` says otherwise) is deferred the same way, then handed to submitit's own handler, which
   requeues the job with the same command: the requeued job resumes the run (``train.resume=auto``). SIGTERM stays
   submitit's there (it ignores it: SLURM sends it around a requeue).
 
-The exit code after a signal is 128 + its number (130 for Ctrl-C, 143 for SIGTERM, 138 for SIGUSR1), as a shell
-reports it. Never imports torch.
+Imports nothing of sesa_cli.
 """
 
 from __future__ import annotations
@@ -24,8 +26,8 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Iterator
+from typing import Any, NoReturn
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)
 
@@ -61,14 +63,15 @@ def _restore(previous: dict[int, Any]) -> None:
 
 
 @contextlib.contextmanager
-def exit_at_once(line: Callable[[], str]) -> Iterator[None]:
-    """Inside the block every stop signal writes ``line()`` to stderr and exits at once with its exit code (no
-    buffered IO and no exception: a KeyboardInterrupt raised inside a library during start-up can come out as another
-    error; issue 17)."""
+def exit_at_once(command: str | None) -> Iterator[None]:
+    """Inside the block (the whole command, in the main thread) every stop signal prints :func:`interrupted`'s line
+    and exits at once with its exit code (no buffered IO and no exception: start-up has nothing to save, and a
+    KeyboardInterrupt raised inside a library there can come out as another error; issue 17). A KeyboardInterrupt
+    raised by code that installed its own handler (:func:`stop_after_step`) ends the same way."""
 
     def exit_now(signum: int, frame: object) -> None:
         _note(signum)
-        os.write(2, (line() + "\n").encode())
+        os.write(2, (_interrupted_line(command) + "\n").encode())
         # The run dir's lock record goes with the process (a record left behind is taken over anyway). No import
         # here: the signal may land inside one.
         release_all = getattr(sys.modules.get("sesa_cli.run_lock"), "release_all", None)
@@ -82,6 +85,8 @@ def exit_at_once(line: Callable[[], str]) -> Iterator[None]:
     previous = _install(dict.fromkeys(STOP_SIGNALS, exit_now))
     try:
         yield
+    except KeyboardInterrupt:  # raised by code that installed its own handler
+        interrupted(command)
     finally:
         _restore(previous)
 
@@ -144,3 +149,15 @@ def stop_after_step(label: str, request: StopRequest | None = None) -> Iterator[
         yield request
     finally:
         _restore(previous)
+
+
+def _interrupted_line(command: str | None) -> str:
+    why = "" if reason() == "Ctrl-C" else f" ({reason()})"
+    return (f"sesa {command}: interrupted" if command else "sesa: interrupted") + why
+
+
+def interrupted(command: str | None = None) -> NoReturn:
+    """A stop signal, wherever it lands (start-up, or training after the trainer saved a checkpoint): one line, exit
+    128 + the signal's number (130 for Ctrl-C)."""
+    print(_interrupted_line(command), file=sys.stderr)
+    raise SystemExit(exit_code())

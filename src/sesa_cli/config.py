@@ -201,7 +201,7 @@ own values). The diversity report leaves them out of a parallel group's label.""
 
 @dataclass
 class SamplerConfig:
-    """How the G rollouts of a group are drawn (spec section 4)."""
+    """How the G rollouts of a group are drawn (docs/samplers.md)."""
 
     name: str = "parallel"
     """``parallel`` (i.i.d., what GRPO/verl/TRL do) or ``sequential`` (SESA)."""
@@ -396,7 +396,8 @@ class TrainLoopConfig:
     checkpoints, which is the resolution ``sesa revive step=auto`` has anyway. The collapse monitor reads the steps
     that have them."""
     log_every: int = 10
-    """Log a line of metrics every this many steps (the live progress display updates every step)."""
+    """Print a short table of the headline metrics every this many steps and at each evaluation (the live progress
+    display updates every step; every metric is in metrics.jsonl); 0 = at evaluations only."""
     max_nonfinite: int = 3
     """Stop the run after this many consecutive non-finite losses (each one skips its update)."""
     resume: str = "auto"
@@ -520,7 +521,7 @@ class TrainConfig:
     """Torch intra-op threads (CPU); 0 = auto: ``OMP_NUM_THREADS`` when set, else the cores not busy when the command
     starts (cores minus the busy ones: the 1-minute load average, or the tasks running now if fewer, rounded, at
     least 1; sesa_cli.commands.common.busy_cores). More threads than free cores slow every
-    step: each parallel op waits for all its threads to get a core (measured on 2 shared cores in issue 22). The count
+    step: each parallel op waits for all its threads to get a core (measured on 2 shared cores). The count
     a run used is in run.json (float sums split differently, so runs of one seed on other counts part ways)."""
 
     logger: list[str] = field(default_factory=list)
@@ -588,7 +589,7 @@ class EvalConfig:
     """Torch intra-op threads (CPU); 0 = auto: ``OMP_NUM_THREADS`` when set, else the cores not busy when the command
     starts (cores minus the busy ones: the 1-minute load average, or the tasks running now if fewer, rounded, at
     least 1; sesa_cli.commands.common.busy_cores). More threads than free cores slow every
-    step: each parallel op waits for all its threads to get a core (measured on 2 shared cores in issue 22). The count
+    step: each parallel op waits for all its threads to get a core (measured on 2 shared cores). The count
     a run used is in run.json (float sums split differently, so runs of one seed on other counts part ways)."""
 
     def __post_init__(self) -> None:
@@ -606,8 +607,9 @@ class DiversityReportConfig:
     """Groups to compare, baseline first: ``compare=[1,2]`` (group numbers as the report lists them) or labels,
     e.g. ``compare=[parallel,sequential]`` (a full or short label, or a piece of exactly one); ``*`` stands for every
     group not named (``'compare=[parallel,*]'``, quoted for the shell). Each further group is reported as its
-    difference to the baseline (group − baseline) with a 95% bootstrap interval. Empty: the two groups are compared
-    when there are exactly two."""
+    difference to the baseline (group − baseline) with a 95% bootstrap interval. Empty: the revivals (``sesa
+    revive`` runs) with each other when two or more groups are revivals, the parallel one the baseline; else the two
+    groups when there are exactly two."""
     metrics: list[str] = field(default_factory=list)
     """Headline metrics, e.g. ``metrics=[policy/target_mass,eval/success]``; empty: chosen from what the runs
     logged (the exact policy's spread and target mass where the task has them, validation success, episode length)."""

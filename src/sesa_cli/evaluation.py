@@ -1,6 +1,11 @@
 """Evaluation of a policy on validation instances: success, pass@k, coverage@k, distinct@k, entropy, and (where the
 task can enumerate its solutions) exact policy metrics.
 
+One object, :class:`Evaluation`, owns the protocol (``eval.*``), the samplers, the seed of the draws, the exact policy
+metrics and the row they make; the run's own evaluations (``Trainer.evaluate``) and ``sesa eval`` both use it, so
+``sesa eval`` of a run's checkpoint reproduces the run's evaluation row at that step exactly (same draws:
+:func:`eval_generator`).
+
 Evaluation samples ``n`` completions per instance from the plain prompt, i.i.d. (``sampler=parallel``, what a user of
 the trained model does), or with the run's sequential sampler when asked; with a sequential sampler the n samples are
 not i.i.d. and pass@k reads as the expected best-of-k over random k-subsets of the n drawn (see sesa_cli.metrics).
@@ -9,13 +14,15 @@ not i.i.d. and pass@k reads as the expected best-of-k over random k-subsets of t
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 
 from sesa_cli import metrics as M
-from sesa_cli.config import EvalProtocolConfig
+from sesa_cli.config import EvalProtocolConfig, SamplerConfig
+from sesa_cli.models.policy import Policy
 from sesa_cli.rollout.samplers import ParallelSampler, Rollout, Sampler
 from sesa_cli.rollout.scoring import build_batch, completion_logps
 from sesa_cli.tasks.base import Task
@@ -205,3 +212,83 @@ def sample_records(groups: Sequence[Sequence[Rollout]], decode: Any) -> list[dic
                 row["stop_forced"] = True
             rows.append(row)
     return rows
+
+
+EVAL_SEED_OFFSET = 10_000
+"""The evaluation draws' generator is seeded ``EVAL_SEED_OFFSET + seed`` (:func:`eval_generator`): apart from the
+training draws' generator (seeded ``seed``), so evaluating never moves training."""
+
+
+def eval_generator(seed: int) -> torch.Generator:
+    """The generator of an evaluation's draws: the one rule for every evaluation of a run, ``sesa eval`` included.
+
+    Seeded from the run's seed alone, fresh for each evaluation: every evaluation of a run draws with the same random
+    numbers (common random numbers: two steps' rows differ by the policy, not by the draws), and ``sesa eval`` of any
+    of its checkpoints draws what the run's evaluation at that step drew."""
+    return torch.Generator().manual_seed(EVAL_SEED_OFFSET + seed)
+
+
+@dataclass
+class EvalResult:
+    """One evaluation: its row (``step``, ``eval/*`` and, where the task enumerates its solutions, ``policy/*``),
+    the drawn groups (samples.jsonl, chain health) and the exact probabilities' ``policy_probs.jsonl`` line (None
+    without a solution space)."""
+
+    row: dict[str, Any]
+    groups: list[list[Rollout]]
+    policy_record: dict[str, Any] | None
+
+
+class Evaluation:
+    """The evaluation protocol of one policy: ``eval.samples`` samples on each of the ``eval.instances`` validation
+    instances drawn by ``sampler`` (default: i.i.d. from the plain prompt, what the run's own evaluations do) with
+    the generator of :func:`eval_generator`, one greedy answer each, and the exact ``policy/*`` metrics
+    (:class:`ExactPolicy`) where the task can enumerate its solutions.
+
+    ``Trainer.evaluate`` and ``sesa eval`` both call :meth:`run`; built from the same config (``sesa eval ckpt=``
+    reloads the run's) they draw the same samples and give the same row."""
+
+    def __init__(
+        self,
+        task: Task,
+        policy: Policy,
+        sampler_cfg: SamplerConfig,
+        protocol: EvalProtocolConfig,
+        seed: int,
+        dtype: str = "float32",
+        max_rows: int = 0,
+        sampler: Sampler | None = None,
+    ) -> None:
+        """``sampler_cfg``: the sampling settings (temperature, ...); ``sampler``: what draws the samples (None = a
+        plain-prompt :class:`ParallelSampler` of ``sampler_cfg``); ``max_rows``: ``model.max_batch_rows``."""
+        self.task = task
+        self.seed = seed
+        self.samples = protocol.samples
+        self.max_rows = max_rows
+        self.instances = validation_instances(task, protocol)
+        self.plain = ParallelSampler(sampler_cfg, task, policy, dtype)  # the plain prompt, whatever draws
+        self.sampler: Sampler = sampler if sampler is not None else self.plain
+        self.greedy = ParallelSampler(sampler_cfg, task, policy, dtype, greedy=True)
+        self.exact = ExactPolicy(self.plain, self.instances, rows=max_rows or 256)
+        self.sampler_name = "parallel" if self.sampler is self.plain else sampler_cfg.name
+        self.temperature = sampler_cfg.temperature
+
+    def describe(self) -> str:
+        """The protocol in words (:func:`describe_protocol`)."""
+        return describe_protocol(len(self.instances), self.samples, self.temperature, self.sampler_name)
+
+    def run(self, step: int, probs: Sequence[np.ndarray] | None = None) -> EvalResult:
+        """Evaluate the policy as it is now, labelled ``step``. ``probs``: the exact solution probabilities of these
+        weights when the caller already scored them (``ExactPolicy.probs``), else they are scored here."""
+        groups = draw(self.sampler, self.instances, self.samples, eval_generator(self.seed), self.max_rows)
+        row: dict[str, Any] = {
+            "step": step,
+            **summarize(self.task, groups),
+            **greedy_summary(self.greedy, self.instances, self.max_rows),
+        }
+        record = None
+        if self.exact.available:
+            probs = self.exact.probs() if probs is None else probs
+            row.update(self.exact.summary(probs, self.samples))
+            record = self.exact.record(step, probs)
+        return EvalResult(row, groups, record)

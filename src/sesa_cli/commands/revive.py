@@ -30,7 +30,14 @@ register_configs()
 def run(cfg: ReviveConfig, run_dir: Path, overrides: list[str] | None = None) -> dict[str, Any]:
     from sesa_cli.commands.reload import with_total_steps
     from sesa_cli.commands.rundir import check_existing, resume_point
-    from sesa_cli.runs import ReplicaRunDir, RunDir, check_checkpoint, read_metrics, run_dir_of_checkpoint
+    from sesa_cli.runs import (
+        ReplicaRunDir,
+        RunDir,
+        check_checkpoint,
+        read_metrics,
+        read_trainer_state,
+        run_dir_of_checkpoint,
+    )
 
     cfg, ckpt, start = with_total_steps(cfg)
     check_checkpoint(ckpt, training=True)  # every file it holds, before any model work (or its imports)
@@ -46,6 +53,10 @@ def run(cfg: ReviveConfig, run_dir: Path, overrides: list[str] | None = None) ->
     from sesa_cli.tasks.base import make_task
     from sesa_cli.trainer import Trainer
 
+    if cfg.step == "auto":
+        flagged = read_trainer_state(ckpt, training=True)["collapse"].get("first_flag_step")
+        log.info("step=auto: the collapse monitor first flagged step %s; reviving from its first checkpoint since, "
+                 "step %d (%s)", flagged, start, ckpt)  # fmt: skip
     parent_run = run_dir_of_checkpoint(ckpt)
     bad = ended_badly(parent_run)
     if bad:

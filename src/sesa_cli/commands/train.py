@@ -107,7 +107,6 @@ def fit(trainer: Trainer, run_dir: Path, show_progress: bool = True, command: st
     """Run a prepared trainer with the live display; print the ending (base -> trained, the run dir, what to run
     next), or after Ctrl-C how to continue."""
     from sesa_cli.commands.ending import base_row, resume_hint, train_summary
-    from sesa_cli.evaluation import describe_protocol
     from sesa_cli.progress import TrainProgress, phase
 
     cfg = trainer.cfg
@@ -140,17 +139,20 @@ def fit(trainer: Trainer, run_dir: Path, show_progress: bool = True, command: st
 
     start = trainer.step
     stop = interrupt.StopRequest()
+    monitor = trainer.monitor
+    flagged_before = monitor.first_flag_step  # a revived run's parent may have been flagged already
+
+    def on_step(step: int, row: dict[str, Any]) -> None:
+        progress.update(step, row)
+        if show_progress and flagged_before is None and monitor.first_flag_step == step:
+            log.info("collapse flagged at step %d: %s", step, monitor.reading({**progress.policy, **row}))
+        stop.check()  # Ctrl-C, SIGTERM, SIGUSR1: the step finished; a checkpoint, then user_errors' one line
+
     try:
         with (
             TrainProgress(cfg.train.steps, start, show_progress, cfg.train.log_every) as progress,
             interrupt.stop_after_step(f"sesa {command}", stop),
         ):
-            # Ctrl-C, SIGTERM, SIGUSR1: the step finishes, a checkpoint, then user_errors' one line
-
-            def on_step(step: int, row: dict[str, Any]) -> None:
-                progress.update(step, row)
-                stop.check()
-
             final = trainer.fit(on_step=on_step, phase=phase if show_progress else None)
     except KeyboardInterrupt:
         if show_progress and trainer.saved_step:
@@ -162,9 +164,10 @@ def fit(trainer: Trainer, run_dir: Path, show_progress: bool = True, command: st
         raise
     if trainer.dist.is_main:
         trainer.run.mark_ended("finished")
-        protocol = describe_protocol(len(trainer.val_instances), cfg.eval.samples, cfg.sampler.temperature)
+        protocol = trainer.evaluation.describe()
         base = base_row(trainer.run.read_metrics(), 0 if trainer.resumed else start)
-        train_summary(command, final, base, protocol, run_dir, remaining=cfg.train.steps - start)
+        train_summary(command, final, base, protocol, run_dir, remaining=cfg.train.steps - start,
+                      ran=trainer.step - start)  # fmt: skip
     return final
 
 

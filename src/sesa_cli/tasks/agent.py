@@ -12,7 +12,7 @@ so ``prompt`` ends exactly where the first response begins and every ``feedback`
 begins. ``Env`` is the single source of truth for the horizon: it reports ``done`` when the goal is reached, the
 episode fails, the per-episode action budget (``max_actions``) is used up, or ``max_turns`` turns were played.
 
-Per-turn semantics follow RAGEN's ``es_manager`` (anchors.md section 3.1): the response's actions are truncated to
+Per-turn semantics follow RAGEN's ``es_manager``: the response's actions are truncated to
 ``max_actions_per_turn``; unknown actions are dropped; any drop, or no action at all, adds ``format_penalty`` once
 to the turn; the remaining actions run one by one until the episode ends or the budget is spent. The episode reward
 is the sum of the turn rewards (RAGEN's ``use_turn_scores=False``).

@@ -390,7 +390,8 @@ class TrainLoopConfig:
     """Dump the step's rollouts to samples/step_N.jsonl every this many steps; 0 = never."""
     policy_every: int = 5
     """Tasks that enumerate their solutions (the path task): add the exact ``policy/*`` metrics to the training row
-    every this many steps (evaluation rows always have them); 0 = evaluations only. Scoring all 512 leaves of the
+    every this many steps (evaluation rows always have them); 0 = evaluations only. Agent tasks whose episodes are
+    walked (sesa_cli.tasks.episode_tree) have them at evaluations only. Scoring all 512 leaves of the
     default path task costs 1.9-3 parallel training steps, or about 0.6 of a sequential one (measured on 1 thread,
     shared machine), so every step would triple a parallel run; every 5 steps matches collapse_revival's
     checkpoints, which is the resolution ``sesa revive step=auto`` has anyway. The collapse monitor reads the steps
@@ -431,11 +432,18 @@ class EvalProtocolConfig:
     instances: int | None = None
     """Validation instances; null = the task's own count (``Task.eval_instances``: 1 for the path task, whose every
     instance is the same prompt, 16 for the others)."""
+    policy_instances: int | None = 8
+    """The first ``policy_instances`` validation instances get the exact ``policy/*`` metrics (where the task can
+    enumerate its solutions); null = every one. An agent task's instance is a walk over every episode the policy can
+    play (about 1.5 s of one core per non-slippery FrozenLake map at the tiny base), so the default keeps an
+    evaluation's walk to a fixed set of 8 maps; the path task has one instance."""
 
     def __post_init__(self) -> None:
         problems = at_least(self, "eval", 1, "samples")
         if self.instances is not None and self.instances < 1:
             problems.append(f"eval.instances={self.instances} must be >= 1 (or null: the task's own count)")
+        if self.policy_instances is not None and self.policy_instances < 1:
+            problems.append(f"eval.policy_instances={self.policy_instances} must be >= 1 (or null: every instance)")
         raise_if(problems)
 
 

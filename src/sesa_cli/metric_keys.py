@@ -165,7 +165,8 @@ METRIC_KEYS: tuple[MetricKey, ...] = (
     # ---------------------------------------------------------------------------------------------------- policy
     MetricKey(
         "policy/valid_mass",
-        "Exact probability that a plain-prompt sample is a valid solution.",
+        "Exact probability that a plain-prompt sample is a valid solution (agent tasks: an episode of well-formed "
+        "responses only).",
         f"{_M}.policy_metrics",
     ),
     MetricKey(
@@ -181,6 +182,12 @@ METRIC_KEYS: tuple[MetricKey, ...] = (
         "pi eff.sol",
     ),
     MetricKey("policy/solutions_above_1pct", "Targets with probability >= 0.01.", f"{_M}.policy_metrics"),
+    MetricKey(
+        "policy/pruned_mass",
+        "Agent tasks walked episode by episode: probability of the branches cut below the walk's threshold "
+        "(policy/valid_mass is exact up to it).",
+        "sesa_cli.tasks.episode_tree",
+    ),
     MetricKey(
         "policy/solution_entropy",
         "Entropy (nats) of the answer distribution given a valid answer.",

@@ -113,7 +113,7 @@ class Trainer:
             max_solution_entropy=cfg.collapse.max_solution_entropy,
             max_distinct_correct=cfg.collapse.max_distinct_correct,
             min_entropy=cfg.collapse.min_entropy,
-            policy=self.exact.available and cfg.train.policy_every > 0,
+            policy=self.exact.fixed and cfg.train.policy_every > 0,
         )
         self.nonfinite = 0
         self.resumed = False
@@ -318,7 +318,7 @@ class Trainer:
         t_update = time.perf_counter() - t1
         self.step += 1
         every = self.cfg.train.policy_every
-        if self.exact.available and every and self.step % every == 0:
+        if self.exact.fixed and every and self.step % every == 0:
             # the policy after this step's update: the weights its checkpoint would hold
             t2 = time.perf_counter()
             row.update(self.exact.summary(self._policy_probs(), self.cfg.eval.samples))

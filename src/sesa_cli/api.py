@@ -53,13 +53,21 @@ def _run(command: str, overrides: Sequence[str], run_dir: str | Path | None) -> 
     rest = checked_overrides(command, args)
     module_name = COMMANDS[command][0]
     module = import_module(f"sesa_cli.commands.{module_name}")
+    from sesa_cli import run_lock
+    from sesa_cli.commands.rundir import claim_planned_run_dir
+
     GlobalHydra.instance().clear()  # a composition a caller left open (e.g. Hydra's compose API in a notebook)
-    with initialize_config_dir(version_base="1.3", config_dir=str(conf_dir()), job_name=module_name):
-        # Hydra's run mode, as @hydra.main runs it: output dir, .hydra/ files, logging, then the job; the job's
-        # exception, if any, is raised here.
-        hydra_app = GlobalHydra.instance().hydra
-        assert hydra_app is not None  # initialize_config_dir just set it
-        ret = hydra_app.run(config_name=module_name, task_function=_on_the_console(module.job), overrides=rest)
+    locked, rest = claim_planned_run_dir(command, rest)  # the run dir is this call's, as the CLI's (sesa_cli.run_lock)
+    try:
+        with initialize_config_dir(version_base="1.3", config_dir=str(conf_dir()), job_name=module_name):
+            # Hydra's run mode, as @hydra.main runs it: output dir, .hydra/ files, logging, then the job; the job's
+            # exception, if any, is raised here.
+            hydra_app = GlobalHydra.instance().hydra
+            assert hydra_app is not None  # initialize_config_dir just set it
+            ret = hydra_app.run(config_name=module_name, task_function=_on_the_console(module.job), overrides=rest)
+    finally:
+        if locked is not None:
+            run_lock.release(locked)
     path, result = ret.return_value
     return Path(path), result
 

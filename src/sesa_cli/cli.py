@@ -55,7 +55,7 @@ def fail(message: str, command: str | None = None) -> NoReturn:
 def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else list(argv)
     command = args[0] if args and args[0] in COMMANDS else None
-    with exit_at_once(command):  # Ctrl-C: one line, exit 130 (sesa_cli.commands.interrupt)
+    with exit_at_once(command):  # Ctrl-C, SIGTERM, SIGUSR1: one line, exit 128 + signal (commands.interrupt)
         dispatch(args)
 
 
@@ -113,18 +113,25 @@ def dispatch(args: list[str]) -> None:
             fail(str(exc), name)
         print_text(text)
         return
+    from sesa_cli import run_lock
+    from sesa_cli.commands.rundir import claim_planned_run_dir
 
     try:
         rest = checked_overrides(name, args[1:])
+        # The run dir is this command's from here on, before Hydra's job writes into it (sesa_cli.run_lock).
+        _, rest = claim_planned_run_dir(name, rest)
     except ConfigError as exc:
         fail(str(exc), name)
-    if name in ("train", "revive", "eval") and ("-m" in rest or "--multirun" in rest):
-        # after the last job: the sweep dir and how to report on it (sesa_cli.commands.ending.SweepEnding)
-        rest = [*rest, "+hydra.callbacks.sesa_ending._target_=sesa_cli.commands.ending.SweepEnding"]
-    module = import_module(f"sesa_cli.commands.{module_name}")
-    # Keep argv[0] (the real `sesa` path): Hydra registers shell completion under it.
-    sys.argv = [sys.argv[0], *rest]
-    module.main()
+    try:
+        if name in ("train", "revive", "eval") and ("-m" in rest or "--multirun" in rest):
+            # after the last job: the sweep dir and how to report on it (sesa_cli.commands.ending.SweepEnding)
+            rest = [*rest, "+hydra.callbacks.sesa_ending._target_=sesa_cli.commands.ending.SweepEnding"]
+        module = import_module(f"sesa_cli.commands.{module_name}")
+        # Keep argv[0] (the real `sesa` path): Hydra registers shell completion under it.
+        sys.argv = [sys.argv[0], *rest]
+        module.main()
+    finally:
+        run_lock.release_all()
 
 
 if __name__ == "__main__":

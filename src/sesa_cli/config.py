@@ -406,8 +406,16 @@ class TrainLoopConfig:
     display updates every step; every metric is in metrics.jsonl); 0 = at evaluations only."""
     max_nonfinite: int = 3
     """Stop the run after this many consecutive non-finite losses (each one skips its update)."""
+    resume: str = "auto"
+    """``sesa train`` into a run dir that already holds a run: ``auto`` continues it when it is unfinished (stopped by
+    a signal, preempted, killed, failed) and of the same config, from its last checkpoint (weights, optimizer, step,
+    data position, RNG: bit-identical to a run never stopped; metrics rows after that checkpoint are dropped), so a
+    scheduler's requeue of the same command resumes it; a finished run or another config is refused with one line.
+    ``never`` refuses any dir that holds a run. ``sesa revive`` likewise continues its own stopped run when the same
+    revive command runs again into its dir; ``sesa eval`` always wants a new dir."""
 
     def __post_init__(self) -> None:
+        _choice(self.resume, "train.resume", ("auto", "never"))
         raise_if([
             *at_least(self, "train", 1, "steps", "batch_size", "max_nonfinite"),
             *at_least(self, "train", 0, "checkpoint_every", "eval_every", "sample_every", "log_every", "policy_every"),

@@ -17,7 +17,9 @@ Checkpoints are written to ``step_N.tmp`` and renamed, so a crash or Ctrl-C neve
 
 from __future__ import annotations
 
+import contextlib
 import csv
+import errno
 import json
 import math
 import os
@@ -26,7 +28,7 @@ import shutil
 import subprocess
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -64,6 +66,11 @@ class RunDir:
         self.path.mkdir(parents=True, exist_ok=True)
         self.metrics_path = self.path / "metrics.jsonl"
         self.checkpoints = self.path / "checkpoints"
+
+    def writing(self, target: Path, cleanup: Path | None = None) -> contextlib.AbstractContextManager[None]:
+        """A write of ``target`` into this run dir: a failure removes ``cleanup`` (the write's ``.tmp``) and, when the
+        disk is full, read-only or the run dir is gone, becomes one line (:func:`writing`)."""
+        return writing(target, cleanup, self.path)
 
     # ---------------------------------------------------------------- metadata
     def write_config(self, resolved_yaml: str) -> None:
@@ -104,7 +111,7 @@ class RunDir:
         """Append one row (must contain "step") to metrics.jsonl, flushed at once."""
         if "step" not in row:
             raise ValueError("a metrics row needs a 'step'")
-        with self.metrics_path.open("a") as f:
+        with self.writing(self.metrics_path), self.metrics_path.open("a") as f:
             f.write(json.dumps({k: _jsonable(v) for k, v in row.items()}) + "\n")
         if self.trackers is not None:  # after the file: a tracker never stands between a row and metrics.jsonl
             self.trackers.log(row)
@@ -115,7 +122,8 @@ class RunDir:
     def log_policy_probs(self, record: dict[str, Any]) -> None:
         """Append one evaluation's solution probabilities (``{"step": ..., "instances": [...]}``) to
         policy_probs.jsonl."""
-        with (self.path / "policy_probs.jsonl").open("a") as f:
+        path = self.path / "policy_probs.jsonl"
+        with self.writing(path), path.open("a") as f:
             f.write(json.dumps(record) + "\n")
 
     def write_csv(self) -> None:
@@ -125,16 +133,19 @@ class RunDir:
         for row in rows:
             keys.extend(k for k in row if k not in keys)
         tmp = self.path / "metrics.csv.tmp"
-        with tmp.open("w", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=keys)
-            writer.writeheader()
-            writer.writerows(rows)
-        os.replace(tmp, self.path / "metrics.csv")
+        with self.writing(self.path / "metrics.csv", cleanup=tmp):
+            with tmp.open("w", newline="") as f:
+                writer = csv.DictWriter(f, fieldnames=keys)
+                writer.writeheader()
+                writer.writerows(rows)
+            os.replace(tmp, self.path / "metrics.csv")
 
     def dump_samples(self, step: int, records: Iterable[dict[str, Any]]) -> None:
         folder = self.path / "samples"
-        folder.mkdir(exist_ok=True)
-        atomic_write_text(folder / f"step_{step:06d}.jsonl", "".join(json.dumps(r) + "\n" for r in records))
+        with self.writing(folder):
+            folder.mkdir(exist_ok=True)
+        atomic_write_text(folder / f"step_{step:06d}.jsonl", "".join(json.dumps(r) + "\n" for r in records),
+                          run_dir=self.path)  # fmt: skip
 
     # ---------------------------------------------------------------- checkpoints
     def checkpoint_dir(self, step: int) -> Path:
@@ -144,7 +155,8 @@ class RunDir:
         """A fresh temporary directory; pass it to :meth:`commit_checkpoint` once everything is written."""
         tmp = self.checkpoints / f"step_{step:06d}.tmp"
         shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
+        self.checkpoints.mkdir(exist_ok=True)  # not parents=True: a run dir deleted mid-run is not recreated
+        tmp.mkdir()
         return tmp
 
     def commit_checkpoint(self, tmp: Path, step: int) -> Path:
@@ -379,10 +391,83 @@ def check_tensor_file(path: Path, what: str) -> None:
         raise ConfigError(f"{path} is damaged or not a torch tensor file ({first_line(exc)})") from None
 
 
-def atomic_write_text(path: Path, text: str) -> None:
+def atomic_write_text(path: Path, text: str, run_dir: Path | None = None) -> None:
+    """``text`` into ``path`` through ``path.tmp`` (removed if the write fails: :func:`writing`; ``run_dir``: the
+    run dir it belongs to, by default the file's own dir)."""
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    with writing(path, cleanup=tmp, run_dir=run_dir or path.parent):
+        tmp.write_text(text)
+        os.replace(tmp, path)
+
+
+class RunDirWriteError(ConfigError):
+    """A run dir the command cannot write: the disk is full, the file system read-only, the dir deleted."""
+
+
+@contextlib.contextmanager
+def writing(target: Path, cleanup: Path | None = None, run_dir: Path | None = None) -> Iterator[None]:
+    """Write ``target`` inside the block. Whatever stops the write (an error, Ctrl-C) removes ``cleanup`` (its
+    ``.tmp`` file or dir), so no half-written file stays; an error of the machine, not of the program (no space, a
+    read-only file system, the run dir ``run_dir`` gone) becomes a one-line :class:`RunDirWriteError`."""
+    try:
+        yield
+    except BaseException as exc:
+        if cleanup is not None:
+            with contextlib.suppress(OSError):
+                if cleanup.is_dir() and not cleanup.is_symlink():
+                    shutil.rmtree(cleanup, ignore_errors=True)
+                else:
+                    cleanup.unlink(missing_ok=True)
+        problem = None
+        if isinstance(exc, Exception) and not isinstance(exc, ConfigError):  # a nested write said it already
+            problem = write_problem(exc, target, run_dir)
+        if problem is None:
+            raise
+        raise RunDirWriteError(problem) from None
+
+
+_WRITE_ERRORS = {
+    errno.ENOSPC: "no space left on device while writing {}",
+    errno.EDQUOT: "disk quota exceeded while writing {}",
+    errno.EROFS: "read-only file system: cannot write {}",
+    errno.EACCES: "permission denied: cannot write {}",
+    errno.EPERM: "permission denied: cannot write {}",
+}
+
+
+def write_problem(exc: Exception, target: Path, run_dir: Path | None = None) -> str | None:
+    """The one line for a failed write of ``target`` (see :func:`writing`), or None for an error of the program.
+    torch's and safetensors' writers do not raise OSError: their messages name the OS error, or, for torch's zip
+    writer, only a short write ("unexpected pos"), which a full disk is when almost no space is left."""
+    if run_dir is not None and not run_dir.is_dir():
+        return f"run dir {run_dir} disappeared while writing {target.name} (deleted or unmounted); the run stopped"
+    code = exc.errno if isinstance(exc, OSError) else None
+    if code is None:
+        text = str(exc)
+        m = re.search(r"(?:os error|code:|Errno) ?(\d+)", text)
+        if m:
+            code = int(m.group(1))
+        elif "No space left on device" in text:
+            code = errno.ENOSPC
+        elif "Read-only file system" in text:
+            code = errno.EROFS
+        elif "unexpected pos" in text or "file write failed" in text:  # torch's zip writer (inline_container.cc)
+            code = errno.ENOSPC if _free_bytes(target) < 64 * 2**20 else errno.EIO
+    if code in _WRITE_ERRORS:
+        return _WRITE_ERRORS[code].format(target)
+    if isinstance(exc, OSError) or code is not None:
+        return f"cannot write {target}: {os.strerror(code) if code else first_line(exc)}"
+    return None
+
+
+def _free_bytes(path: Path) -> int:
+    """Free bytes on the file system holding ``path`` (its nearest existing ancestor)."""
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    try:
+        return shutil.disk_usage(path).free
+    except OSError:
+        return 0
 
 
 def git_commit() -> str | None:

@@ -116,6 +116,12 @@ class Trainer:
             policy=self.exact.fixed and cfg.train.policy_every > 0,
         )
         self.nonfinite = 0
+        self.resumed = False
+        """Set when the run continues its own checkpoint (``train.resume=auto``): no second start evaluation."""
+        self.between_steps = True
+        """False while a step is under way (sampling to its checkpoint): the state is not one a checkpoint can hold."""
+        self.saved_step: int | None = None
+        """The step of the last checkpoint this trainer wrote or loaded."""
         self._last_groups: list[list[Rollout]] = []  # the latest step's rollouts, for sample dumps
         self.norm_constant = cfg.algo.norm_constant or task.cfg.max_new_tokens
 
@@ -349,21 +355,26 @@ class Trainer:
         """Weights (or the LoRA adapter only), tokenizer, optimizer, RNG and trainer state; rank 0 writes."""
         if not self.dist.is_main:
             return self.run.checkpoint_dir(self.step)
-        tmp = self.run.begin_checkpoint(self.step)
-        self.model.save_pretrained(tmp)
-        self.policy.tokenizer.save_pretrained(tmp)
-        torch.save(self.optimizer.state_dict(), tmp / "optimizer.pt")
-        torch.save({"generator": self.generator.get_state()}, tmp / "rng.pt")
-        state = {
-            "step": self.step,
-            "next_instance": self.next_instance,
-            "found_targets": sorted(self.found_targets),
-            "collapse": self.monitor.state_dict(),
-            "collapsed": self.monitor.collapsed,
-            "config": asdict(self.cfg),
-        }
-        (tmp / "trainer_state.json").write_text(json.dumps(state, indent=2, default=str))
-        final = self.run.commit_checkpoint(tmp, self.step)
+        # A failed write (a full disk, a read-only or vanished dir, a second Ctrl-C) removes the partial step_N.tmp
+        # and says in one line what happened (RunDir.writing).
+        final = self.run.checkpoint_dir(self.step)
+        with self.run.writing(final, cleanup=final.with_name(final.name + ".tmp")):
+            tmp = self.run.begin_checkpoint(self.step)
+            self.model.save_pretrained(tmp)
+            self.policy.tokenizer.save_pretrained(tmp)
+            torch.save(self.optimizer.state_dict(), tmp / "optimizer.pt")
+            torch.save({"generator": self.generator.get_state()}, tmp / "rng.pt")
+            state = {
+                "step": self.step,
+                "next_instance": self.next_instance,
+                "found_targets": sorted(self.found_targets),
+                "collapse": self.monitor.state_dict(),
+                "collapsed": self.monitor.collapsed,
+                "config": asdict(self.cfg),
+            }
+            (tmp / "trainer_state.json").write_text(json.dumps(state, indent=2, default=str))
+            final = self.run.commit_checkpoint(tmp, self.step)
+        self.saved_step = self.step
         self.run.write_csv()
         return final
 
@@ -371,6 +382,8 @@ class Trainer:
         """Restore optimizer, step counter, data position, monitor and RNG (weights are loaded with the policy)."""
         state = json.loads((ckpt / "trainer_state.json").read_text())
         self.step = int(state["step"])
+        if ckpt.resolve().parent == self.run.checkpoints.resolve():  # this run's own (train.resume=auto)
+            self.saved_step = self.step
         self.next_instance = int(state["next_instance"])
         self.found_targets = set(state.get("found_targets", []))
         self.monitor.load_state_dict(state["collapse"])
@@ -388,11 +401,12 @@ class Trainer:
         tc = self.cfg.train
         phase = phase or _no_phase
         last: dict[str, Any] = {}
-        if tc.eval_before and self.step < tc.steps:
+        if tc.eval_before and self.step < tc.steps and not self.resumed:
             with phase(f"evaluation of the start (step {self.step})"):
                 self.run.log_metrics(self.evaluate())
         try:
             while self.step < tc.steps:
+                self.between_steps = False  # from here to the end of the step, a checkpoint would be torn
                 row = self.train_step()
                 self.run.log_metrics(row)
                 if tc.sample_every and self.step % tc.sample_every == 0:
@@ -406,13 +420,20 @@ class Trainer:
                     with phase(f"checkpoint (step {self.step})"):
                         self.save_checkpoint()
                 last = row
+                self.between_steps = True
                 if on_step is not None:
                     on_step(self.step, row)
         except KeyboardInterrupt:
-            if self.step > 0:
-                with phase(f"checkpoint (step {self.step})"):
-                    path = self.save_checkpoint()
+            if self.step > 0 and self.between_steps:
+                path = self.run.checkpoint_dir(self.step)
+                if self.saved_step != self.step:
+                    with phase(f"checkpoint (step {self.step})"):
+                        path = self.save_checkpoint()
                 log.warning("interrupted: checkpoint saved to %s", path)
+            elif self.step > 0:
+                # Stopped at once inside a step (a second signal): its prompts and random draws are consumed and
+                # the weights may be half-updated, so a checkpoint of this state would not resume exactly.
+                log.warning("interrupted inside a step: no checkpoint of it (the last is step %s)", self.saved_step)
             raise
         with phase(f"final evaluation (step {self.step})"):
             ev = self.evaluate()

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from sesa_cli.commands.interrupt import interrupted
+from sesa_cli.commands import interrupt
 from sesa_cli.config import ConfigError, first_line
 
 log = logging.getLogger("sesa")
@@ -25,28 +25,53 @@ def user_errors(command: str) -> Iterator[None]:
     from sesa_cli.progress import use_console
 
     use_console()
-    try:
+    with contextlib.ExitStack() as owning:  # released after the handlers below marked the dir
+        try:
+            owning.enter_context(_owned_job_dir(command))
+            yield
+        except ConfigError as exc:
+            _mark_run_dir(command, "failed", str(exc), 2)
+            print(f"sesa {command}: error: {exc}", file=sys.stderr)
+            raise SystemExit(2) from None
+        except KeyboardInterrupt:
+            _mark_run_dir(command, "interrupted", interrupt.reason(), interrupt.exit_code())
+            interrupt.interrupted(command)
+        except Exception as exc:  # Hydra prints the traceback and exits 1
+            _mark_run_dir(command, "failed", f"{type(exc).__name__}: {first_line(exc)}", 1)
+            raise
+
+
+@contextlib.contextmanager
+def _owned_job_dir(command: str) -> Iterator[None]:
+    """The Hydra job's run dir locked for this process (sesa_cli.run_lock): a sweep's job dir is locked here (after
+    Hydra's own files: only the launcher knows its path), a single run's dir the dispatcher already holds; given back
+    when the job ends if taken here. Rank 0 alone: it owns a data-parallel run's dir."""
+    from sesa_cli import run_lock
+
+    if command not in ("train", "revive", "eval") or os.environ.get("RANK", "0") != "0":
         yield
-    except ConfigError as exc:
-        _mark_run_dir(command, "failed", str(exc), 2)
-        print(f"sesa {command}: error: {exc}", file=sys.stderr)
-        raise SystemExit(2) from None
-    except KeyboardInterrupt:
-        _mark_run_dir(command, "interrupted", "Ctrl-C", 130)
-        interrupted(command)
-    except Exception as exc:  # Hydra prints the traceback and exits 1
-        _mark_run_dir(command, "failed", f"{type(exc).__name__}: {first_line(exc)}", 1)
-        raise
+        return
+    run_dir, overrides = hydra_context()
+    taken = run_lock.claim(run_dir, command, overrides)
+    try:
+        if taken:
+            run_lock.record(run_dir, command, overrides)
+        yield
+    finally:
+        if taken:
+            run_lock.release(run_dir)
 
 
 def _mark_run_dir(command: str, status: str, reason: str, exit_code: int) -> None:
-    """Mark the running Hydra job's run dir as ended badly (rank 0 of a run command; best effort: the error being
-    reported matters more than the marker)."""
+    """Mark the running Hydra job's run dir as ended badly (rank 0 of a run command that holds the dir's lock: not a
+    dir another command owns; best effort: the error being reported matters more than the marker)."""
     if command not in ("train", "revive", "eval") or os.environ.get("RANK", "0") != "0":
         return
     try:
+        from sesa_cli import run_lock
+
         run_dir, _ = hydra_context()
-        if run_dir.is_dir():
+        if run_dir.is_dir() and run_lock.holds(run_dir):
             from sesa_cli.runs import RunDir
 
             RunDir(run_dir).mark_ended(status, reason, exit_code, command=command)

@@ -167,10 +167,12 @@ def _print_next(lines: list[tuple[str, str]]) -> None:
         console.print(f"  # {what}\n  {cmd}", soft_wrap=True, markup=False, highlight=False)
 
 
-def resume_hint(run_dir: Path, step: int, steps: int) -> None:
-    """After Ctrl-C: the checkpoint the trainer saved and the command that continues from it."""
+def resume_hint(run_dir: Path, step: int, steps: int, command: str = "train") -> None:
+    """After Ctrl-C, SIGTERM or SIGUSR1: the checkpoint the trainer saved and the commands that continue from it
+    (the same command again resumes the run, train.resume=auto)."""
+    again = "rerun the same command (train.resume=auto) or " if command in ("train", "revive") else ""
     console.print(
-        f"stopped at step {step} of {steps}; continue with: sesa revive {arg('ckpt', run_dir)} "
+        f"stopped at step {step} of {steps}; continue with: {again}sesa revive {arg('ckpt', run_dir)} "
         f"more_steps={max(1, steps - step)}",
         soft_wrap=True, markup=False, highlight=False,
     )  # fmt: skip

@@ -1,8 +1,21 @@
-"""The Ctrl-C policy of every command: at start-up Ctrl-C exits at once, inside the trainer's loop it raises
-KeyboardInterrupt so a checkpoint is saved first; either way the command ends with one line and exit code 130.
+"""The stop policy of every command: Ctrl-C (SIGINT), SIGTERM and SIGUSR1 (what SLURM, Kubernetes and ``timeout``
+send) all stop a command the same way, with one line and exit code 128 + the signal's number (130 for Ctrl-C, 143 for
+SIGTERM, 138 for SIGUSR1), as a shell reports it.
 
-The dispatcher (sesa_cli.cli) installs :func:`exit_at_once` around a command, the train and revive commands wrap the
-trainer's loop in :func:`ctrl_c_raises`, and sesa_cli.commands.common's ``user_errors`` prints :func:`interrupted`.
+* During start-up (imports, validation, Hydra's composition, model loading) there is nothing to save: the command
+  prints the line of :func:`interrupted` and exits at once (:func:`exit_at_once`, installed by the dispatcher,
+  sesa_cli.cli).
+* During training (:func:`stop_after_step`, around the trainer's loop in ``sesa train`` and ``sesa revive``) the
+  first signal lets the current step finish (its row logged, its evaluation and checkpoint written), then the trainer
+  saves an interrupt checkpoint and the command ends as after Ctrl-C: run.json ``status: interrupted`` (written by
+  sesa_cli.commands.common's ``user_errors``), the line of :func:`interrupted`, and the commands that continue the
+  run. A checkpoint taken at a step boundary resumes bit-identically; one taken mid-step would not (the batch's
+  prompts and random draws are already consumed). A second signal stops at once (a KeyboardInterrupt where it lands).
+* Under submitit (``hydra/launcher=submitit_slurm``) its preemption signal (``SIGUSR2`` unless
+  ``SUBMITIT_PREEMPT_SIGNAL`` says otherwise) is deferred the same way, then handed to submitit's own handler, which
+  requeues the job with the same command: the requeued job resumes the run (``train.resume=auto``). SIGTERM stays
+  submitit's there (it ignores it: SLURM sends it around a requeue).
+
 Imports nothing of sesa_cli.
 """
 
@@ -14,53 +27,137 @@ import signal
 import sys
 import threading
 from collections.abc import Iterator
-from typing import NoReturn
+from typing import Any, NoReturn
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)
+
+_received: signal.Signals | None = None
+"""The last stop signal this process received (None: none, or only a KeyboardInterrupt raised by code)."""
 
 
-def _interrupted_line(command: str | None) -> str:
-    return f"sesa {command}: interrupted" if command else "sesa: interrupted"
+def reason() -> str:
+    """How the command was stopped, for run.json and the ending: ``Ctrl-C`` or the signal's name."""
+    return "Ctrl-C" if _received in (None, signal.SIGINT) else _received.name
 
 
-def interrupted(command: str | None = None) -> NoReturn:
-    """Ctrl-C, wherever it lands (start-up, or training after the trainer saved a checkpoint): one line, exit 130."""
-    print(_interrupted_line(command), file=sys.stderr)
-    raise SystemExit(130)
+def exit_code() -> int:
+    """The exit code of a stopped command: 128 + the signal's number."""
+    return 128 + int(_received or signal.SIGINT)
+
+
+def _note(signum: int) -> None:
+    global _received
+    _received = signal.Signals(signum)
+
+
+def _install(handlers: dict[int, Any]) -> dict[int, Any]:
+    """Install ``handlers`` (signal -> handler); returns the previous ones (main thread only, else nothing)."""
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    return {signum: signal.signal(signum, handler) for signum, handler in handlers.items()}
+
+
+def _restore(previous: dict[int, Any]) -> None:
+    for signum, handler in previous.items():
+        signal.signal(signum, handler)
 
 
 @contextlib.contextmanager
 def exit_at_once(command: str | None) -> Iterator[None]:
-    """Inside the block (the whole command, in the main thread) Ctrl-C prints :func:`interrupted`'s line and exits
-    130 at once; a KeyboardInterrupt raised by code that installed its own handler (:func:`ctrl_c_raises`) ends the
-    same way."""
-    previous = None
-    if threading.current_thread() is threading.main_thread():
-        # Start-up (imports, validation, Hydra's composition, model loading) has nothing to save, and a
-        # KeyboardInterrupt raised inside a library there can come out as another error (OmegaConf, transformers'
-        # lazy imports and Hydra turn it into tracebacks: issue 17). So Ctrl-C exits at once with the one line;
-        # the trainer's loop takes Ctrl-C back (ctrl_c_raises) to save a checkpoint first.
-        def exit_now(signum: int, frame: object) -> None:
-            os.write(2, (_interrupted_line(command) + "\n").encode())  # no buffered IO: a handler may re-enter it
-            os._exit(130)
+    """Inside the block (the whole command, in the main thread) every stop signal prints :func:`interrupted`'s line
+    and exits at once with its exit code (no buffered IO and no exception: start-up has nothing to save, and a
+    KeyboardInterrupt raised inside a library there can come out as another error; issue 17). A KeyboardInterrupt
+    raised by code that installed its own handler (:func:`stop_after_step`) ends the same way."""
 
-        previous = signal.signal(signal.SIGINT, exit_now)
+    def exit_now(signum: int, frame: object) -> None:
+        _note(signum)
+        os.write(2, (_interrupted_line(command) + "\n").encode())
+        # The run dir's lock record goes with the process (a record left behind is taken over anyway). No import
+        # here: the signal may land inside one.
+        release_all = getattr(sys.modules.get("sesa_cli.run_lock"), "release_all", None)
+        if release_all is not None:
+            with contextlib.suppress(Exception):
+                release_all()
+        os._exit(exit_code())
+
+    global _received
+    _received = None  # a new command (the CLI run in-process again)
+    previous = _install(dict.fromkeys(STOP_SIGNALS, exit_now))
     try:
         yield
     except KeyboardInterrupt:  # raised by code that installed its own handler
         interrupted(command)
     finally:
-        if previous is not None:
-            signal.signal(signal.SIGINT, previous)
+        _restore(previous)
+
+
+def preemption_signal() -> signal.Signals | None:
+    """The signal submitit's job environment turns into checkpoint-and-requeue, when submitit installed a handler
+    for it in this process; None otherwise."""
+    name = "SIG" + os.environ.get("SUBMITIT_PREEMPT_SIGNAL", "USR2")
+    signum = getattr(signal, name, None)
+    if signum is None or signum in STOP_SIGNALS:
+        return None
+    return signum if callable(signal.getsignal(signum)) else None
+
+
+class StopRequest:
+    """What :func:`stop_after_step` hands the training loop: ``check()`` at each step boundary raises
+    KeyboardInterrupt once a stop signal arrived (the trainer then saves its checkpoint); ``after_checkpoint()`` hands
+    a deferred preemption signal to submitit's handler."""
+
+    def __init__(self) -> None:
+        self.signal: signal.Signals | None = None
+        self.chained: Any = None  # submitit's handler of a deferred preemption signal
+
+    def check(self) -> None:
+        if self.signal is not None:
+            raise KeyboardInterrupt
+
+    def after_checkpoint(self) -> None:
+        if self.chained is not None and self.signal is not None:
+            self.chained(int(self.signal), None)  # checkpoint the submission, requeue, exit (submitit)
 
 
 @contextlib.contextmanager
-def ctrl_c_raises() -> Iterator[None]:
-    """Inside the block Ctrl-C raises KeyboardInterrupt (Python's default), for work that must react to it: the
-    trainer saves a checkpoint, then the command prints the line of :func:`interrupted`."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+def stop_after_step(label: str, request: StopRequest | None = None) -> Iterator[StopRequest]:
+    """Inside the block the first stop signal is noted in ``request`` (and ``label`` tells the user on stderr that
+    the current step finishes first); a second one raises KeyboardInterrupt where it lands."""
+    request = request or StopRequest()
+
+    def defer(signum: int, frame: object) -> None:
+        if request.signal is not None:
+            _note(signum)
+            raise KeyboardInterrupt
+        request.signal = signal.Signals(signum)
+        _note(signum)
+        name = "Ctrl-C" if signum == signal.SIGINT else request.signal.name
+        os.write(
+            2, f"{label}: {name}: stopping after this step's checkpoint (send it again to stop at once)\n".encode()
+        )
+
+    preempt = preemption_signal()
+    handlers: dict[int, Any] = dict.fromkeys(STOP_SIGNALS, defer)
+    if preempt is not None:
+        request.chained = signal.getsignal(preempt)
+        handlers[preempt] = defer
+        # submitit ignores SIGTERM on purpose (SLURM sends it around a requeue): a SIGTERM taken as a stop there
+        # would end the job without its requeue, or turn the preemption signal into a second, immediate stop
+        del handlers[signal.SIGTERM]
+    previous = _install(handlers)
     try:
-        yield
+        yield request
     finally:
-        signal.signal(signal.SIGINT, previous)
+        _restore(previous)
+
+
+def _interrupted_line(command: str | None) -> str:
+    why = "" if reason() == "Ctrl-C" else f" ({reason()})"
+    return (f"sesa {command}: interrupted" if command else "sesa: interrupted") + why
+
+
+def interrupted(command: str | None = None) -> NoReturn:
+    """A stop signal, wherever it lands (start-up, or training after the trainer saved a checkpoint): one line, exit
+    128 + the signal's number (130 for Ctrl-C)."""
+    print(_interrupted_line(command), file=sys.stderr)
+    raise SystemExit(exit_code())

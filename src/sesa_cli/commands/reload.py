@@ -135,3 +135,15 @@ def reload_config(config_name: str, parent_config: Path, overrides: list[str]) -
     for ov in user_keys:  # the user's own values win over the parent's
         OmegaConf.update(cfg, ov.key_or_group, ov.value(), merge=True)
     return to_object(cfg)
+
+
+def with_total_steps(cfg: Any) -> tuple[Any, Path, int]:
+    """A revive's config with ``train.steps`` = its parent checkpoint's step + ``more_steps``; the checkpoint; its
+    step (what ``sesa revive`` runs, and writes to its config.yaml)."""
+    from dataclasses import replace
+
+    from sesa_cli.runs import read_trainer_state
+
+    ckpt = pick_checkpoint(cfg.ckpt, cfg.step)
+    start = int(read_trainer_state(ckpt, training=True)["step"])
+    return replace(cfg, train=replace(cfg.train, steps=start + cfg.more_steps)), ckpt, start

@@ -8,7 +8,6 @@ metrics continue the parent's step numbering. ``run.json`` records the parent ch
 from __future__ import annotations
 
 import logging
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +19,7 @@ from sesa_cli.commands.common import (
     seed_everything,
     user_errors,
 )
-from sesa_cli.commands.reload import checkpoint_job, pick_checkpoint
+from sesa_cli.commands.reload import checkpoint_job
 from sesa_cli.commands.schemas import register_configs
 from sesa_cli.config import ConfigError, ReviveConfig, conf_dir
 
@@ -29,12 +28,22 @@ register_configs()
 
 
 def run(cfg: ReviveConfig, run_dir: Path, overrides: list[str] | None = None) -> dict[str, Any]:
-    from sesa_cli.runs import ReplicaRunDir, RunDir, check_checkpoint, read_metrics, run_dir_of_checkpoint
+    from sesa_cli.commands.reload import with_total_steps
+    from sesa_cli.commands.rundir import check_existing, resume_point
+    from sesa_cli.runs import (
+        ReplicaRunDir,
+        RunDir,
+        check_checkpoint,
+        read_metrics,
+        read_trainer_state,
+        run_dir_of_checkpoint,
+    )
 
-    ckpt = pick_checkpoint(cfg.ckpt, cfg.step)
-    state = check_checkpoint(ckpt, training=True)  # every file it holds, before any model work (or its imports)
+    cfg, ckpt, start = with_total_steps(cfg)
+    check_checkpoint(ckpt, training=True)  # every file it holds, before any model work (or its imports)
+    resolved = resolved_yaml(cfg)
 
-    from sesa_cli.commands.train import fit
+    from sesa_cli.commands.train import fit, last_checkpoint, previous_resumes
     from sesa_cli.distributed import replicas
     from sesa_cli.loggers import attached
     from sesa_cli.models.loading import load_base, load_checkpoint
@@ -44,12 +53,10 @@ def run(cfg: ReviveConfig, run_dir: Path, overrides: list[str] | None = None) ->
     from sesa_cli.tasks.base import make_task
     from sesa_cli.trainer import Trainer
 
-    start = int(state["step"])
     if cfg.step == "auto":
-        flagged = state["collapse"].get("first_flag_step")
+        flagged = read_trainer_state(ckpt, training=True)["collapse"].get("first_flag_step")
         log.info("step=auto: the collapse monitor first flagged step %s; reviving from its first checkpoint since, "
                  "step %d (%s)", flagged, start, ckpt)  # fmt: skip
-    cfg = replace(cfg, train=replace(cfg.train, steps=start + cfg.more_steps))
     parent_run = run_dir_of_checkpoint(ckpt)
     bad = ended_badly(parent_run)
     if bad:
@@ -58,8 +65,13 @@ def run(cfg: ReviveConfig, run_dir: Path, overrides: list[str] | None = None) ->
     history = [r for r in read_metrics(parent_run / "metrics.jsonl") if r.get("step", 0) <= start]
     reference = parent_record(parent_run)
     dist = replicas(cfg.device)  # one process unless started by `accelerate launch` (sesa_cli.distributed)
+    # The same revive command rerun into its own dir continues it (train.resume=auto, as sesa train does).
+    own = None
+    if dist.is_main:
+        own = resume_point(run_dir) if check_existing("revive", run_dir, resolved) else None
+    elif cfg.train.resume == "auto":  # rank 0 decided before any replica could write a checkpoint
+        own = last_checkpoint(run_dir)
     run = RunDir(run_dir) if dist.is_main else ReplicaRunDir(run_dir)
-    resolved = resolved_yaml(cfg)
     run.write_config(resolved)
     parent = {"checkpoint": ckpt, "run_dir": parent_run, "loggers": parent_loggers(parent_run)}
     # The trackers start (or fail, one line) before any model work.
@@ -77,20 +89,25 @@ def run(cfg: ReviveConfig, run_dir: Path, overrides: list[str] | None = None) ->
             except ConfigError as exc:
                 raise ConfigError(f"the base model {parent_run} started from cannot be rebuilt: {exc}") from None
             reference = check_rebuilt(reference, base, parent_run)
+        resumed: dict[str, Any] = {"resumed": [*previous_resumes(run_dir), int(own.name[5:])]} if own else {}
         run.write_run_info("revive", overrides or [], parent=str(ckpt), parent_step=start, parent_run=str(parent_run),
-                           kl_reference=reference, loggers=trackers.references())  # fmt: skip
-        for row in history:
-            run.log_metrics({**row, "revive/parent": 1})
-        for record in read_metrics(parent_run / "policy_probs.jsonl"):
-            if record.get("step", 0) <= start:
-                run.log_policy_probs(record)
-        with phase(f"model load ({ckpt})"):
-            policy = load_checkpoint(ckpt, cfg.model, task, device, base=base)
+                           kl_reference=reference, loggers=trackers.references(), **resumed)  # fmt: skip
+        if own is None:
+            for row in history:
+                run.log_metrics({**row, "revive/parent": 1})
+            for record in read_metrics(parent_run / "policy_probs.jsonl"):
+                if record.get("step", 0) <= start:
+                    run.log_policy_probs(record)
+        restore = own or ckpt
+        with phase(f"model load ({restore})"):
+            policy = load_checkpoint(restore, cfg.model, task, device, base=base)
         # LoRA: the trainer disables the adapter for the reference; otherwise the rebuilt base is the reference model.
         trainer = Trainer(cfg, task, policy, run, dist,
                           reference=None if cfg.model.lora or base is None else base.model)  # fmt: skip
-        trainer.load_checkpoint(ckpt)
-        log.info("reviving %s at step %d with overrides %s", ckpt, start, overrides)
+        trainer.load_checkpoint(restore)
+        trainer.resumed = own is not None
+        log.info("reviving %s at step %d with overrides %s%s", ckpt, start, overrides,
+                 f" (resumed from its own checkpoint at step {trainer.step})" if own else "")  # fmt: skip
         return fit(trainer, run_dir, show_progress=dist.is_main, command="revive")
 
 

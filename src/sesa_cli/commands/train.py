@@ -18,7 +18,6 @@ from sesa_cli.commands.common import (
     torch_threads,
     user_errors,
 )
-from sesa_cli.commands.interrupt import ctrl_c_raises
 from sesa_cli.commands.schemas import register_configs
 from sesa_cli.config import TrainConfig, conf_dir, to_object
 
@@ -37,9 +36,10 @@ def run(
     show_progress: bool = True,
 ) -> dict[str, Any]:
     """Train as configured, writing everything under ``run_dir``; returns the final metrics."""
+    from sesa_cli.commands.rundir import check_existing, resume_point
     from sesa_cli.distributed import replicas
     from sesa_cli.loggers import attached
-    from sesa_cli.models.loading import load_base, load_policy
+    from sesa_cli.models.loading import load_base, load_checkpoint, load_policy
     from sesa_cli.models.reference import describe
     from sesa_cli.runs import ReplicaRunDir, RunDir
     from sesa_cli.tasks.base import make_task
@@ -47,22 +47,60 @@ def run(
 
     dist = replicas(cfg.device)  # one process unless started by `accelerate launch` (sesa_cli.distributed)
     seed_everything(cfg.seed)
+    resolved = resolved or resolved_yaml(cfg)
+    # A dir that holds an unfinished run of this config: continue it from its last checkpoint (train.resume=auto);
+    # one that holds another run is refused (sesa_cli.commands.rundir). Replicas follow rank 0's files.
+    ckpt = None
+    if dist.is_main:
+        if check_existing("train", run_dir, resolved):
+            ckpt = resume_point(run_dir)
+    elif cfg.train.resume == "auto":  # rank 0 decided before any replica could write a checkpoint
+        ckpt = last_checkpoint(run_dir)
     run = RunDir(run_dir) if dist.is_main else ReplicaRunDir(run_dir)
-    if resolved is not None:
-        run.write_config(resolved)
+    run.write_config(resolved)
     # The trackers start (or fail, one line) before any model work.
-    with attached(run, cfg.logger, cfg.logger_options, resolved or resolved_yaml(cfg)) as trackers:
+    with attached(run, cfg.logger, cfg.logger_options, resolved) as trackers:
         task = make_task(cfg.task, cfg.seed)
         from sesa_cli.progress import phase
 
+        device = dist.device or cfg.device
         with phase(f"model load (model={cfg.model.name}, task={task.name})"):
-            base = load_base(cfg.model, task, dist.device or cfg.device)
+            base = load_base(cfg.model, task, device)
         # The KL reference of this run and of every run revived from it (sesa_cli.models.reference): fingerprinted
         # before a LoRA adapter wraps the base.
-        run.write_run_info("train", overrides or [], kl_reference=describe(base), loggers=trackers.references())
-        policy = load_policy(cfg.model, task, dist.device or cfg.device, base=base)
-        trainer = Trainer(cfg, task, policy, run, dist)
+        resumed: dict[str, Any] = {"resumed": [*previous_resumes(run_dir), int(ckpt.name[5:])]} if ckpt else {}
+        run.write_run_info("train", overrides or [], kl_reference=describe(base), loggers=trackers.references(),
+                           **resumed)  # fmt: skip
+        if ckpt is None:
+            policy = load_policy(cfg.model, task, device, base=base)
+            trainer = Trainer(cfg, task, policy, run, dist)
+        else:  # as sesa revive restores a checkpoint: the reference stays the base the run started from
+            with phase(f"model load ({ckpt})"):
+                policy = load_checkpoint(ckpt, cfg.model, task, device, base=base)
+            trainer = Trainer(cfg, task, policy, run, dist, reference=None if cfg.model.lora else base.model)
+            trainer.load_checkpoint(ckpt)
+            trainer.resumed = True
+            log.info("resuming %s from its checkpoint at step %d (train.resume=auto)", run_dir, trainer.step)
         return fit(trainer, run_dir, show_progress and dist.is_main)
+
+
+def previous_resumes(run_dir: Path) -> list[int]:
+    """The steps an earlier resume of this run continued from (run.json ``resumed``)."""
+    from sesa_cli.config import ConfigError
+    from sesa_cli.runs import read_json_object
+
+    try:
+        steps = read_json_object(run_dir / "run.json").get("resumed") if (run_dir / "run.json").is_file() else None
+    except ConfigError:
+        return []
+    return [s for s in steps if isinstance(s, int)] if isinstance(steps, list) else []
+
+
+def last_checkpoint(run_dir: Path) -> Path | None:
+    from sesa_cli.runs import list_checkpoints
+
+    ckpts = list_checkpoints(run_dir)
+    return ckpts[-1][1] if ckpts else None
 
 
 def fit(trainer: Trainer, run_dir: Path, show_progress: bool = True, command: str = "train") -> dict[str, Any]:
@@ -97,7 +135,10 @@ def fit(trainer: Trainer, run_dir: Path, show_progress: bool = True, command: st
         trainer.step + 1,
         cfg.train.steps,
     )
+    from sesa_cli.commands import interrupt
+
     start = trainer.step
+    stop = interrupt.StopRequest()
     monitor = trainer.monitor
     flagged_before = monitor.first_flag_step  # a revived run's parent may have been flagged already
 
@@ -105,19 +146,26 @@ def fit(trainer: Trainer, run_dir: Path, show_progress: bool = True, command: st
         progress.update(step, row)
         if show_progress and flagged_before is None and monitor.first_flag_step == step:
             log.info("collapse flagged at step %d: %s", step, monitor.reading({**progress.policy, **row}))
+        stop.check()  # Ctrl-C, SIGTERM, SIGUSR1: the step finished; a checkpoint, then user_errors' one line
 
     try:
-        with TrainProgress(cfg.train.steps, start, show_progress, cfg.train.log_every) as progress, ctrl_c_raises():
-            # Ctrl-C: a checkpoint, then user_errors' one line
+        with (
+            TrainProgress(cfg.train.steps, start, show_progress, cfg.train.log_every) as progress,
+            interrupt.stop_after_step(f"sesa {command}", stop),
+        ):
             final = trainer.fit(on_step=on_step, phase=phase if show_progress else None)
     except KeyboardInterrupt:
-        if show_progress and trainer.step > start:
-            resume_hint(run_dir, trainer.step, cfg.train.steps)
+        if show_progress and trainer.saved_step:
+            resume_hint(run_dir, trainer.saved_step, cfg.train.steps, command)
+        if stop.chained is not None and stop.signal is not None and trainer.dist.is_main:
+            # submitit's preemption signal: the run dir says so, then submitit requeues this job and exits
+            trainer.run.mark_ended("interrupted", interrupt.reason(), interrupt.exit_code())
+        stop.after_checkpoint()
         raise
     if trainer.dist.is_main:
         trainer.run.mark_ended("finished")
         protocol = trainer.evaluation.describe()
-        base = base_row(trainer.run.read_metrics(), start)
+        base = base_row(trainer.run.read_metrics(), 0 if trainer.resumed else start)
         train_summary(command, final, base, protocol, run_dir, remaining=cfg.train.steps - start,
                       ran=trainer.step - start)  # fmt: skip
     return final

@@ -50,19 +50,30 @@ def _split_sweeps(overrides: list[str]) -> list[list[str]]:
 def output_dir_problem(config_name: str, overrides: list[str], multirun: bool) -> str | None:
     """Why the command could not write its output dir (``hydra.run.dir``, or ``hydra.sweep.dir`` for ``-m``), or
     None. Checked before Hydra creates it, so an unwritable place is one line, not a traceback after start-up; a
-    run dir that already holds a run is refused too (its metrics and checkpoints would be overwritten)."""
+    sweep dir that already holds a sweep or a run is refused too (a single run's dir is checked once the command
+    holds its lock: sesa_cli.commands.rundir)."""
     key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
     hydra = compose(config_name, overrides, hydra=True).hydra
     path = Path(str(hydra.sweep.dir if multirun else hydra.run.dir)).expanduser()
     existing = path
-    while not existing.exists() and existing != existing.parent:
+    while not os.path.lexists(existing) and existing != existing.parent:
         existing = existing.parent
+    if existing.is_symlink() and not existing.exists():
+        return f"{key}={path}: {existing} is a symlink that leads nowhere (a loop, or its target is gone)"
+    try:
+        existing.resolve(strict=True)
+    except (OSError, RuntimeError) as exc:  # a loop further up (RuntimeError before Python 3.13)
+        return f"{key}={path}: {existing} cannot be resolved ({getattr(exc, 'strerror', None) or exc})"
     if not existing.is_dir():
         return f"{key}={path}: {existing} is a file, not a directory"
-    if existing == path and os.environ.get("RANK", "0") == "0":  # replicas start after rank 0 wrote its files
+    if existing == path and multirun and os.environ.get("RANK", "0") == "0":
         held = [n for n in ("metrics.jsonl", "metrics.json", "checkpoints", "multirun.yaml") if (path / n).exists()]
         if held:
             return f"{key}={path} already holds a run ({held[0]}); choose a new directory"
+    from sesa_cli.commands.rundir import held_files
+
+    if existing == path and held_files(path):
+        return None  # a run's dir: what it holds is checked once the command holds its lock (sesa_cli.commands.rundir)
     try:  # os.access is not enough: root passes it, and /proc or a read-only mount still refuse
         tempfile.TemporaryDirectory(dir=existing).cleanup()
     except OSError as exc:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from sesa_cli.config import ConfigError
+from sesa_cli.runs import read_json_object, read_yaml
 
 RUN_FILES = ("metrics.jsonl", "metrics.json", "checkpoints")
 """What makes a dir hold a run (its records would be overwritten or mixed)."""
@@ -118,13 +119,12 @@ def check_existing(command: str, run_dir: Path, resolved: str | None, key: str =
     if info.get("command") not in (None, command):
         raise ConfigError(f"{refuse} of sesa {info['command']}; choose a new directory")
     config = run_dir / "config.yaml"
+    if not config.is_file():
+        raise ConfigError(f"{refuse} without its config.yaml; choose a new directory")
     try:
-        found = _load_plain_yaml(config.read_text())
-    except FileNotFoundError:
-        raise ConfigError(f"{refuse} without its config.yaml; choose a new directory") from None
-    except (OSError, yaml.YAMLError, ValueError) as exc:
-        raise ConfigError(f"{refuse} whose config.yaml cannot be read ({type(exc).__name__}); choose a new "
-                          "directory") from None  # fmt: skip
+        found = read_yaml(config)
+    except ConfigError as exc:
+        raise ConfigError(f"{refuse} whose config.yaml cannot be read ({exc}); choose a new directory") from None
     diff = config_differences(found if isinstance(found, dict) else {}, wanted)
     if diff:
         shown = ", ".join(diff[:3]) + (f" and {len(diff) - 3} more" if len(diff) > 3 else "")
@@ -135,19 +135,7 @@ def check_existing(command: str, run_dir: Path, resolved: str | None, key: str =
     return True
 
 
-def _load_plain_yaml(text: str) -> Any:
-    """YAML without aliases (a run's config.yaml has none: OmegaConf writes none; a hostile one could expand a few
-    anchors into billions of nodes)."""
-    import yaml
-
-    if any(isinstance(event, yaml.AliasEvent) for event in yaml.parse(text, Loader=yaml.SafeLoader)):
-        raise ValueError("YAML aliases")
-    return yaml.safe_load(text)
-
-
 def _run_info(run_dir: Path) -> dict[str, Any]:
-    from sesa_cli.runs import read_json_object
-
     path = run_dir / "run.json"
     try:
         return read_json_object(path) if path.is_file() else {}

@@ -158,7 +158,7 @@ def test_each_wrong_key_is_named_with_its_own_value(monkeypatch, capsys):
 
 
 def test_busy_cores_does_not_count_a_finished_burst(monkeypatch) -> None:
-    """threads=0 (auto): the 1-minute load average lags (right after `pip install ... && sesa train` it still counts
+    """threads=auto: the 1-minute load average lags (right after `pip install ... && sesa train` it still counts
     the install); the tasks running now bound it from above, so an idle machine gets all its cores."""
     import os
 

@@ -37,6 +37,21 @@ class Result:
     files: dict[str, Any] = field(default_factory=dict)
 
 
+def _dropping_empty_run_dir(job: Any) -> Any:
+    """The command's job, removing its run dir when it fails before writing anything (as the CLI does)."""
+
+    def run(cfg: Any) -> Any:
+        from sesa_cli.commands.common import drop_empty_run_dir
+
+        try:
+            return job(cfg)
+        except BaseException:
+            drop_empty_run_dir()
+            raise
+
+    return run
+
+
 def _run(command: str, overrides: Sequence[str], run_dir: str | Path | None) -> tuple[Path, dict[str, Any]]:
     from hydra import initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
@@ -58,7 +73,7 @@ def _run(command: str, overrides: Sequence[str], run_dir: str | Path | None) -> 
         # exception, if any, is raised here.
         hydra_app = GlobalHydra.instance().hydra
         assert hydra_app is not None  # initialize_config_dir just set it
-        ret = hydra_app.run(config_name=module_name, task_function=module.job, overrides=rest)
+        ret = hydra_app.run(config_name=module_name, task_function=_dropping_empty_run_dir(module.job), overrides=rest)
     path, result = ret.return_value
     return Path(path), result
 

@@ -45,11 +45,11 @@ def checkpoint_job(
 ) -> tuple[Path, dict[str, Any]]:
     """``eval``/``revive`` inside their Hydra job (``main`` and sesa_cli.api run it): the typed config
     (:func:`command_config`), the torch threads, then ``run(config, run_dir, overrides)``; (run dir, its metrics)."""
-    from sesa_cli.commands.common import hydra_context, joblib_cpu_budget, torch_threads
+    from sesa_cli.commands.common import hydra_context, torch_threads
 
     run_dir, overrides = hydra_context()
     config = command_config(config_name, cfg, overrides)
-    torch_threads(config.threads, joblib_cpu_budget())
+    torch_threads(config.threads)
     return run_dir, run(config, run_dir, overrides)
 
 

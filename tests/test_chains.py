@@ -348,6 +348,6 @@ def test_default_path_base_meets_issue_16_chain_health(tmp_path_factory):
     task = make_task(cfg.task, cfg.seed)
     health = _two_stage_health(cfg, task, load_policy(cfg.model, task), chains=64)
     assert health.followed_all is not None
-    assert health.followed_all >= 0.8
-    assert float(torch.tensor(health.cut).mean()) <= 0.05
-    assert health.distinct >= 5
+    LEVELS["default_base_followed"].check(health.followed_all)
+    LEVELS["default_base_cut"].check(float(torch.tensor(health.cut).mean()))
+    LEVELS["default_base_distinct"].check(health.distinct)

@@ -41,7 +41,7 @@ def test_no_test_checks_a_level_it_does_not_register() -> None:
 
 
 def test_a_level_fails_past_its_bound_and_warns_past_its_drift() -> None:
-    level = Level(test="x::y", what="answers", side="min", bound=8, measured=60, drift=10, why="")
+    level = Level(test="x::y", what="answers", side="min", bound=8, measured=60, drift=10, drift_source="", why="")
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         level.check(55)  # within the drift: silent
@@ -49,7 +49,7 @@ def test_a_level_fails_past_its_bound_and_warns_past_its_drift() -> None:
         level.check(30)  # past the drift, within the bound
     with pytest.raises(AssertionError, match="past the bound 8"):
         level.check(7)
-    upper = Level(test="x::y", what="cut", side="max", bound=0.3, measured=0.05, drift=0.05, why="")
+    upper = Level(test="x::y", what="cut", side="max", bound=0.3, measured=0.05, drift=0.05, drift_source="", why="")
     assert upper.margin() == pytest.approx(0.25)
     with pytest.raises(AssertionError):
         upper.check(0.31)

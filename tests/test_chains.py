@@ -10,11 +10,11 @@ from dataclasses import replace
 import pytest
 import torch
 
+from sesa_cli.models.special import banned_ids, stop_ids_for, suppressed_ids
 from sesa_cli.models.tiny import build_char_tokenizer
 from sesa_cli.rollout.engine import Engine, SamplingParams
 from sesa_cli.rollout.samplers import make_sampler
 from sesa_cli.rollout.scoring import build_batch, completion_logps
-from sesa_cli.rollout.special import banned_ids, stop_ids_for, suppressed_ids
 from sesa_cli.tasks import countdown as countdown_module
 from sesa_cli.tasks import math as math_module
 from sesa_cli.tasks import safe_arith

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
+from sesa_cli.models.special import suppressed_ids
 from sesa_cli.rollout.engine import Engine, SamplingParams, filter_logits
-from sesa_cli.rollout.special import suppressed_ids
 
 
 def _full_logps(model, ids: list[int]) -> torch.Tensor:

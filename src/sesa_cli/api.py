@@ -56,7 +56,8 @@ def _run(command: str, overrides: Sequence[str], run_dir: str | Path | None) -> 
     from hydra import initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
-    from sesa_cli.cli import COMMANDS, checked_overrides
+    from sesa_cli.cli import checked_overrides
+    from sesa_cli.commands.table import COMMANDS
     from sesa_cli.config import conf_dir
 
     if isinstance(overrides, str):  # a lone string would be split into characters

@@ -1,4 +1,4 @@
-"""The ``sesa`` dispatcher: a subcommand table, lazy imports, Hydra flags passed through unchanged.
+"""The ``sesa`` dispatcher: the command table (sesa_cli.commands.table), lazy imports, Hydra flags passed through.
 
 ``sesa <command> [hydra args]`` validates the overrides against the command's schema first (one-line error, exit
 2, no traceback), then hands ``argv`` to the command's ``@hydra.main`` app, so ``-m``, ``--cfg job``, ``--help``,
@@ -7,34 +7,15 @@
 
 from __future__ import annotations
 
-import contextlib
 import difflib
 import os
-import signal
 import sys
-import threading
-from collections.abc import Iterator
 from importlib import import_module
 from typing import NoReturn
 
 from sesa_cli import __version__
-
-# command -> (module under sesa_cli.commands, one-line help)
-COMMANDS: dict[str, tuple[str, str]] = {
-    "train": ("train", "RL training of a policy on a task; writes a run dir with metrics and checkpoints"),
-    "eval": ("eval", "evaluate a checkpoint or base model: success, pass@k, coverage, distinct, entropy"),
-    "revive": ("revive", "continue a (collapsed) run from a checkpoint with new settings, e.g. sampler=sequential"),
-    "diversity-report": ("diversity_report", "compare runs: tables and plots of success, diversity, entropy"),
-}
-
-USAGE = "usage: sesa {" + ",".join(COMMANDS) + "} [overrides ...] [hydra flags: -m, --cfg job, --help, ...]"
-USAGES: dict[str, str] = {
-    "train": "sesa train [overrides ...]",
-    "eval": "sesa eval [ckpt=CHECKPOINT|RUN_DIR] [overrides ...]",
-    "revive": "sesa revive ckpt=RUN_DIR|CHECKPOINT [step=auto|last|N] [more_steps=N] [overrides ...]",
-    "diversity-report": "sesa diversity-report runs=[RUN_DIR|MULTIRUN_DIR,...] [compare=[...]] [metrics=[...]]",
-}
-"""Each command's own usage line: its ``--help`` starts with it, and a missing mandatory key quotes it."""
+from sesa_cli.commands.interrupt import exit_at_once
+from sesa_cli.commands.table import COMMANDS, USAGE
 
 
 def print_help() -> None:
@@ -58,51 +39,11 @@ def fail(message: str, command: str | None = None) -> NoReturn:
     raise SystemExit(2)
 
 
-def _interrupted_line(command: str | None) -> str:
-    return f"sesa {command}: interrupted" if command else "sesa: interrupted"
-
-
-def interrupted(command: str | None = None) -> NoReturn:
-    """Ctrl-C, wherever it lands (start-up, or training after the trainer saved a checkpoint): one line, exit 130."""
-    print(_interrupted_line(command), file=sys.stderr)
-    raise SystemExit(130)
-
-
-@contextlib.contextmanager
-def ctrl_c_raises() -> Iterator[None]:
-    """Inside the block Ctrl-C raises KeyboardInterrupt (Python's default), for work that must react to it: the
-    trainer saves a checkpoint, then the command prints the line of :func:`interrupted`."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
-
-
 def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else list(argv)
     command = args[0] if args and args[0] in COMMANDS else None
-    previous = None
-    if threading.current_thread() is threading.main_thread():
-        # Start-up (imports, validation, Hydra's composition, model loading) has nothing to save, and a
-        # KeyboardInterrupt raised inside a library there can come out as another error (OmegaConf, transformers'
-        # lazy imports and Hydra turn it into tracebacks: issue 17). So Ctrl-C exits at once with the one line;
-        # the trainer's loop takes Ctrl-C back (ctrl_c_raises) to save a checkpoint first.
-        def exit_now(signum: int, frame: object) -> None:
-            os.write(2, (_interrupted_line(command) + "\n").encode())  # no buffered IO: a handler may re-enter it
-            os._exit(130)
-
-        previous = signal.signal(signal.SIGINT, exit_now)
-    try:
+    with exit_at_once(command):  # Ctrl-C: one line, exit 130 (sesa_cli.commands.interrupt)
         dispatch(args)
-    except KeyboardInterrupt:  # raised by code that installed its own handler
-        interrupted(command)
-    finally:
-        if previous is not None:
-            signal.signal(signal.SIGINT, previous)
 
 
 def checked_overrides(name: str, overrides: list[str]) -> list[str]:

@@ -12,11 +12,11 @@ import os
 import sys
 from importlib import import_module
 
+from sesa_cli.commands.table import COMMANDS
+
 
 def complete(flag_args: list[str]) -> None:
     """``sesa -sc install=bash|uninstall=bash|query=bash`` (``flag_args``: the arguments after ``sesa``)."""
-    from sesa_cli.cli import COMMANDS
-
     command = "train"  # install/uninstall print a script that names the program only: any command's app will do
     if any(a.startswith("query=") for a in flag_args):
         words = os.environ.get("COMP_LINE", "").split(" ")

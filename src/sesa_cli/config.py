@@ -232,7 +232,7 @@ class SamplerConfig:
     a solution (an episode) in parallel, the paper's two-stage form; ``solution`` conditions each whole solution on
     the earlier ones (the paper's synthetic-task form); ``auto`` = sketch only for a task whose tiny base was measured
     to follow its sketches (stage II carries out the sketch in >= 80% of solutions: the path task), else solution
-    (``Task.sketch_followed``; the table is in the README's Samplers section)."""
+    (``Task.sketch_followed``; the table is in docs/samplers.md)."""
     sketch_max_tokens: int = 0
     """sequential, stage1=sketch: longest sketch in tokens; 0 = the task's own budget (``Task.sketch_max_tokens``:
     in compact style the longest well-formed sketch plus its stop, in chat style ``task.max_new_tokens``). A sketch
@@ -450,7 +450,7 @@ class CollapseConfig:
     looked collapsed. Where the task can enumerate its solutions (exact ``policy/*`` metrics, the path task) a step
     looks collapsed when the plain-prompt policy's success sits on about one target and its answers are
     near-deterministic; elsewhere when the groups found about one distinct correct solution and sampling was
-    near-deterministic. Each threshold is named after the metric it bounds; see sesa_cli.metrics.CollapseMonitor.
+    near-deterministic. Each threshold is named after the metric it bounds; see sesa_cli.collapse.CollapseMonitor.
     Measured on the path task (collapse_revival, seeds 0-4, policy metrics every 5 steps) the policy thresholds
     flag steps 25, 40, 40, 30, 30 where the rollout ones flagged 29, 40, 41, 32, 30."""
 

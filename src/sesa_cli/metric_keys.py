@@ -202,9 +202,9 @@ METRIC_KEYS: tuple[MetricKey, ...] = (
     ),
     MetricKey("loss/clip_frac", "Share of tokens where PPO's clipped term is the one taken.", "sesa_cli.algos.losses"),
     MetricKey(
-        "loss/clip_cov_frac", "Clip-Cov: share of tokens whose gradient is detached.", "sesa_cli.algos.clip_cov"
+        "loss/clip_cov_frac", "Clip-Cov: share of tokens whose gradient is detached.", "sesa_cli.algos.losses.clip_cov"
     ),
-    MetricKey("loss/kl_cov_frac", "KL-Cov: share of tokens with the KL penalty.", "sesa_cli.algos.kl_cov"),
+    MetricKey("loss/kl_cov_frac", "KL-Cov: share of tokens with the KL penalty.", "sesa_cli.algos.losses.kl_cov"),
     MetricKey("loss/approx_kl", "k3 estimate of KL(old || pi), token mean.", "sesa_cli.algos.compute_loss"),
     MetricKey("loss/ratio_mean", "Token mean of pi / old.", "sesa_cli.algos.compute_loss"),
     MetricKey(

@@ -339,7 +339,7 @@ def git_commit() -> str | None:
 
 def environment() -> dict[str, Any]:
     """What a run's numbers depend on besides its config and commit: torch's intra-op thread count (float
-    reductions split differently, and runs of the same seed part ways: see the README's FrozenLake section) and the
+    reductions split differently, and runs of the same seed part ways: see docs/measurements.md, "FrozenLake: what the tiny model can learn") and the
     versions of the packages doing the arithmetic. ``sesa diversity-report`` warns when grouped runs differ in them."""
     import platform
     from importlib import metadata

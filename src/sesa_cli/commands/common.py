@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from sesa_cli.commands.interrupt import interrupted
 from sesa_cli.config import ConfigError
 
 log = logging.getLogger("sesa")
@@ -33,8 +34,6 @@ def user_errors(command: str) -> Iterator[None]:
         print(f"sesa {command}: error: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
     except KeyboardInterrupt:
-        from sesa_cli.cli import interrupted
-
         _mark_run_dir(command, "interrupted", "Ctrl-C", 130)
         drop_empty_run_dir()
         interrupted(command)

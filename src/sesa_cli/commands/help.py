@@ -16,6 +16,8 @@ import shutil
 import textwrap
 from typing import Any
 
+from sesa_cli.commands.compose import compose
+from sesa_cli.commands.table import COMMANDS, USAGES
 from sesa_cli.config import conf_dir
 
 HIDDEN_GROUPS = ("schema",)
@@ -66,12 +68,10 @@ def group_options(group: str) -> list[str]:
 
 
 def _compose(config_name: str, overrides: list[str]) -> Any:
-    from sesa_cli.commands.validate import _compose
-
     try:
-        return _compose(config_name, overrides)
+        return compose(config_name, overrides)
     except Exception:  # noqa: BLE001  (help never fails on a bad override: it shows the defaults instead)
-        return _compose(config_name, [])
+        return compose(config_name, [])
 
 
 def _rows(prefix: str, node: Any, schema: type, skip: tuple[str, ...] = ()) -> list[tuple[str, str]]:
@@ -88,7 +88,6 @@ def _rows(prefix: str, node: Any, schema: type, skip: tuple[str, ...] = ()) -> l
 def command_help(command: str, overrides: list[str]) -> str:
     """The text of ``sesa <command> --help`` (with the user's group choices among ``overrides`` applied)."""
     from sesa_cli import config as C
-    from sesa_cli.cli import COMMANDS, USAGES
     from sesa_cli.commands.schemas import register_configs
     from sesa_cli.progress import legend
     from sesa_cli.tasks import TASK_SCHEMAS

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from sesa_cli.commands.compose import explain
 from sesa_cli.config import ConfigError, conf_dir, first_line, to_object
 from sesa_cli.deprecations import upgrade_config
 
@@ -32,12 +33,32 @@ def command_config(config_name: str, cfg: Any, overrides: list[str]) -> Any:
     if not ckpt:
         return to_object(cfg)
     if config_name == "revive":
-        from sesa_cli.commands.revive import pick_checkpoint
-
         path = pick_checkpoint(str(ckpt), str(cfg.get("step", "last")))
     else:
         path = resolve_checkpoint(str(ckpt))
     return reload_config(config_name, run_dir_of_checkpoint(path) / "config.yaml", overrides)
+
+
+def pick_checkpoint(path: str, step: str) -> Path:
+    """The checkpoint named by ``ckpt`` and ``step`` (last, auto = first saved after a collapse flag, or N)."""
+    from sesa_cli.runs import list_checkpoints, read_trainer_state, resolve_checkpoint
+
+    p = Path(path).expanduser()
+    if (p / "trainer_state.json").is_file():
+        return p
+    last = resolve_checkpoint(p)  # validates the run dir, errors if it has no checkpoints
+    if step == "last":
+        return last
+    ckpts = list_checkpoints(p)
+    if step == "auto":
+        for _, ckpt in ckpts:
+            if read_trainer_state(ckpt, training=True)["collapse"].get("first_flag_step") is not None:
+                return ckpt
+        raise ConfigError(f"step=auto: the collapse monitor flagged no step in any checkpoint of {p}")
+    for n, ckpt in ckpts:
+        if n == int(step):
+            return ckpt
+    raise ConfigError(f"run {p} has no checkpoint at step {step}; it has: {', '.join(str(n) for n, _ in ckpts)}")
 
 
 def checkpoint_job(
@@ -94,8 +115,6 @@ def reload_config(config_name: str, parent_config: Path, overrides: list[str]) -
     try:
         cfg = _compose(choices)
     except Exception as exc:  # noqa: BLE001  (a group option the parent names that this install does not have)
-        from sesa_cli.commands.validate import explain
-
         raise ConfigError(f"{parent_config}: {explain(exc, config_name, choices)}") from None
     for key, value in parent.items():
         if key not in schema_keys or key in ("ckpt", "step", "more_steps"):

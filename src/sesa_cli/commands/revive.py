@@ -20,33 +20,12 @@ from sesa_cli.commands.common import (
     seed_everything,
     user_errors,
 )
+from sesa_cli.commands.reload import checkpoint_job, pick_checkpoint
 from sesa_cli.commands.schemas import register_configs
 from sesa_cli.config import ConfigError, ReviveConfig, conf_dir
 
 log = logging.getLogger("sesa.revive")
 register_configs()
-
-
-def pick_checkpoint(path: str, step: str) -> Path:
-    """The checkpoint named by ``ckpt`` and ``step`` (last, auto = first saved after a collapse flag, or N)."""
-    from sesa_cli.runs import list_checkpoints, read_trainer_state, resolve_checkpoint
-
-    p = Path(path).expanduser()
-    if (p / "trainer_state.json").is_file():
-        return p
-    last = resolve_checkpoint(p)  # validates the run dir, errors if it has no checkpoints
-    if step == "last":
-        return last
-    ckpts = list_checkpoints(p)
-    if step == "auto":
-        for _, ckpt in ckpts:
-            if read_trainer_state(ckpt, training=True)["collapse"].get("first_flag_step") is not None:
-                return ckpt
-        raise ConfigError(f"step=auto: the collapse monitor flagged no step in any checkpoint of {p}")
-    for n, ckpt in ckpts:
-        if n == int(step):
-            return ckpt
-    raise ConfigError(f"run {p} has no checkpoint at step {step}; it has: {', '.join(str(n) for n, _ in ckpts)}")
 
 
 def run(cfg: ReviveConfig, run_dir: Path, overrides: list[str] | None = None) -> dict[str, Any]:
@@ -125,8 +104,6 @@ def parent_loggers(parent_run: Path) -> dict[str, Any]:
 
 def job(cfg: DictConfig) -> tuple[Path, dict[str, Any]]:
     """The command inside its Hydra job (``main`` and sesa_cli.api run it): (run dir, final metrics)."""
-    from sesa_cli.commands.reload import checkpoint_job
-
     return checkpoint_job("revive", cfg, run)
 
 

@@ -16,6 +16,7 @@ from sesa_cli.commands.common import (
     torch_threads,
     user_errors,
 )
+from sesa_cli.commands.interrupt import ctrl_c_raises
 from sesa_cli.commands.schemas import register_configs
 from sesa_cli.config import TrainConfig, conf_dir, to_object
 from sesa_cli.metric_keys import key
@@ -96,8 +97,6 @@ def fit(trainer: Trainer, run_dir: Path, show_progress: bool = True, command: st
         trainer.step + 1,
         cfg.train.steps,
     )
-    from sesa_cli.cli import ctrl_c_raises
-
     start = trainer.step
     try:
         with TrainProgress(cfg.train.steps, start, show_progress, cfg.train.log_every) as progress, ctrl_c_raises():

@@ -1,19 +1,18 @@
 """Validate a command's overrides before any work starts, and explain a failure in one line.
 
-Composition uses Hydra's compose API against the same conf/ and schemas as the command's ``@hydra.main`` app, so
-whatever passes here composes there. In multirun mode every value of every sweep is checked. Never imports torch.
+Composition uses Hydra's compose API against the same conf/ and schemas as the command's ``@hydra.main`` app
+(sesa_cli.commands.compose, which also words the one-line explanation), so whatever passes here composes there. In multirun mode every value of every sweep is checked. Never imports torch.
 """
 
 from __future__ import annotations
 
 import os
-import re
 import tempfile
 from pathlib import Path
-from typing import Any
 
+from sesa_cli.commands.compose import compose, explain
 from sesa_cli.commands.schemas import register_configs
-from sesa_cli.config import SEQUENTIAL_ONLY, ConfigError, conf_dir, to_object
+from sesa_cli.config import SEQUENTIAL_ONLY, to_object
 
 
 def _split_sweeps(overrides: list[str]) -> list[list[str]]:
@@ -39,19 +38,12 @@ def _split_sweeps(overrides: list[str]) -> list[list[str]]:
     return combos
 
 
-def _compose(config_name: str, overrides: list[str], hydra: bool = False) -> Any:
-    from hydra import compose, initialize_config_dir
-
-    with initialize_config_dir(version_base="1.3", config_dir=str(conf_dir()), job_name=config_name):
-        return compose(config_name, overrides=overrides, return_hydra_config=hydra)
-
-
 def output_dir_problem(config_name: str, overrides: list[str], multirun: bool) -> str | None:
     """Why the command could not write its output dir (``hydra.run.dir``, or ``hydra.sweep.dir`` for ``-m``), or
     None. Checked before Hydra creates it, so an unwritable place is one line, not a traceback after start-up; a
     run dir that already holds a run is refused too (its metrics and checkpoints would be overwritten)."""
     key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
-    hydra = _compose(config_name, overrides, hydra=True).hydra
+    hydra = compose(config_name, overrides, hydra=True).hydra
     path = Path(str(hydra.sweep.dir if multirun else hydra.run.dir)).expanduser()
     existing = path
     while not existing.exists() and existing != existing.parent:
@@ -85,59 +77,6 @@ def sequential_only_problem(overrides: list[str], samplers: set[str]) -> str | N
     )
 
 
-def _valid_keys(config_name: str, overrides: list[str], parent: str, bad: str) -> list[str]:
-    """Keys under ``parent`` in the config composed with only the group choices of ``overrides`` (minus ``bad``)."""
-    from omegaconf import OmegaConf
-
-    names = [o.split("=", 1)[0].lstrip("+~") for o in overrides]
-    choices = [o for o, n in zip(overrides, names, strict=True) if "=" in o and "." not in n and n != bad]
-    try:
-        cfg = _compose(config_name, choices)
-    except Exception:  # noqa: BLE001  (only a hint for the message: no valid-key list then)
-        return []
-    node = OmegaConf.select(cfg, parent) if parent else cfg
-    return sorted(node.keys()) if hasattr(node, "keys") else []
-
-
-def explain(exc: BaseException, config_name: str, overrides: list[str]) -> str:
-    """A one-line message naming the key (and the valid choices) for a composition error."""
-    from hydra.errors import MissingConfigException
-    from omegaconf.errors import ConfigKeyError, OmegaConfBaseException
-
-    msg = str(exc)
-    missing = re.search(r"missing mandatory value: (\S+)", msg)
-    if missing:  # a key the command cannot run without: its usage line says what to pass
-        from sesa_cli.cli import USAGES
-
-        command = config_name.replace("_", "-")
-        return f"{missing.group(1)}= is required; usage: {USAGES.get(command, 'sesa ' + command)}"
-    if isinstance(exc, ConfigError):
-        return msg
-    if isinstance(exc, MissingConfigException):
-        m = re.search(r"Could not find '([^']+)/([^'/]+)'", msg)
-        options = re.findall(r"^\t(\S+)$", msg, flags=re.MULTILINE)
-        if m and options:
-            group, value = m.groups()
-            hint = " (launcher plugins: pip install 'sesa[launchers]')" if group == "hydra/launcher" else ""
-            return f"{group}={value} is not a {group} option; choose one of: {', '.join(options)}{hint}"
-        m = re.search(r"Could not find '([^']+)'", msg)
-        return f"no config named {m.group(1)!r}" if m else msg.splitlines()[0]
-    cause = exc.__cause__ if exc.__cause__ is not None else exc
-    full_key = getattr(cause, "full_key", None)
-    if isinstance(cause, ConfigKeyError) or "not in" in str(cause) or "No match in the defaults list" in msg:
-        m = re.search(r"Could not (?:override|append to) '([^']+)'", msg)
-        key = full_key or (m.group(1) if m else "?")
-        parent = key.rsplit(".", 1)[0] if "." in key else ""
-        valid = _valid_keys(config_name, overrides, parent, key)
-        where = f"under {parent!r}" if parent else "at the top level"
-        hint = f"; valid keys {where}: {', '.join(valid)}" if valid else ""
-        return f"unknown key {key!r}{hint}"
-    if isinstance(cause, OmegaConfBaseException):
-        first = str(cause).splitlines()[0]
-        return f"{full_key}: {first}" if full_key else first
-    return msg.splitlines()[0] if msg else type(exc).__name__
-
-
 def validate_argv(config_name: str, argv: list[str]) -> str | None:
     """None if the command line composes into a valid config, else a one-line explanation."""
     from hydra._internal.utils import get_args_parser
@@ -157,7 +96,7 @@ def validate_argv(config_name: str, argv: list[str]) -> str | None:
     samplers: set[str] = set()
     for overrides in combos:
         try:
-            composed = _compose(config_name, overrides)
+            composed = compose(config_name, overrides)
             to_object(composed)
             # eval/revive of a checkpoint: the parent's config + overrides, as the command will run it
             final = command_config(config_name, composed, overrides)

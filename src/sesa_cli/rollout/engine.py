@@ -5,7 +5,7 @@ an observation, a separator) and ``sample`` draws a continuation per row until t
 limit. Both append to the same cache, so sequential sampling continues the context of sample k-1 instead of
 re-encoding the growing prompt (spec section 4).
 
-The ids the model never samples (BOS, PAD, UNK: :mod:`sesa_cli.rollout.special`) get logit -inf before sampling;
+The ids the model never samples (BOS, PAD, UNK: :mod:`sesa_cli.models.special`) get logit -inf before sampling;
 the recorded log-probs and entropies are those of that masked distribution, as the scoring pass computes them.
 
 Rows are right-padded inside each chunk: a row with fewer tokens in a chunk leaves masked "holes" in the cache
@@ -21,8 +21,8 @@ from dataclasses import dataclass
 import torch
 from transformers import PreTrainedModel
 
+from sesa_cli.models.special import banned_mask, masked_logps
 from sesa_cli.rollout.backends import make_backend
-from sesa_cli.rollout.special import banned_mask, masked_logps
 
 
 @dataclass

@@ -29,8 +29,8 @@ import torch
 from sesa_cli import metrics as M
 from sesa_cli.config import ConfigError, SamplerConfig
 from sesa_cli.models.policy import Policy
+from sesa_cli.models.special import stop_ids_for
 from sesa_cli.rollout.engine import Completion, Engine, SamplingParams, Session
-from sesa_cli.rollout.special import stop_ids_for
 from sesa_cli.rollout.stops import stop_string_fn
 from sesa_cli.tasks.base import Score, Task
 

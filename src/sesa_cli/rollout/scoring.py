@@ -4,7 +4,7 @@ The vocab projection is applied only at completion positions and in chunks of ``
 (batch, length, vocab) logits never sit in memory at once (spec section 7: SmolLM2's 49k vocab makes them 1 GB).
 With grad enabled every chunk is checkpointed: its logits are recomputed in backward instead of being kept.
 
-The ids the model never samples (:mod:`sesa_cli.rollout.special`) are masked here exactly as the rollout engine
+The ids the model never samples (:mod:`sesa_cli.models.special`) are masked here exactly as the rollout engine
 masks them, so a scoring pass of a sampled token in the context that drew it gives the log-prob the sampler recorded.
 """
 
@@ -17,7 +17,7 @@ import torch
 from torch.utils.checkpoint import checkpoint
 from transformers import PreTrainedModel
 
-from sesa_cli.rollout.special import banned_mask, masked_logps
+from sesa_cli.models.special import banned_mask, masked_logps
 
 
 @dataclass

@@ -99,7 +99,7 @@ class Task(ABC):
     """Validation instances of the evaluation protocol when ``eval.instances`` is null."""
     sketch_followed: ClassVar[bool] = False
     """Whether ``sampler.stage1=auto`` drafts sketches for this task: True only where stage II was measured to follow
-    its sketch in at least 80% of solutions at the tiny base (issue 16; the table is in the README). A sketch that
+    its sketch in at least 80% of solutions at the tiny base (issue 16; the table is in docs/samplers.md). A sketch that
     the solutions ignore makes two-stage sampling a parallel sampler with noise in the prompt."""
 
     def __init__(self, cfg: TaskConfig, seed: int = 0) -> None:
@@ -233,9 +233,10 @@ def register_task(name: str, schema: type[TaskConfig]) -> Callable[[type[Task]],
 
 
 def make_task(cfg: TaskConfig, seed: int = 0) -> Task:
-    """Instantiate the task named by ``cfg.name``."""
-    from sesa_cli import tasks as _tasks  # noqa: F401  (imports every task module, filling TASKS)
+    """Instantiate the task named by ``cfg.name``.
 
+    TASKS holds every task: Python imported this module's package first (sesa_cli/tasks/__init__.py), and the
+    package imports each task module, which registers its class."""
     try:
         cls = TASKS[cfg.name]
     except KeyError:

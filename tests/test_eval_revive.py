@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -99,11 +100,11 @@ def test_eval_run_alone_leaves_the_run_dir_of_the_command(tiny_overrides, tmp_pa
     assert json.loads((alone / "metrics.json").read_text()) == json.loads((by_cli / "metrics.json").read_text())
 
 
-def test_eval_of_a_checkpoint_uses_the_runs_own_evaluation_protocol(parent_run, tmp_path, monkeypatch, capsys):
-    # issue 22: one evaluation protocol. sesa eval of the run dir takes its protocol (eval.samples=8 x the path task's
-    # one instance) and its sampling settings: what does not depend on the draws (the exact policy metrics, the
-    # greedy answer) is the run's last evaluation exactly; the sampled metrics are the same protocol on other draws
-    # (sesa eval draws with its own seed, as the README's sesa eval figures were made).
+def test_eval_of_a_checkpoint_reproduces_the_runs_final_evaluation_row(parent_run, tmp_path, monkeypatch, capsys):
+    # issue 22: one evaluation protocol; issue 28 item 2: one evaluation. sesa eval of the run dir takes its protocol
+    # (eval.samples=8 x the path task's one instance), its sampling settings and its seed, and draws what the run's
+    # final evaluation drew (sesa_cli.evaluation.Evaluation, eval_generator): every eval/* and policy/* value of the
+    # run's final row, sampled ones included, is reproduced exactly.
     out = tmp_path / "eval_again"
     assert run_cli(["eval", f"ckpt={parent_run}", f"hydra.run.dir={out}"], monkeypatch) == 0
     metrics = json.loads((out / "metrics.json").read_text())
@@ -111,11 +112,12 @@ def test_eval_of_a_checkpoint_uses_the_runs_own_evaluation_protocol(parent_run, 
     last = [r for r in rows if "eval/success" in r][-1]
     assert last["step"] == metrics["step"] == 4
     assert (metrics["eval/samples"], metrics["eval/instances"]) == (8, 1)
-    exact = {k: v for k, v in last.items() if k.startswith(("policy/", "eval/greedy_"))}
-    assert "policy/coverage@8" in exact  # coverage at k = the protocol's sample count
-    assert len(exact) == 8
-    assert {k: metrics[k] for k in exact} == exact
-    assert set(metrics) >= {k for k in last if k.startswith("eval/")}  # the same keys: pass@1 .. pass@8, ...
+    assert "policy/coverage@8" in last  # coverage at k = the protocol's sample count
+    evaluated = {k: v for k, v in last.items() if k.startswith(("eval/", "policy/"))}
+    assert {"eval/success", "eval/pass@8", "eval/distinct@8", "eval/entropy", "eval/greedy_success"} <= set(evaluated)
+    protocol = ("eval/samples", "eval/instances")  # what was asked, not measured: sesa eval's own keys
+    reproduced = {k: v for k, v in metrics.items() if k.startswith(("eval/", "policy/")) and k not in protocol}
+    assert reproduced == evaluated  # the same keys and the same numbers, bit for bit
     out_text = capsys.readouterr().out
     printed = " ".join(out_text.split())  # the table's caption, however the console wrapped it
     assert "protocol: 1 instances x 8 samples (i.i.d. from the plain prompt, temperature 1)" in printed
@@ -208,3 +210,53 @@ def test_eval_foreign_checkpoint_and_empty_report_are_clear_errors(tmp_path, mon
     assert "neither a sesa checkpoint" in err[0]
     assert run_cli(["diversity-report", "runs=[]"], monkeypatch) == 2
     assert "runs=[...] is empty" in capsys.readouterr().err
+
+
+def test_the_readme_collapse_revive_report_workflow_says_what_it_found(tiny_overrides, tmp_path, monkeypatch, capsys):
+    # issue 28 item 3: the README's four commands on a small world and a few steps. A few steps do not collapse the
+    # policy, so the collapse monitor's thresholds are set to flag the first measurement (what is tested is what the
+    # commands say about a flag, not the detection, which tests/test_metrics.py covers).
+    collapse, parallel, sequential = (
+        tmp_path / "collapse",
+        tmp_path / "revive_parallel",
+        tmp_path / "revive_sequential",
+    )
+    flag_at_once = [
+        "collapse.window=1",
+        "collapse.max_effective_solutions=1000.0",
+        "collapse.max_solution_entropy=1000.0",
+    ]
+    argv = ["train", "experiment=collapse_revival", *tiny_overrides, *SMALL, "train.steps=4", "train.policy_every=1",
+            "train.checkpoint_every=2", *flag_at_once, f"hydra.run.dir={collapse}"]  # fmt: skip
+    assert run_cli(argv, monkeypatch) == 0
+    out = capsys.readouterr().out
+    assert "collapse flagged at step 1: " in out
+    assert " effective solutions, solution entropy " in out.split("collapse flagged at step 1: ")[1].splitlines()[0]
+    assert out.count("collapse flagged") == 1  # the first flag only
+    for sampler, run_dir in (("parallel", parallel), ("sequential", sequential)):
+        argv = ["revive", f"ckpt={collapse}", "step=auto", f"sampler={sampler}", "more_steps=2",
+                f"hydra.run.dir={run_dir}"]  # fmt: skip
+        assert run_cli(argv, monkeypatch) == 0
+        out = capsys.readouterr().out
+        text = " ".join(out.split())  # however the console wrapped it
+        assert (
+            "step=auto: the collapse monitor first flagged step 1; reviving from its first checkpoint since, step 2"
+            in text
+        )
+        assert "sesa revive: done, 2 steps (step 2 -> 4)" in out  # the steps it ran, not the run's total
+        assert "checkpoint (step 2)" in out
+        assert "collapse flagged" not in out  # its parent was flagged already
+    report_dir = tmp_path / "report"
+    argv = ["diversity-report", f"runs=[{collapse},{parallel},{sequential}]", f"hydra.run.dir={report_dir}"]
+    assert run_cli(argv, monkeypatch) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "− [2]" in out  # the difference column: the revivals compared with each other by default
+    answer = re.search(r"\[\d\] revive \w+ kept (more|as many) solutions.*?\)\.", out)
+    assert answer is not None, out
+    assert "policy/effective_solutions" in answer.group(0)
+    assert "one seed: no interval" in answer.group(0)
+    compare = (report_dir / "compare.csv").read_text()
+    assert "policy/effective_solutions" in compare
+    markdown = (report_dir / "report.md").read_text()
+    assert "### Difference to [2] revive parallel" in markdown
+    assert answer.group(0).split(" (")[0] in " ".join(markdown.split())

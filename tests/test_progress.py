@@ -44,9 +44,19 @@ def test_without_a_terminal_progress_lines_appear_during_the_warm_start_and_the_
     def index(pattern: str) -> int:
         return next(i for i, line in enumerate(lines) if re.search(pattern, line))
 
-    # The warm start: periodic lines with its step, rate and ETA, then the line naming the cache it landed in.
-    warm = [line for line in lines if re.search(r"warm start \(path\) \d+/20 \(\d+%\) .*/s.* ETA \S+ ", line)]
+    # The warm start: periodic lines with its step, ETA, elapsed time and rate, then the line naming the cache it
+    # landed in; inside the model load, only the warm start ticks (never the two interleaved); no progress line
+    # passes 80 columns.
+    warm = [
+        line
+        for line in lines
+        if re.search(r"warm start \(path\) \d+/20 \(\d+%\)  ETA \S+  elapsed \S+  \S+ (step/s|s/step)", line)
+    ]
     assert len(warm) >= 2, proc.stdout
+    during = lines[lines.index(warm[0]) : lines.index(warm[-1])]
+    assert not any(re.search(r"model load .*: running, elapsed", line) for line in during), proc.stdout
+    progress = [line for line in lines if re.search(r" \d+/\d+ \(\d+%\)  ETA |: running, elapsed ", line)]
+    assert all(len(line) <= 80 for line in progress), proc.stdout
     done = index(r"warm start done in .* -> ")
     assert lines[done].endswith(str(tmp_path / "cache" / lines[done].rsplit("/", 1)[1]))
     assert not lines[done].endswith(".tmp")
@@ -105,7 +115,8 @@ def test_the_live_view_keeps_log_lines_out_of_the_bars(tmp_path, tiny_overrides,
     bars = [s for s in segments if "━" in s]
     logs = [s for s in segments if STAMP.search(s)]
     assert any(re.search(r"train\s.*\d/4", s) for s in bars), out  # the live view was drawn
-    assert any("step 2  rollout/" in s for s in logs)  # and log lines were printed while it ran
+    assert logs  # log lines were printed while it ran, and the metrics table every step (train.log_every=1)
+    assert any(re.match(r"step 2/4 +(pi success|reward) ", s) for s in segments), out
     joined = [s for s in segments if "━" in s and STAMP.search(s)]
     assert not joined, joined
     for third_party in ("Writing model shards", "Loading weights", "it/s]", "Warning:"):
@@ -201,3 +212,130 @@ def test_a_library_warning_becomes_one_log_line_of_the_console(capsys):
     assert re.search(
         r"^\[\d\d:\d\d:\d\d\] warning: .*FutureWarning: `past_key_values` is deprecated", out, re.MULTILINE
     ), out
+
+
+# ------------------------------------------------------------------------------------- 80 columns (issue 28 item 4)
+LONG_ROW = {
+    "policy/target_mass": 0.5123,
+    "policy/effective_solutions": 3.21,
+    "rollout/reward_mean": 0.45,
+    "rollout/success": 0.4,
+    "rollout/coverage": 0.25,
+    "rollout/distinct_correct": 2.1,
+    "rollout/entropy": 0.83,
+    "time/step_s": 1.2,
+    "collapse/flag": 1,
+    "eval/success": 0.375,
+    **{f"eval/pass@{k}": 0.5 for k in (1, 2, 4, 8, 16, 32, 64)},
+    "eval/greedy_success": 1.0,
+    **{f"loss/x{i}": 0.1 * i for i in range(40)},  # what the old dump printed: every float of the row
+}
+
+
+def _train_activity(completed: int = 12):
+    from sesa_cli import progress
+
+    act = progress.Activity("train", 100, completed)
+    act.started -= 14  # 14 s in: a rate and an ETA
+    act.info = progress._fmt(LONG_ROW, markup=False)
+    act.markup_info = progress._fmt(LONG_ROW)
+    return act
+
+
+def test_a_plain_progress_line_keeps_the_count_and_clocks_at_80_columns_and_drops_metrics_first():
+    act = _train_activity()
+    wide = act.line(width=400)
+    assert "pi success 0.512" in wide  # every metric when there is room
+    assert "COLLAPSED" in wide
+    line = act.line(width=80)
+    assert len(line) <= 80, line
+    assert re.match(r"train 12/100 \(12%\)  ETA \d+:\d\d  elapsed 0:1\d", line), line
+    assert "COLLAPSED" not in line  # the last metrics went first
+    narrow = act.line(width=50)
+    assert re.fullmatch(r"train 12/100 \(12%\)  ETA \d+:\d\d  elapsed 0:1\d", narrow), narrow  # then the rate
+    phase = __import__("sesa_cli.progress", fromlist=["Activity"]).Activity("evaluation (step 4)")
+    assert re.fullmatch(r"evaluation \(step 4\): running, elapsed 0:00", phase.line(width=80))
+
+
+def test_the_live_row_fits_80_columns_with_its_labelled_clocks():
+    from rich.console import Console
+    from rich.progress import Progress
+
+    from sesa_cli import progress
+
+    shown = Console(width=80, record=True, force_terminal=True, color_system=None)
+    display = progress.Display()
+    bars = Progress(progress._Row(display), console=shown, auto_refresh=False)
+    for act in (_train_activity(), progress.Activity("model load (model=tiny, task=path, a long label)")):
+        act.task_id = bars.add_task(act.label, total=act.total, completed=act.completed)
+        display.by_task[act.task_id] = act
+    shown.print(bars.make_tasks_table(bars.tasks))
+    lines = shown.export_text().splitlines()
+    assert all(len(line) <= 80 for line in lines), lines
+    assert re.match(r"train ━+ 12/100  ETA \d+:\d\d  elapsed 0:1\d  \S+ s/step \| pi success 0.512", lines[0])
+    assert re.match(r"model load \(model=tiny, task=path, a long label\): running, elapsed 0:00", lines[1])
+
+
+def test_the_periodic_metrics_are_a_short_table_within_80_columns():
+    from rich.console import Console
+
+    from sesa_cli import progress
+
+    shown = Console(width=80, record=True, color_system=None)
+    shown.print(progress.metrics_table(10, 100, LONG_ROW))
+    lines = shown.export_text().splitlines()
+    assert all(len(line) <= 80 for line in lines), lines
+    assert "…" not in "".join(lines)  # no value cut to fit
+    # the widest values .3g gives, at a 5-digit step: fewer pairs to a line, still nothing cut
+    widest = {k: 0.00721 if isinstance(v, float) else v for k, v in LONG_ROW.items()}
+    shown.print(progress.metrics_table(12345, 99999, widest))
+    wide_lines = shown.export_text().splitlines()
+    assert all(len(line) <= 80 for line in wide_lines), wide_lines
+    assert "…" not in "".join(wide_lines)
+    assert "0.00721" in "".join(wide_lines)
+    assert len(lines) <= 5  # the headline metrics, three to a line
+    text = "\n".join(lines)
+    assert lines[0].startswith("step 10/100")
+    for shown_name in ("pi success", "pi eff.sol", "success", "s/step", "eval/success", "eval/pass@64"):
+        assert shown_name in text, shown_name
+    assert "eval/pass@32" not in text  # the largest k only
+    assert "loss/" not in text
+
+
+def test_nested_activities_print_one_progress_line_at_a_time(monkeypatch):
+    import io
+
+    from rich.console import Console
+
+    from sesa_cli import progress
+
+    out = io.StringIO()
+    monkeypatch.setattr(progress, "console", Console(file=out, width=80, color_system=None))
+    monkeypatch.setenv(progress.PLAIN_SECONDS_ENV, "0")
+    display = progress.Display()
+    outer = display.begin("model load (model=tiny, task=path)")
+    inner = display.begin("warm start (path)", total=20)
+    for step in range(1, 4):
+        display.update(inner, completed=step)
+        time.sleep(0.5)
+    display.end(inner)
+    display.end(outer)
+    lines = out.getvalue().splitlines()
+    ticking = [line for line in lines if "elapsed" in line]
+    assert len(ticking) >= 2, lines
+    assert all("warm start (path)" in line for line in ticking), lines  # never the model load's clock between them
+    assert all(len(line) <= 80 for line in lines), lines
+
+
+def test_the_library_api_prints_through_the_one_console(tmp_path, tiny_overrides, path_setup):
+    # sesa_cli.api in a fresh interpreter (a notebook's): one log format (the console's), no Hydra-format lines and
+    # no transformers bars while it saves checkpoints
+    script = f"from sesa_cli import api\napi.train({[*tiny_overrides, *SMALL]!r}, run_dir={str(tmp_path / 'run')!r})\n"
+    proc = subprocess.run([sys.executable, "-c", script], env=_env(), capture_output=True, text=True, timeout=600,
+                          check=False, cwd=tmp_path)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    both = proc.stdout + proc.stderr
+    for unwanted in ("[INFO]", "][sesa", "Writing model shards", "it/s]"):  # Hydra's format: "[time][sesa.x][INFO] - "
+        assert unwanted not in both, both
+    assert re.search(r"^\[\d\d:\d\d:\d\d\] torch threads: ", proc.stdout, re.MULTILINE), proc.stdout
+    assert sum("final evaluation (step 4) done in" in line for line in both.splitlines()) == 1  # once, not twice

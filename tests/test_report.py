@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import json
 import math
 import subprocess
@@ -22,6 +23,7 @@ from sesa_cli.report import (
     group_summary,
     load_runs,
     summarize,
+    write_report,
 )
 from sesa_cli.report.runs import LEGACY_METRICS, load_run
 from tests.fake_runs import KS, STEPS, success_at, write_multirun, write_revival, write_run
@@ -546,3 +548,83 @@ def test_report_never_imports_torch(sweep: Path, tmp_path: Path) -> None:
     result = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     assert (tmp_path / "out" / "report.html").is_file()
+
+
+# ------------------------------------------------------------------------- the collapse -> revive -> report answer
+def _workflow(tmp_path: Path, seeds: tuple[int, ...], parallel: float, sequential: float) -> list[Path]:
+    """The README's workflow, fabricated: collapsed runs, then their revivals with each sampler (``parallel`` and
+    ``sequential``: each revival's final policy/effective_solutions, plus 0.1 per seed)."""
+    runs = []
+    for s in seeds:
+        parent = write_run(tmp_path / f"collapse{s}", {"experiment": "collapse_revival", "seed": s}, policy=True)
+        runs.append(parent)
+        for sampler, value in (("parallel", parallel), ("sequential", sequential)):
+            runs.append(write_revival(tmp_path / f"revive_{sampler}{s}", parent, at=6,
+                                      overrides={"sampler": sampler}, solutions=value + 0.1 * s))  # fmt: skip
+    return runs
+
+
+def test_the_revivals_are_compared_with_each_other_by_default_and_the_answer_is_one_sentence(tmp_path: Path) -> None:
+    report = analyse(_workflow(tmp_path, (0,), parallel=1.0, sequential=2.86))
+    assert len(report.labels) == 3  # the collapsed run and the two revivals
+    assert report.labels[report.baseline] == "[2] revive parallel"
+    assert [report.labels[g] for g in report.compare["group"].unique()] == ["[3] revive sequential"]
+    assert report.answer() == (
+        "[3] revive sequential kept more solutions than [2] revive parallel: policy/effective_solutions 2.86 against "
+        "1.00 (difference +1.86; one seed: no interval)."
+    )
+    tables = console_tables(report)
+    solutions = next(rows for title, _, rows in tables if title.startswith("policy/effective_solutions"))
+    assert ["[2]", "1.00", "one seed: no interval", "baseline", ""] in solutions
+    assert ["[3]", "2.86", "one seed: no interval", "+1.86", "one seed: no interval"] in solutions
+    # the other way round, and with seeds: the interval, and whether it holds 0
+    report = analyse(_workflow(tmp_path / "seeds", (0, 1, 2), parallel=3.0, sequential=1.0))
+    answer = report.answer()
+    assert answer is not None
+    assert answer.startswith("[2] revive parallel kept more solutions than [3] revive sequential: ")
+    assert "policy/effective_solutions 3.10 against 1.10 (difference -2.00, 95% interval [-2.00, -2.00])." in answer
+    files = write_report(report, tmp_path / "report")
+    markdown = files["markdown"].read_text()
+    assert f"**{answer}**" in markdown
+    assert "### Difference to [2] revive parallel" in markdown
+    assert html.escape(answer) in files["html"].read_text()
+
+
+def test_a_tie_or_an_interval_holding_zero_is_said(tmp_path: Path) -> None:
+    report = analyse(_workflow(tmp_path, (0,), parallel=2.0, sequential=2.0))
+    assert report.answer() == (
+        "[2] revive parallel and [3] revive sequential kept as many solutions: policy/effective_solutions 2.00 each "
+        "(difference 0; one seed: no interval)."
+    )
+    runs = _workflow(tmp_path / "noisy", (0, 1), parallel=2.0, sequential=2.0)
+    # seed 1's sequential revival keeps fewer than its parallel one, seed 0's more: the interval holds 0
+    for path, value in (
+        (tmp_path / "noisy" / "revive_sequential1", 1.5),
+        (tmp_path / "noisy" / "revive_sequential0", 2.8),
+    ):
+        lines = (path / "metrics.jsonl").read_text().splitlines()
+        last = json.loads(lines[-1])
+        last[metric_key("policy/effective_solutions")] = value
+        (path / "metrics.jsonl").write_text("\n".join([*lines[:-1], json.dumps(last)]) + "\n")
+    answer = analyse(runs).answer()
+    assert answer is not None
+    assert answer.startswith("Neither kept clearly more solutions: policy/effective_solutions ")
+    assert answer.endswith(", which holds 0).")
+
+
+def test_the_heatmap_shows_every_group(tmp_path: Path) -> None:
+    from sesa_cli.report.heatmap import PANELS_PER_ROW
+
+    # five groups (more than a row of panels), each with policy_probs.jsonl
+    paths = [write_run(tmp_path / a, {"algo": a, "seed": 0}, policy=True) for a in ("grpo", "dapo", "rloo", "a", "b")]
+    report = analyse(paths, compare=["grpo", "dapo"])
+    files = write_report(report, tmp_path / "report")
+    from matplotlib import image
+
+    height, width = image.imread(files["plots"]["heatmap"]).shape[:2]
+    assert len(paths) > PANELS_PER_ROW
+    one_row = analyse(paths[:2], compare=["grpo", "dapo"])
+    two = write_report(one_row, tmp_path / "report2")
+    h2, w2 = image.imread(two["plots"]["heatmap"]).shape[:2]
+    assert width > w2  # three panels to a row, not the first two
+    assert height > h2  # and a second row for the other two

@@ -21,7 +21,7 @@ from tests.conftest import compose_train
 
 # FrozenLake as RAGEN sets it (conf/task/frozenlake.yaml), undoing what model=tiny adds (conf/task_model/)
 RAGEN_ON_TINY = ["task.is_slippery=true", "task.random_start_goal=true", "task.max_actions_per_turn=5",
-                 "task.warm_start_captions=0", "task.sketch_max_actions=0"]  # fmt: skip
+                 "task.warm_start_captions=0", "task.sketch_max_actions=0", "task.warm_start_plan_lines=0"]  # fmt: skip
 
 # label: (overrides, sha256 of the 500 lines joined by "\n", sha256 of [warm_start_key(), alphabet()]), 16 hex each.
 PINNED = {

@@ -74,9 +74,25 @@ def _run(command: str, overrides: Sequence[str], run_dir: str | Path | None) -> 
         # exception, if any, is raised here.
         hydra_app = GlobalHydra.instance().hydra
         assert hydra_app is not None  # initialize_config_dir just set it
-        ret = hydra_app.run(config_name=module_name, task_function=_dropping_empty_run_dir(module.job), overrides=rest)
+        ret = hydra_app.run(
+            config_name=module_name, task_function=_on_the_console(_dropping_empty_run_dir(module.job)), overrides=rest
+        )
     path, result = ret.return_value
     return Path(path), result
+
+
+def _on_the_console(job: Any) -> Any:
+    """``job`` with the CLI's console (sesa_cli.progress.use_console) set up inside Hydra's job, after Hydra has
+    configured its logging: log lines print once, through the one console, in its format, and third-party progress
+    bars (transformers' "Writing model shards") stay off, as in ``sesa <command>``."""
+
+    def run(cfg: Any) -> Any:
+        from sesa_cli.progress import use_console
+
+        use_console()
+        return job(cfg)
+
+    return run
 
 
 def train(overrides: Sequence[str] = (), run_dir: str | Path | None = None) -> Result:

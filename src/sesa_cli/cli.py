@@ -19,17 +19,30 @@ from sesa_cli.commands.table import COMMANDS, USAGE
 
 
 def print_help() -> None:
-    lines = [USAGE, "", "sesa: RL for language-model policies with sequential sampling (SESA)", "", "commands:"]
+    from sesa_cli.commands.help import wrapped
+
+    lines = [*wrapped(USAGE, 7), "", "sesa: RL for language-model policies with sequential sampling (SESA)", ""]
+    lines.append("commands:")
     for name, (_, text) in COMMANDS.items():
-        lines.append(f"  {name:<18} {text}")
+        lines += wrapped(text, 21, f"  {name:<18} ")
+    more = (
+        "`sesa <command> --help` shows the command's config groups and help topics, `sesa <command> --help TOPIC` "
+        "or `--help-all` every option, documented."
+    )
+    lines += ["", *wrapped(more, 0), "examples:"]
     lines += [
-        "",
-        "`sesa <command> --help` shows the command's config groups and every option, documented.",
-        "examples:",
         "  sesa train task=path sampler=sequential",
         "  sesa train -m task=path sampler=parallel,sequential seed=0,1",
     ]
-    print("\n".join(lines))
+    print_text("\n".join(lines))
+
+
+def print_text(text: str) -> None:
+    """Print help text; a reader that stops early (``sesa train --help-all | head``) is no error."""
+    try:
+        print(text, flush=True)
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # Python flushes stdout again at exit
 
 
 def fail(message: str, command: str | None = None) -> NoReturn:
@@ -89,12 +102,17 @@ def dispatch(args: list[str]) -> None:
         close = difflib.get_close_matches(name, COMMANDS, n=1)
         fail(f"unknown command {name!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
     module_name, _ = COMMANDS[name]
-    if any(a in ("-h", "--help") for a in args[1:]):  # the command's own help; Hydra's is --hydra-help
+    from sesa_cli.config import ConfigError
+
+    if any(a in ("-h", "--help", "--help-all") for a in args[1:]):  # the command's own help; Hydra's: --hydra-help
         from sesa_cli.commands.help import command_help
 
-        print(command_help(name, [a for a in args[1:] if a not in ("-h", "--help")]))
+        try:
+            text = command_help(name, args[1:])
+        except ConfigError as exc:  # an unknown help topic
+            fail(str(exc), name)
+        print_text(text)
         return
-    from sesa_cli.config import ConfigError
 
     try:
         rest = checked_overrides(name, args[1:])

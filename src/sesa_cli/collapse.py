@@ -89,6 +89,18 @@ class CollapseMonitor:
             )
         return value(DISTINCT_CORRECT) <= self.max_distinct_correct and value(ENTROPY) < self.min_entropy
 
+    def reading(self, row: Mapping[str, Any]) -> str:
+        """What the monitor read in ``row``, in words: ``1.00 effective solutions, solution entropy 0.12 nats`` (or
+        the rollout statistics' ``1.00 distinct correct per group, token entropy 0.030 nats``)."""
+
+        def value(key: str) -> str:
+            v = row.get(key)
+            return f"{float(v):.2f}" if isinstance(v, (int, float)) else "?"
+
+        if self.policy:
+            return f"{value(EFFECTIVE_SOLUTIONS)} effective solutions, solution entropy {value(SOLUTION_ENTROPY)} nats"
+        return f"{value(DISTINCT_CORRECT)} distinct correct per group, token entropy {value(ENTROPY)} nats"
+
     def update(self, step: int, row: Mapping[str, Any]) -> bool:
         """Record one step's metrics row. Returns True (collapsed) if the measurements have been collapse-like
         without a break over the last ``window`` steps."""

@@ -215,7 +215,7 @@ own values). The diversity report leaves them out of a parallel group's label.""
 
 @dataclass
 class SamplerConfig:
-    """How the G rollouts of a group are drawn (spec section 4)."""
+    """How the G rollouts of a group are drawn (docs/samplers.md)."""
 
     name: str = "parallel"
     """``parallel`` (i.i.d., what GRPO/verl/TRL do) or ``sequential`` (SESA)."""
@@ -404,13 +404,15 @@ class TrainLoopConfig:
     """Dump the step's rollouts to samples/step_N.jsonl every this many steps; 0 = never."""
     policy_every: int = 5
     """Tasks that enumerate their solutions (the path task): add the exact ``policy/*`` metrics to the training row
-    every this many steps (evaluation rows always have them); 0 = evaluations only. Scoring all 512 leaves of the
+    every this many steps (evaluation rows always have them); 0 = evaluations only. Agent tasks whose episodes are
+    walked (sesa_cli.tasks.episode_tree) have them at evaluations only. Scoring all 512 leaves of the
     default path task costs 1.9-3 parallel training steps, or about 0.6 of a sequential one (measured on 1 thread,
     shared machine), so every step would triple a parallel run; every 5 steps matches collapse_revival's
     checkpoints, which is the resolution ``sesa revive step=auto`` has anyway. The collapse monitor reads the steps
     that have them."""
     log_every: int = 10
-    """Log a line of metrics every this many steps (the live progress display updates every step)."""
+    """Print a short table of the headline metrics every this many steps and at each evaluation (the live progress
+    display updates every step; every metric is in metrics.jsonl); 0 = at evaluations only."""
     max_nonfinite: int = 3
     """Stop the run after this many consecutive non-finite losses (each one skips its update)."""
 
@@ -436,11 +438,18 @@ class EvalProtocolConfig:
     instances: int | None = None
     """Validation instances; null = the task's own count (``Task.eval_instances``: 1 for the path task, whose every
     instance is the same prompt, 16 for the others)."""
+    policy_instances: int | None = 8
+    """The first ``policy_instances`` validation instances get the exact ``policy/*`` metrics (where the task can
+    enumerate its solutions); null = every one. An agent task's instance is a walk over every episode the policy can
+    play (about 1.5 s of one core per non-slippery FrozenLake map at the tiny base), so the default keeps an
+    evaluation's walk to a fixed set of 8 maps; the path task has one instance."""
 
     def __post_init__(self) -> None:
         problems = at_least(self, "eval", 1, "samples")
         if self.instances is not None and self.instances < 1:
             problems.append(f"eval.instances={self.instances} must be >= 1 (or null: the task's own count)")
+        if self.policy_instances is not None and self.policy_instances < 1:
+            problems.append(f"eval.policy_instances={self.policy_instances} must be >= 1 (or null: every instance)")
         raise_if(problems)
 
 
@@ -618,8 +627,9 @@ class DiversityReportConfig:
     """Groups to compare, baseline first: ``compare=[1,2]`` (group numbers as the report lists them) or labels,
     e.g. ``compare=[parallel,sequential]`` (a full or short label, or a piece of exactly one); ``*`` stands for every
     group not named (``'compare=[parallel,*]'``, quoted for the shell). Each further group is reported as its
-    difference to the baseline (group − baseline) with a 95% bootstrap interval. Empty: the two groups are compared
-    when there are exactly two."""
+    difference to the baseline (group − baseline) with a 95% bootstrap interval. Empty: the revivals (``sesa
+    revive`` runs) with each other when two or more groups are revivals, the parallel one the baseline; else the two
+    groups when there are exactly two."""
     metrics: list[str] = field(default_factory=list)
     """Headline metrics, e.g. ``metrics=[policy/target_mass,eval/success]``; empty: chosen from what the runs
     logged (the exact policy's spread and target mass where the task has them, validation success, episode length)."""

@@ -1,6 +1,11 @@
 """Evaluation of a policy on validation instances: success, pass@k, coverage@k, distinct@k, entropy, and (where the
 task can enumerate its solutions) exact policy metrics.
 
+One object, :class:`Evaluation`, owns the protocol (``eval.*``), the samplers, the seed of the draws, the exact policy
+metrics and the row they make; the run's own evaluations (``Trainer.evaluate``) and ``sesa eval`` both use it, so
+``sesa eval`` of a run's checkpoint reproduces the run's evaluation row at that step exactly (same draws:
+:func:`eval_generator`).
+
 Evaluation samples ``n`` completions per instance from the plain prompt, i.i.d. (``sampler=parallel``, what a user of
 the trained model does), or with the run's sequential sampler when asked; with a sequential sampler the n samples are
 not i.i.d. and pass@k reads as the expected best-of-k over random k-subsets of the n drawn (see sesa_cli.metrics).
@@ -9,16 +14,20 @@ not i.i.d. and pass@k reads as the expected best-of-k over random k-subsets of t
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 
 from sesa_cli import metrics as M
-from sesa_cli.config import EvalProtocolConfig
+from sesa_cli.config import EvalProtocolConfig, SamplerConfig
+from sesa_cli.models.policy import Policy
 from sesa_cli.rollout.samplers import ParallelSampler, Rollout, Sampler
 from sesa_cli.rollout.scoring import build_batch, completion_logps
+from sesa_cli.tasks.agent import AgentTask
 from sesa_cli.tasks.base import Task
+from sesa_cli.tasks.episode_tree import episode_tree
 
 
 def validation_instances(task: Task, protocol: EvalProtocolConfig) -> list[Any]:
@@ -112,22 +121,50 @@ class ExactPolicy:
     token masking the sampler applies is applied identically. top_p/top_k truncation is not applied (the defaults
     disable it). Instances whose task returns no solution space are skipped; :attr:`available` says whether any
     instance has one.
+
+    Agent tasks whose environment is deterministic and whose responses can be listed
+    (``AgentTask.turn_responses``) have no fixed solution list: a solution is an episode's action sequence, and
+    :meth:`probs` walks every episode the policy can play (sesa_cli.tasks.episode_tree, branches below
+    ``min_prob`` pruned), so each call sets the instance's keys and targets; :meth:`summary` and :meth:`record`
+    read those of the latest call, and add ``pruned_mass``.
     """
 
-    def __init__(self, sampler: Sampler, instances: Sequence[Any], rows: int = 256) -> None:
+    def __init__(
+        self,
+        sampler: Sampler,
+        instances: Sequence[Any],
+        rows: int = 256,
+        min_prob: float = 1e-4,
+        max_branches: int = 32,
+    ) -> None:
         """``sampler`` gives the policy, the prompt rendering and the temperature; ``rows`` bounds the rows scored in
-        one forward pass (a real model's vocabulary makes each row's logits large)."""
+        one forward pass (a real model's vocabulary makes each row's logits large). An agent task's episode tree is
+        pruned below ``min_prob`` and to the ``max_branches`` most probable branches live at once (0 = no cap): 32
+        cost ~1.5 s of one core per FrozenLake map at the near-uniform base (64 branches: 3 s), whose mass is then mostly
+        pruned."""
         self.sampler = sampler
         self.rows = rows
+        self.min_prob = min_prob
+        self.max_branches = max_branches
         task, policy = sampler.task, sampler.policy
         self.prompts: list[list[int]] = []
         self.solutions: list[list[list[int]]] = []
         self.keys: list[list[str]] = []
         self.targets: list[np.ndarray] = []
         self.indices: list[int] = []
+        self.episodes: dict[int, Any] = {}  # position in indices -> instance, for episode-tree instances
+        self.pruned: dict[int, float] = {}  # position -> pruned mass of the latest probs()
+        walkable = isinstance(task, AgentTask) and task.turn_responses() is not None
         for index, inst in enumerate(instances):
             space = task.solution_space(inst)
             if space is None:
+                if walkable:
+                    self.episodes[len(self.indices)] = inst
+                    self.indices.append(index)
+                    self.prompts.append(sampler.encode_prompt(task.prompt(inst)))
+                    self.solutions.append([])
+                    self.keys.append([])
+                    self.targets.append(np.zeros(0, dtype=bool))
                 continue
             scores = [task.score(inst, text) for text in space]
             invalid = [text for text, sc in zip(space, scores, strict=True) if sc.key is None]
@@ -143,6 +180,12 @@ class ExactPolicy:
     def available(self) -> bool:
         return bool(self.indices)
 
+    @property
+    def fixed(self) -> bool:
+        """Every instance has a fixed solution list (one teacher-forced pass each): cheap enough for training rows
+        every ``train.policy_every`` steps. Episode trees are walked at evaluations only."""
+        return self.available and not self.episodes
+
     def probs(self) -> list[np.ndarray]:
         """Per instance with a solution space, (S,) float64 π(y | x) of each solution, in ``solution_space`` order."""
         policy = self.sampler.policy
@@ -150,7 +193,10 @@ class ExactPolicy:
         temperature, dtype = self.sampler.cfg.temperature, self.sampler.engine.dtype
         out = []
         with torch.no_grad():
-            for prompt, solutions in zip(self.prompts, self.solutions, strict=True):
+            for j, (prompt, solutions) in enumerate(zip(self.prompts, self.solutions, strict=True)):
+                if j in self.episodes:
+                    out.append(self._walk(j, prompt))
+                    continue
                 # Chunks of similar length waste less of the forward pass on padding.
                 order = sorted(range(len(solutions)), key=lambda i: len(solutions[i]))
                 logps = torch.empty(len(solutions), dtype=torch.float64)
@@ -162,9 +208,42 @@ class ExactPolicy:
                 out.append(logps.exp().numpy())
         return out
 
+    def _walk(self, j: int, prompt: list[int]) -> np.ndarray:
+        """Episode-tree instance ``j``: the probability of every action sequence played to its end; sets its keys,
+        targets and pruned mass."""
+        task = self.sampler.task
+        assert isinstance(task, AgentTask)
+        tree = episode_tree(
+            task,
+            self.sampler.policy,
+            self.sampler.engine,
+            prompt,
+            self.episodes[j],
+            self.sampler.cfg.temperature,
+            self.min_prob,
+            self.max_branches,
+        )
+        self.keys[j] = list(tree.probs)
+        self.targets[j] = np.array([tree.success[key] for key in self.keys[j]], dtype=bool)
+        self.pruned[j] = tree.pruned
+        return np.array([tree.probs[key] for key in self.keys[j]], dtype=np.float64)
+
     def summary(self, probs: Sequence[np.ndarray], k: int, prefix: str = "policy/") -> dict[str, float]:
-        """:func:`sesa_cli.metrics.policy_metrics` of each instance (``coverage@k`` at ``k``), averaged over them."""
-        per = [M.policy_metrics(p, target, k) for p, target in zip(probs, self.targets, strict=True)]
+        """:func:`sesa_cli.metrics.policy_metrics` of each instance (``coverage@k`` at ``k``), averaged over them.
+
+        Episode-tree instances: their targets are the winning action sequences the walk reached (not a fixed set), so
+        ``coverage@k`` is left out; an instance with none has success mass 0 and no effective solution; and
+        ``pruned_mass`` is the mean mass the walk cut."""
+        per = []
+        for j, (p, target) in enumerate(zip(probs, self.targets, strict=True)):
+            if j in self.episodes:
+                # a zero-probability target stands for "no winning episode reached": every metric reads it as 0
+                metrics = M.policy_metrics(np.append(p, 0.0), np.append(target, True), k)
+                del metrics[f"coverage@{k}"]
+                metrics["pruned_mass"] = self.pruned[j]
+                per.append(metrics)
+            else:
+                per.append(M.policy_metrics(p, target, k))
         return {prefix + key: float(np.mean([m[key] for m in per])) for key in per[0]}
 
     def record(self, step: int, probs: Sequence[np.ndarray], min_prob: float = 1e-3) -> dict[str, Any]:
@@ -205,3 +284,83 @@ def sample_records(groups: Sequence[Sequence[Rollout]], decode: Any) -> list[dic
                 row["stop_forced"] = True
             rows.append(row)
     return rows
+
+
+EVAL_SEED_OFFSET = 10_000
+"""The evaluation draws' generator is seeded ``EVAL_SEED_OFFSET + seed`` (:func:`eval_generator`): apart from the
+training draws' generator (seeded ``seed``), so evaluating never moves training."""
+
+
+def eval_generator(seed: int) -> torch.Generator:
+    """The generator of an evaluation's draws: the one rule for every evaluation of a run, ``sesa eval`` included.
+
+    Seeded from the run's seed alone, fresh for each evaluation: every evaluation of a run draws with the same random
+    numbers (common random numbers: two steps' rows differ by the policy, not by the draws), and ``sesa eval`` of any
+    of its checkpoints draws what the run's evaluation at that step drew."""
+    return torch.Generator().manual_seed(EVAL_SEED_OFFSET + seed)
+
+
+@dataclass
+class EvalResult:
+    """One evaluation: its row (``step``, ``eval/*`` and, where the task enumerates its solutions, ``policy/*``),
+    the drawn groups (samples.jsonl, chain health) and the exact probabilities' ``policy_probs.jsonl`` line (None
+    without a solution space)."""
+
+    row: dict[str, Any]
+    groups: list[list[Rollout]]
+    policy_record: dict[str, Any] | None
+
+
+class Evaluation:
+    """The evaluation protocol of one policy: ``eval.samples`` samples on each of the ``eval.instances`` validation
+    instances drawn by ``sampler`` (default: i.i.d. from the plain prompt, what the run's own evaluations do) with
+    the generator of :func:`eval_generator`, one greedy answer each, and the exact ``policy/*`` metrics
+    (:class:`ExactPolicy`) where the task can enumerate its solutions.
+
+    ``Trainer.evaluate`` and ``sesa eval`` both call :meth:`run`; built from the same config (``sesa eval ckpt=``
+    reloads the run's) they draw the same samples and give the same row."""
+
+    def __init__(
+        self,
+        task: Task,
+        policy: Policy,
+        sampler_cfg: SamplerConfig,
+        protocol: EvalProtocolConfig,
+        seed: int,
+        dtype: str = "float32",
+        max_rows: int = 0,
+        sampler: Sampler | None = None,
+    ) -> None:
+        """``sampler_cfg``: the sampling settings (temperature, ...); ``sampler``: what draws the samples (None = a
+        plain-prompt :class:`ParallelSampler` of ``sampler_cfg``); ``max_rows``: ``model.max_batch_rows``."""
+        self.task = task
+        self.seed = seed
+        self.samples = protocol.samples
+        self.max_rows = max_rows
+        self.instances = validation_instances(task, protocol)
+        self.plain = ParallelSampler(sampler_cfg, task, policy, dtype)  # the plain prompt, whatever draws
+        self.sampler: Sampler = sampler if sampler is not None else self.plain
+        self.greedy = ParallelSampler(sampler_cfg, task, policy, dtype, greedy=True)
+        self.exact = ExactPolicy(self.plain, self.instances[: protocol.policy_instances], rows=max_rows or 256)
+        self.sampler_name = "parallel" if self.sampler is self.plain else sampler_cfg.name
+        self.temperature = sampler_cfg.temperature
+
+    def describe(self) -> str:
+        """The protocol in words (:func:`describe_protocol`)."""
+        return describe_protocol(len(self.instances), self.samples, self.temperature, self.sampler_name)
+
+    def run(self, step: int, probs: Sequence[np.ndarray] | None = None) -> EvalResult:
+        """Evaluate the policy as it is now, labelled ``step``. ``probs``: the exact solution probabilities of these
+        weights when the caller already scored them (``ExactPolicy.probs``), else they are scored here."""
+        groups = draw(self.sampler, self.instances, self.samples, eval_generator(self.seed), self.max_rows)
+        row: dict[str, Any] = {
+            "step": step,
+            **summarize(self.task, groups),
+            **greedy_summary(self.greedy, self.instances, self.max_rows),
+        }
+        record = None
+        if self.exact.available:
+            probs = self.exact.probs() if probs is None else probs
+            row.update(self.exact.summary(probs, self.samples))
+            record = self.exact.record(step, probs)
+        return EvalResult(row, groups, record)

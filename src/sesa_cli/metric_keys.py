@@ -5,7 +5,7 @@ view takes its labels from :attr:`MetricKey.label`, the diversity report names i
 :func:`key` (an undeclared pattern raises at import), and ``docs/metrics.md`` is :func:`markdown` (a test keeps it
 current). Renamed keys map to their current name in :data:`RENAMED`, so run dirs written before a rename still read.
 
-The prefix says what a number describes (one name per concept, style.md): ``rollout/`` what a sampler drew at a
+The prefix says what a number describes (one name per concept): ``rollout/`` what a sampler drew at a
 training step (with a sequential sampler, the chain, not the plain-prompt policy), ``eval/`` validation samples drawn
 i.i.d. from the plain prompt (or by the sampler ``sesa eval`` was given), ``policy/`` the plain-prompt policy itself,
 computed exactly, ``chain/`` the chains of a sequential sampler, ``loss/`` the update's objective and its
@@ -165,7 +165,8 @@ METRIC_KEYS: tuple[MetricKey, ...] = (
     # ---------------------------------------------------------------------------------------------------- policy
     MetricKey(
         "policy/valid_mass",
-        "Exact probability that a plain-prompt sample is a valid solution.",
+        "Exact probability that a plain-prompt sample is a valid solution (agent tasks: an episode of well-formed "
+        "responses only).",
         f"{_M}.policy_metrics",
     ),
     MetricKey(
@@ -181,6 +182,12 @@ METRIC_KEYS: tuple[MetricKey, ...] = (
         "pi eff.sol",
     ),
     MetricKey("policy/solutions_above_1pct", "Targets with probability >= 0.01.", f"{_M}.policy_metrics"),
+    MetricKey(
+        "policy/pruned_mass",
+        "Agent tasks walked episode by episode: probability of the branches cut below the walk's threshold "
+        "(policy/valid_mass is exact up to it).",
+        "sesa_cli.tasks.episode_tree",
+    ),
     MetricKey(
         "policy/solution_entropy",
         "Entropy (nats) of the answer distribution given a valid answer.",

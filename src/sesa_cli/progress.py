@@ -4,8 +4,10 @@ Every wait longer than a few seconds is an *activity* (the training loop, a warm
 a model load). On a terminal each running activity is one row of a single rich live display, and log lines print
 above it (:class:`ConsoleHandler` writes through the same console, so a line never lands inside a bar). Anywhere else
 (a pipe, ``tee``, nohup, CI, a notebook) there is no live display: an activity prints a plain line when it starts,
-one every ``SESA_PROGRESS_SECONDS`` seconds (default 15) while it runs (its step, rate and ETA, or its elapsed time
-when it has no steps), and the log records how long it took. Third-party progress bars (transformers' "Loading
+one every ``SESA_PROGRESS_SECONDS`` seconds (default 15) while it runs (its step, ETA, elapsed time and rate, or its
+elapsed time when it has no steps; of nested activities, a model load and the warm start inside it, only the
+innermost), and the log records how long it took. Either way a progress line fits the console's width (80 columns
+off a terminal): the step count, ETA and elapsed time stay, the metrics go first, then the rate. Third-party progress bars (transformers' "Loading
 weights", "Writing model shards") are switched off (:func:`use_console`); the activity that did that work is logged
 once instead. Errors stay one line on stderr (sesa_cli.cli.fail).
 """
@@ -15,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
 import sys
 import threading
 import time
@@ -24,14 +27,15 @@ from types import TracebackType
 from typing import Any
 
 from rich.console import Console
-from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn, TimeRemainingColumn
-from rich.table import Column
+from rich.progress import Progress, ProgressColumn, TaskID
+from rich.progress import Task as RichTask
+from rich.table import Table
+from rich.text import Text
 from typing_extensions import Self
 
 from sesa_cli import metric_keys
 
 log = logging.getLogger("sesa")
-train_log = logging.getLogger("sesa.train")
 console = Console()
 """The one console (stdout). Everything a command shows goes through it; errors go to stderr."""
 
@@ -63,10 +67,40 @@ def legend() -> list[tuple[str, str, str]]:
 
 
 def _fmt(row: dict[str, Any], markup: bool = True) -> str:
+    return METRIC_SEP.join(_parts(row, markup))
+
+
+METRIC_SEP = "  "
+"""Between two metrics of a progress line (a label holds single spaces)."""
+
+
+def _parts(row: dict[str, Any], markup: bool = True) -> list[str]:
     parts = [f"{label} {row[key]:.3g}" for key, label in LIVE if key in row]
     if row.get("collapse/flag"):
         parts.append("[bold red]COLLAPSED[/]" if markup else "COLLAPSED")
-    return "  ".join(parts)
+    return parts
+
+
+def fit(head: str, optional: list[str], metrics: list[str], width: int) -> str:
+    """``head`` (kept whole), then each ``optional`` part and, after `` | ``, each metric while the line stays within
+    ``width`` cells; the metrics go first, then the optional parts from the last. Parts may hold rich markup (only
+    their text is measured)."""
+
+    def cells(text: str) -> int:
+        return Text.from_markup(text).cell_len if "[" in text else len(text)
+
+    kept = list(optional)
+    while kept and cells("  ".join([head, *kept])) > width:
+        kept.pop()
+    text = "  ".join([head, *kept])
+    shown: list[str] = []
+    for part in metrics:
+        candidate = text + (" | " if not shown else METRIC_SEP) + part
+        if cells(candidate) > width or len(kept) < len(optional):
+            break
+        text = candidate
+        shown.append(part)
+    return text
 
 
 def _clock(seconds: float) -> str:
@@ -96,24 +130,71 @@ class Activity:
     first: int = 0  # completed at start (a resumed loop): the rate counts only this process's steps
     last_line: float = field(default_factory=time.monotonic)
     task_id: TaskID | None = None
+    markup_info: str = ""  # the live row's metrics (rich markup); ``info`` is their plain text
 
-    def line(self) -> str:
-        """The plain progress line: ``train 12/100 (12%)  0.85 step/s  ETA 1:43  elapsed 0:14 | success 0.3``."""
+    def clock(self) -> tuple[str, list[str]]:
+        """(the count and clocks that always show, the rate), e.g. (``train 12/100 (12%)  ETA 1:43  elapsed
+        0:14``, [``0.85 step/s``]); a phase without steps: (``evaluation: running, elapsed 0:14``, [])."""
         elapsed = time.monotonic() - self.started
         if self.total is None:
-            text = f"{self.label}: running, elapsed {_clock(elapsed)}"
-        else:
-            done = self.completed - self.first
-            rate = done / elapsed if elapsed > 0 else 0.0
-            eta = f"ETA {_clock((self.total - self.completed) / rate)}" if rate > 0 else "ETA -"
-            pct = 100 * self.completed / self.total if self.total else 100.0
-            text = (f"{self.label} {self.completed}/{self.total} ({pct:.0f}%)  {_rate(rate, self.unit)}  {eta}  "
-                    f"elapsed {_clock(elapsed)}")  # fmt: skip
-        return f"{text} | {self.info}" if self.info else text
+            return f"{self.label}: running, elapsed {_clock(elapsed)}", []
+        done = self.completed - self.first
+        rate = done / elapsed if elapsed > 0 else 0.0
+        eta = _clock((self.total - self.completed) / rate) if rate > 0 else "-"
+        pct = 100 * self.completed / self.total if self.total else 100.0
+        head = f"{self.label} {self.completed}/{self.total} ({pct:.0f}%)  ETA {eta}  elapsed {_clock(elapsed)}"
+        return head, [_rate(rate, self.unit)]
+
+    def line(self, width: int | None = None) -> str:
+        """The plain progress line, within ``width`` cells (default: the console's):
+        ``train 12/100 (12%)  ETA 1:43  elapsed 0:14  0.85 step/s | success 0.3``."""
+        head, optional = self.clock()
+        metrics = self.info.split(METRIC_SEP) if self.info else []
+        return fit(head, optional, metrics, console.width if width is None else width)
 
 
 def _rate(rate: float, unit: str) -> str:
     return f"{rate:.3g} {unit}/s" if rate >= 1 or rate == 0 else f"{1 / rate:.3g} s/{unit}"
+
+
+class _Row(ProgressColumn):
+    """A live row: the label, a bar, the count, ETA and elapsed time, the rate and the metrics, fitted to the
+    console's width as a plain line is (:func:`fit`), so a narrow terminal cuts the metrics, never the clocks."""
+
+    def __init__(self, display: Display) -> None:
+        super().__init__()
+        self.display = display
+
+    def render(self, task: RichTask) -> Text:
+        act = self.display.by_task.get(task.id)
+        if act is None:
+            return Text(str(task.description))
+        head, optional = act.clock()
+        metrics = act.markup_info.split(METRIC_SEP) if act.markup_info else []
+        width = console.width - 1
+        if act.total is not None:
+            filled = round(BAR * act.completed / act.total) if act.total else BAR
+            bar = f"[green]{'━' * filled}[/][grey35]{'━' * (BAR - filled)}[/]"
+            label, _, rest = head.partition(f" {act.completed}/")
+            rest = re.sub(r" \(\d+%\)", "", rest, count=1)  # the bar shows it
+            line = fit(f"[bold]{_escape(label)}[/] {bar} {act.completed}/{_escape(rest)}", optional, metrics, width)
+            if Text.from_markup(line).cell_len > width:  # a label too long for the bar: the bar goes
+                line = fit(f"[bold]{_escape(head)}[/]", optional, metrics, width)
+        else:
+            line = fit(f"[bold]{_escape(head)}[/]", optional, metrics, width)
+        text = Text.from_markup(line)
+        text.truncate(width, overflow="ellipsis")
+        return text
+
+
+BAR = 10
+"""Cells of a live row's bar (at 80 columns a training row keeps room for a metric or two)."""
+
+
+def _escape(text: str) -> str:
+    from rich.markup import escape
+
+    return escape(text)
 
 
 class Display:
@@ -121,6 +202,7 @@ class Display:
 
     def __init__(self) -> None:
         self.activities: list[Activity] = []
+        self.by_task: dict[TaskID, Activity] = {}
         self.progress: Progress | None = None
         self.lock = threading.RLock()
         self.stop = threading.Event()
@@ -136,19 +218,14 @@ class Display:
             self.activities.append(act)
             if self.live:
                 if self.progress is None:
-                    # the metrics last: a narrow terminal cuts them, never the counts and clocks
-                    self.progress = Progress(
-                        TextColumn("[bold]{task.description}"), BarColumn(bar_width=24),
-                        TextColumn("{task.fields[count]}"), TimeElapsedColumn(), TimeRemainingColumn(),
-                        TextColumn("{task.fields[info]}", table_column=Column(no_wrap=True, overflow="ellipsis")),
-                        console=console, transient=True, refresh_per_second=4,
-                    )  # fmt: skip
+                    # one column: the row is fitted to the width as a whole (the metrics go first, never the clocks)
+                    self.progress = Progress(_Row(self), console=console, transient=True, refresh_per_second=4)
                     self.progress.start()
-                act.task_id = self.progress.add_task(label, total=total, completed=completed, count=_count(act),
-                                                     info="")  # fmt: skip
+                act.task_id = self.progress.add_task(label, total=total, completed=completed)
+                self.by_task[act.task_id] = act
             else:
-                console.print(_stamp(act.line() if total is not None else f"{label} ..."), soft_wrap=True,
-                              markup=False, highlight=False)  # fmt: skip
+                first = act.line(console.width - STAMP) if total is not None else f"{label} ..."
+                console.print(_stamp(first), soft_wrap=True, markup=False, highlight=False)
                 if self.heartbeat is None:
                     self.stop.clear()
                     self.heartbeat = threading.Thread(target=self._beat, name="sesa-progress", daemon=True)
@@ -164,9 +241,9 @@ class Display:
                 act.completed = completed
             if info is not None:
                 act.info = info
+                act.markup_info = markup_info if markup_info is not None else info
             if self.progress is not None and act.task_id is not None:
-                shown = markup_info if markup_info is not None else act.info
-                self.progress.update(act.task_id, completed=act.completed, count=_count(act), info=shown)
+                self.progress.update(act.task_id, completed=act.completed)
 
     def end(self, act: Activity) -> float:
         """Remove ``act``; returns its seconds."""
@@ -175,6 +252,7 @@ class Display:
                 self.activities.remove(act)
             if self.progress is not None and act.task_id is not None:
                 self.progress.remove_task(act.task_id)
+                self.by_task.pop(act.task_id, None)
             if not self.activities:
                 if self.progress is not None:
                     self.progress.stop()
@@ -189,14 +267,16 @@ class Display:
         while not self.stop.wait(min(1.0, max(0.2, every))):
             with self.lock:
                 now = time.monotonic()
-                for act in self.activities:
-                    if now - act.last_line >= every:
-                        act.last_line = now
-                        console.print(_stamp(act.line()), soft_wrap=True, markup=False, highlight=False)
+                # Only the innermost activity ticks (the warm start inside a model load, the evaluation inside the
+                # training loop): one progress line at a time, never two interleaved.
+                act = self.activities[-1] if self.activities else None
+                if act is not None and now - act.last_line >= every:
+                    act.last_line = now
+                    console.print(_stamp(act.line(console.width - STAMP)), soft_wrap=True, markup=False,
+                                  highlight=False)  # fmt: skip
 
 
-def _count(act: Activity) -> str:
-    return f"{act.completed}/{act.total}" if act.total is not None else ""
+STAMP = len("[00:00:00] ")
 
 
 def _stamp(text: str) -> str:
@@ -299,7 +379,59 @@ class TrainProgress:
         self.info = _fmt(shown)
         if self.act is not None:
             DISPLAY.update(self.act, completed=step, info=_fmt(shown, markup=False), markup_info=self.info)
-        if (self.log_every and step % self.log_every == 0) or any(k.startswith("eval/") for k in row):
-            text = "  ".join(f"{k}={v:.4g}" for k, v in row.items() if isinstance(v, float) and not k.startswith(
-                ("loss/", "time/sample", "time/update")) and "@" not in k)  # fmt: skip
-            train_log.info("step %d  %s", step, text)
+        evaluated = any(k.startswith("eval/") for k in row)
+        if self.enabled and ((self.log_every and step % self.log_every == 0) or evaluated):
+            console.print(metrics_table(step, self.total, shown))
+
+
+EVAL_HEADLINE = (metric_keys.key("eval/success"), metric_keys.key("eval/pass@{k}"))
+"""The evaluation's metrics the periodic table adds on an evaluation step (``@{k}`` at the largest k logged)."""
+PAIRS_PER_LINE = 3
+"""At most this many ``label value`` pairs to a line of the periodic metrics table (fewer when they would pass
+:data:`TABLE_WIDTH`)."""
+TABLE_WIDTH = 80
+
+
+def metrics_table(step: int, total: int, row: dict[str, Any]) -> Table:
+    """The periodic metrics table of the training loop (every ``train.log_every`` steps and at each evaluation): the
+    live view's headline metrics (:data:`LIVE`, by their labels), on an evaluation step :data:`EVAL_HEADLINE` (by
+    key), and ``collapse/flag`` once it is up; up to :data:`PAIRS_PER_LINE` pairs to a line within
+    :data:`TABLE_WIDTH` columns. Every metric is in metrics.jsonl."""
+    pairs = [(label, f"{row[key]:.3g}") for key, label in LIVE if isinstance(row.get(key), (int, float))]
+    for name in EVAL_HEADLINE:
+        if name.endswith("@{k}"):
+            family = metric_keys.family(name)
+            ks = [
+                int(k.rsplit("@", 1)[1]) for k in row if k.startswith(family + "@") and k.rsplit("@", 1)[1].isdigit()
+            ]
+            name = metric_keys.key(name, k=max(ks)) if ks else ""
+        if isinstance(row.get(name), (int, float)):
+            pairs.append((name, f"{row[name]:.3g}"))
+    if row.get("collapse/flag"):
+        pairs.append(("collapse/flag", "1"))
+    head = f"step {step}/{total}"
+
+    def cells(per_line: int) -> list[list[str]]:
+        """The pairs as ``label value`` cells, ``per_line`` columns, each column's labels and values aligned."""
+        columns = [pairs[j::per_line] for j in range(per_line)]
+        shown = []
+        for column in columns:
+            lw, vw = max((len(a) for a, _ in column), default=0), max((len(b) for _, b in column), default=0)
+            shown.append([f"{a:<{lw}} {b:>{vw}}" for a, b in column])
+        return [[c[i] for c in shown if i < len(c)] for i in range(len(shown[0]))]
+
+    def width(lines: list[list[str]]) -> int:  # two cells between columns, none at the edges
+        return len(head) + sum(2 + max(len(line[j]) for line in lines if j < len(line)) for j in range(len(lines[0])))
+
+    per_line = 1
+    for n in range(PAIRS_PER_LINE, 1, -1):
+        if pairs and width(cells(n)) <= TABLE_WIDTH:
+            per_line = n
+            break
+    table = Table(box=None, show_header=False, padding=(0, 1), pad_edge=False)
+    table.add_column(no_wrap=True)
+    for _ in range(per_line):
+        table.add_column(no_wrap=True)
+    for i, line in enumerate(cells(per_line) if pairs else [[]]):
+        table.add_row(head if i == 0 else "", *line)
+    return table

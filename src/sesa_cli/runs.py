@@ -1,6 +1,6 @@
 """Run directories: resolved config, run.json, metrics.jsonl/csv, sample dumps and atomic checkpoints.
 
-Layout (spec section 1)::
+Layout::
 
     <run_dir>/config.yaml            resolved config
     <run_dir>/run.json               command, parent checkpoint, overrides, start time, git commit, torch thread

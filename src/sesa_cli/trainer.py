@@ -23,18 +23,10 @@ from sesa_cli import metrics as M
 from sesa_cli.collapse import CollapseMonitor
 from sesa_cli.config import TrainConfig
 from sesa_cli.distributed import SingleProcess
-from sesa_cli.evaluation import (
-    ExactPolicy,
-    draw,
-    greedy_summary,
-    rollout_stats,
-    sample_records,
-    summarize,
-    validation_instances,
-)
+from sesa_cli.evaluation import Evaluation, rollout_stats, sample_records
 from sesa_cli.models.lora import is_lora, reference
 from sesa_cli.models.policy import Policy
-from sesa_cli.rollout.samplers import ParallelSampler, Rollout, make_sampler
+from sesa_cli.rollout.samplers import Rollout, make_sampler
 from sesa_cli.rollout.scoring import ScoringBatch, build_batch, completion_logps
 from sesa_cli.runs import RunDir
 from sesa_cli.tasks.base import Task
@@ -92,8 +84,6 @@ class Trainer:
         self.dist.broadcast_parameters(self.model)
         dtype = cfg.model.dtype
         self.sampler = make_sampler(cfg.sampler, task, policy, dtype)
-        self.eval_sampler = ParallelSampler(cfg.sampler, task, policy, dtype)
-        self.greedy_sampler = ParallelSampler(cfg.sampler, task, policy, dtype, greedy=True)
         self.trainable = [p for p in self.model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(
             self.trainable,
@@ -110,11 +100,12 @@ class Trainer:
         self.step = 0
         self.next_instance = 0
         self.found_targets: set[str] = set()
-        # Exact policy/* metrics on the validation instances (the ones evaluation samples), where the task can
-        # enumerate their solutions: in training rows every train.policy_every steps (the collapse monitor reads
-        # them) and at every evaluation.
-        self.val_instances = validation_instances(task, cfg.eval)
-        self.exact = ExactPolicy(self.eval_sampler, self.val_instances, rows=cfg.model.max_batch_rows or 256)
+        # The evaluation (sesa_cli.evaluation.Evaluation, the one sesa eval builds from this run's config). Its exact
+        # policy/* metrics on the validation instances, where the task can enumerate their solutions, are in training
+        # rows every train.policy_every steps too (the collapse monitor reads them).
+        self.evaluation = Evaluation(task, policy, cfg.sampler, cfg.eval, cfg.seed, dtype, cfg.model.max_batch_rows)
+        self.val_instances = self.evaluation.instances
+        self.exact = self.evaluation.exact
         self._exact_probs: tuple[int, list[np.ndarray]] | None = None  # (step, probs): one scoring per step
         self.monitor = CollapseMonitor(
             window=cfg.collapse.window,
@@ -122,7 +113,7 @@ class Trainer:
             max_solution_entropy=cfg.collapse.max_solution_entropy,
             max_distinct_correct=cfg.collapse.max_distinct_correct,
             min_entropy=cfg.collapse.min_entropy,
-            policy=self.exact.available and cfg.train.policy_every > 0,
+            policy=self.exact.fixed and cfg.train.policy_every > 0,
         )
         self.nonfinite = 0
         self._last_groups: list[list[Rollout]] = []  # the latest step's rollouts, for sample dumps
@@ -321,7 +312,7 @@ class Trainer:
         t_update = time.perf_counter() - t1
         self.step += 1
         every = self.cfg.train.policy_every
-        if self.exact.available and every and self.step % every == 0:
+        if self.exact.fixed and every and self.step % every == 0:
             # the policy after this step's update: the weights its checkpoint would hold
             t2 = time.perf_counter()
             row.update(self.exact.summary(self._policy_probs(), self.cfg.eval.samples))
@@ -348,20 +339,10 @@ class Trainer:
         ``policy_probs.jsonl`` with the probability of every target and of every solution with p >= 0.001."""
         if not self.dist.is_main:  # the replicas are identical: rank 0 evaluates for all
             return {"step": self.step}
-        instances = self.val_instances
-        gen = torch.Generator().manual_seed(10_000 + self.cfg.seed)  # same eval draws at every step of a run
-        max_rows = self.cfg.model.max_batch_rows
-        groups = draw(self.eval_sampler, instances, self.cfg.eval.samples, gen, max_rows)
-        row = {
-            "step": self.step,
-            **summarize(self.task, groups),
-            **greedy_summary(self.greedy_sampler, instances, max_rows),
-        }
-        if self.exact.available:
-            probs = self._policy_probs()
-            row.update(self.exact.summary(probs, self.cfg.eval.samples))
-            self.run.log_policy_probs(self.exact.record(self.step, probs))
-        return row
+        result = self.evaluation.run(self.step, self._policy_probs() if self.exact.available else None)
+        if result.policy_record is not None:
+            self.run.log_policy_probs(result.policy_record)
+        return result.row
 
     # ------------------------------------------------------------------ checkpoints
     def save_checkpoint(self) -> Path:

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from sesa_cli.commands.interrupt import interrupted
-from sesa_cli.config import ConfigError
+from sesa_cli.config import ConfigError, first_line
 
 log = logging.getLogger("sesa")
 
@@ -38,8 +38,6 @@ def user_errors(command: str) -> Iterator[None]:
         drop_empty_run_dir()
         interrupted(command)
     except Exception as exc:  # Hydra prints the traceback and exits 1
-        from sesa_cli.config import first_line
-
         _mark_run_dir(command, "failed", f"{type(exc).__name__}: {first_line(exc)}", 1)
         drop_empty_run_dir()
         raise

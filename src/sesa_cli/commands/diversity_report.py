@@ -48,6 +48,10 @@ def run(cfg: DiversityReportConfig, out_dir: Path) -> dict[str, Any]:
             table.add_row(*row)
         console.print()
         console.print(table)
+    answer = report.answer()
+    if answer is not None:
+        console.print()
+        console.print(answer, style="bold", markup=False, highlight=False)
     console.print(METHOD, style="dim")
     for note in files.get("notes", []):
         console.print(f"note: {note}")

@@ -71,14 +71,19 @@ def base_row(rows: list[dict[str, Any]], start: int) -> dict[str, Any] | None:
 
 
 def train_summary(command: str, final: dict[str, Any], base: dict[str, Any] | None, protocol: str, run_dir: Path,
-                  remaining: int = 100) -> None:  # fmt: skip
-    """The ending of ``sesa train``/``revive``: base -> trained for the headline metrics, the run dir on a line of
-    its own (never wrapped, so it copies whole) and the commands a user runs next."""
+                  remaining: int = 100, ran: int | None = None) -> None:  # fmt: skip
+    """The ending of ``sesa train``/``revive``: base (a revival's checkpoint) -> trained for the headline metrics,
+    the run dir on a line of its own (never wrapped, so it copies whole) and the commands a user runs next.
+    ``ran``: the steps this command ran (a revival's ``more_steps``; None = ``final``'s step)."""
     step = final.get("step")
-    table = Table(title=f"sesa {command}: done, {step} steps", title_justify="left")
+    ran = step if ran is None else ran
+    first = None if base is None else base.get("step", 0)
+    done = f"done, {ran} steps" + (f" (step {first} -> {step})" if first else "")
+    table = Table(title=f"sesa {command}: {done}", title_justify="left")
     table.add_column("metric")
     if base is not None:
-        table.add_column(f"base (step {base.get('step', 0)})", justify="right")
+        start = "checkpoint" if command == "revive" else "base"
+        table.add_column(f"{start} (step {first})", justify="right")
     table.add_column(f"trained (step {step})", justify="right")
     for name in _headline(final):
         cells = [name, *([_value(base.get(name))] if base is not None else []), _value(final[name])]

@@ -42,22 +42,13 @@ def run(cfg: EvalConfig, run_dir: Path, overrides: list[str] | None = None) -> d
     if bad and ckpt:
         log.warning("%s is %s; evaluating its checkpoint at step %d", run_dir_of_checkpoint(ckpt), bad, step)
 
-    import torch
     from rich.table import Table
 
     from sesa_cli.commands.ending import eval_ending
-    from sesa_cli.evaluation import (
-        ExactPolicy,
-        describe_protocol,
-        draw,
-        greedy_summary,
-        sample_records,
-        summarize,
-        validation_instances,
-    )
+    from sesa_cli.evaluation import Evaluation, sample_records
     from sesa_cli.models.loading import load_checkpoint, load_policy
     from sesa_cli.progress import console, phase
-    from sesa_cli.rollout.samplers import ParallelSampler, make_sampler
+    from sesa_cli.rollout.samplers import make_sampler
     from sesa_cli.tasks.base import make_task
 
     seed_everything(cfg.seed)
@@ -69,29 +60,27 @@ def run(cfg: EvalConfig, run_dir: Path, overrides: list[str] | None = None) -> d
             load_checkpoint(ckpt, cfg.model, task, cfg.device) if ckpt else load_policy(cfg.model, task, cfg.device)
         )
     run.write_run_info("eval", overrides or [], parent=str(ckpt) if ckpt else None)
-    sampler = make_sampler(cfg.sampler, task, policy, cfg.model.dtype)
-    instances = validation_instances(task, cfg.eval)
-    n = cfg.eval.samples
+    # The run's own evaluation (sesa_cli.evaluation.Evaluation, with the run's config and seed): its checkpoint's row
+    # here is the run's row at that step, draws included. A sequential sampler draws only when asked (sampler=).
+    sampler = make_sampler(cfg.sampler, task, policy, cfg.model.dtype) if cfg.sampler.name != "parallel" else None
+    evaluation = Evaluation(task, policy, cfg.sampler, cfg.eval, cfg.seed, cfg.model.dtype, cfg.model.max_batch_rows,
+                            sampler=sampler)  # fmt: skip
+    instances, n = evaluation.instances, evaluation.samples
     with phase(f"evaluation ({len(instances)} instances x {n} samples)"):
-        groups = draw(sampler, instances, n, torch.Generator().manual_seed(cfg.seed), cfg.model.max_batch_rows)
-        metrics: dict[str, Any] = {"step": step, **summarize(task, groups)}
-        greedy = ParallelSampler(cfg.sampler, task, policy, cfg.model.dtype, greedy=True)
-        metrics.update(greedy_summary(greedy, instances, cfg.model.max_batch_rows))
-        plain = ParallelSampler(cfg.sampler, task, policy, cfg.model.dtype)  # the plain prompt, whatever it sampled
-        exact = ExactPolicy(plain, instances, rows=cfg.model.max_batch_rows or 256)
-        if exact.available:
-            probs = exact.probs()
-            metrics.update(exact.summary(probs, n))
-            run.log_policy_probs(exact.record(metrics["step"], probs))
+        result = evaluation.run(step)
+    if result.policy_record is not None:
+        run.log_policy_probs(result.policy_record)
+    metrics: dict[str, Any] = dict(result.row)
     metrics.update({"eval/samples": n, "eval/instances": len(instances), "ckpt": str(ckpt) if ckpt else None})
-    health = sampler.chain_health(groups)
+    groups = result.groups
+    health = evaluation.sampler.chain_health(groups)
     if health is not None:
         metrics.update(chain_metrics(health))
     records = sample_records(groups, policy.decode)
     atomic_write_text(run.path / "samples.jsonl", "".join(json.dumps(r) + "\n" for r in records))
     atomic_write_text(run.path / "metrics.json", json.dumps(metrics, indent=2))
     table = Table(title=f"sesa eval: task={task.name} sampler={cfg.sampler.name}", title_justify="left")
-    table.caption = describe_protocol(len(instances), n, cfg.sampler.temperature, cfg.sampler.name)
+    table.caption = evaluation.describe()
     table.add_column("metric")
     table.add_column("value", justify="right")
     for key, value in metrics.items():

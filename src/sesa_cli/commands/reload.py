@@ -17,6 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from sesa_cli.commands.common import hydra_context, torch_threads
 from sesa_cli.commands.compose import explain
 from sesa_cli.config import ConfigError, conf_dir, first_line, to_object
 from sesa_cli.deprecations import upgrade_config
@@ -66,8 +67,6 @@ def checkpoint_job(
 ) -> tuple[Path, dict[str, Any]]:
     """``eval``/``revive`` inside their Hydra job (``main`` and sesa_cli.api run it): the typed config
     (:func:`command_config`), the torch threads, then ``run(config, run_dir, overrides)``; (run dir, its metrics)."""
-    from sesa_cli.commands.common import hydra_context, torch_threads
-
     run_dir, overrides = hydra_context()
     config = command_config(config_name, cfg, overrides)
     torch_threads(config.threads)

@@ -45,6 +45,10 @@ def run(cfg: ReviveConfig, run_dir: Path, overrides: list[str] | None = None) ->
     from sesa_cli.trainer import Trainer
 
     start = int(state["step"])
+    if cfg.step == "auto":
+        flagged = state["collapse"].get("first_flag_step")
+        log.info("step=auto: the collapse monitor first flagged step %s; reviving from its first checkpoint since, "
+                 "step %d (%s)", flagged, start, ckpt)  # fmt: skip
     cfg = replace(cfg, train=replace(cfg.train, steps=start + cfg.more_steps))
     parent_run = run_dir_of_checkpoint(ckpt)
     bad = ended_badly(parent_run)

@@ -68,7 +68,6 @@ def fit(trainer: Trainer, run_dir: Path, show_progress: bool = True, command: st
     """Run a prepared trainer with the live display; print the ending (base -> trained, the run dir, what to run
     next), or after Ctrl-C how to continue."""
     from sesa_cli.commands.ending import base_row, resume_hint, train_summary
-    from sesa_cli.evaluation import describe_protocol
     from sesa_cli.progress import TrainProgress, phase
 
     cfg = trainer.cfg
@@ -98,19 +97,28 @@ def fit(trainer: Trainer, run_dir: Path, show_progress: bool = True, command: st
         cfg.train.steps,
     )
     start = trainer.step
+    monitor = trainer.monitor
+    flagged_before = monitor.first_flag_step  # a revived run's parent may have been flagged already
+
+    def on_step(step: int, row: dict[str, Any]) -> None:
+        progress.update(step, row)
+        if show_progress and flagged_before is None and monitor.first_flag_step == step:
+            log.info("collapse flagged at step %d: %s", step, monitor.reading({**progress.policy, **row}))
+
     try:
         with TrainProgress(cfg.train.steps, start, show_progress, cfg.train.log_every) as progress, ctrl_c_raises():
             # Ctrl-C: a checkpoint, then user_errors' one line
-            final = trainer.fit(on_step=progress.update, phase=phase if show_progress else None)
+            final = trainer.fit(on_step=on_step, phase=phase if show_progress else None)
     except KeyboardInterrupt:
         if show_progress and trainer.step > start:
             resume_hint(run_dir, trainer.step, cfg.train.steps)
         raise
     if trainer.dist.is_main:
         trainer.run.mark_ended("finished")
-        protocol = describe_protocol(len(trainer.val_instances), cfg.eval.samples, cfg.sampler.temperature)
+        protocol = trainer.evaluation.describe()
         base = base_row(trainer.run.read_metrics(), start)
-        train_summary(command, final, base, protocol, run_dir, remaining=cfg.train.steps - start)
+        train_summary(command, final, base, protocol, run_dir, remaining=cfg.train.steps - start,
+                      ran=trainer.step - start)  # fmt: skip
     return final
 
 

@@ -11,6 +11,7 @@ import tempfile
 from pathlib import Path
 
 from sesa_cli.commands.compose import compose, explain
+from sesa_cli.commands.reload import command_config
 from sesa_cli.commands.schemas import register_configs
 from sesa_cli.config import SEQUENTIAL_ONLY, to_object
 
@@ -86,8 +87,6 @@ def validate_argv(config_name: str, argv: list[str]) -> str | None:
         return None
     if args.multirun and args.cfg:  # Hydra refuses the pair with a traceback
         return "-m/--multirun and --cfg cannot be combined: show one job's config without -m"
-    from sesa_cli.commands.reload import command_config
-
     register_configs()
     try:
         combos = _split_sweeps(args.overrides) if args.multirun else [args.overrides]

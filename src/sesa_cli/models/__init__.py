@@ -1,4 +1,4 @@
-"""Policy and tokenizer loading: the tiny warm-started model (spec section 5) and local Hugging Face directories."""
+"""Policy and tokenizer loading: the tiny warm-started model and local Hugging Face directories."""
 
 from sesa_cli.models.loading import load_policy
 from sesa_cli.models.policy import Policy

@@ -1,6 +1,6 @@
 """``model=tiny``: a ~1M-parameter Llama built from config, a character tokenizer, and a cached warm start.
 
-The warm start plays the role pretraining plays for an LLM (spec section 5): supervised next-token training on a
+The warm start plays the role pretraining plays for an LLM: supervised next-token training on a
 corpus the task generates (well-formed but unskilled answers, lists of distinct answers, sketch -> solution pairs).
 The result is saved as a standard Hugging Face directory (safetensors), cached under ``model.cache_dir`` keyed by
 the task's warm-start key and the model config, so every later run (and every sweep job) reuses it.

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import html
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,12 +17,15 @@ from typing import TypedDict
 import pandas as pd
 
 from sesa_cli.config import ConfigError
+from sesa_cli.metric_keys import family
+from sesa_cli.metric_keys import key as metric_key
 from sesa_cli.report.heatmap import CAPTION as HEATMAP_CAPTION
 from sesa_cli.report.heatmap import FLOOR, draw_heatmaps, pick_runs
 from sesa_cli.report.plots import Layout, make_plots
 from sesa_cli.report.runs import Run, load_runs, short_label
-from sesa_cli.report.stats import METHOD, format_interval
+from sesa_cli.report.stats import METHOD, decimals_for, format_interval, format_value
 from sesa_cli.report.tables import (
+    at_k_values,
     compare_groups,
     difference_table,
     group_summary,
@@ -45,6 +49,15 @@ _PLOT_CAPTIONS = {
     "of the target set, distinct and distinct-correct solutions.",
     "pass_at_k": "pass@k of the final evaluation against k (log2 axis).",
 }
+ONE_SEED = "one seed: no interval"
+"""What an interval cell says when its group ran one seed (a bootstrap over seeds needs two)."""
+# The metric "kept more solutions" reads, the first a report has: how many targets the exact policy spreads its
+# success mass over, else the distinct correct answers of the evaluation's n samples, else of a training group.
+SOLUTIONS = tuple(
+    metric_key(name)
+    for name in ("policy/effective_solutions", "eval/distinct_correct@{k}", "rollout/distinct_correct")
+)
+
 _FINAL = "Value at the last step that logged the metric (a revived run's copy of its parent's rows excluded)."
 _BEST = "Maximum over steps (for every metric, including entropy and step time)."
 
@@ -104,12 +117,95 @@ class Report:
             return None
         return difference_table(self.compare, self.headline, self.labels)
 
+    def answer(self) -> str | None:
+        """One sentence: which compared group kept more solutions (:data:`SOLUTIONS`' first metric the groups
+        logged), with the final means and the difference's interval; None when no groups are compared."""
+        if self.baseline is None or self.compare is None or self.compare.empty:
+            return None
+        compared = [self.baseline, *self.compare["group"].unique()]
+        # the metrics every compared group logged (compare_groups keeps those both of a pair logged)
+        by_group = self.compare.groupby("group")["metric"].agg(set)
+        metric = solutions_metric(set.intersection(*by_group.tolist()))
+        if metric is None:
+            return None
+        means = self.groups.set_index(["group", "metric"])["final_mean"]
+        value = {g: float(means.get((g, metric), math.nan)) for g in compared}
+        if any(math.isnan(v) for v in value.values()):
+            return None
+        diffs = self.compare.set_index(["group", "metric"])
+
+        def versus(group: str) -> str:
+            row = diffs.loc[(group, metric)]
+            d, lo, hi = float(row["difference"]), float(row["low"]), float(row["high"])
+            text = format_interval(d, lo, hi, sign=True)
+            if math.isnan(lo) or math.isnan(hi):
+                return f"difference {text}; {ONE_SEED}"
+            mean, _, bounds = text.partition(" ")
+            return f"difference {mean}, 95% interval {bounds}" + ("" if clear(group) else ", which holds 0")
+
+        def clear(group: str) -> bool:
+            row = diffs.loc[(group, metric)]
+            return not float(row["low"]) <= 0 <= float(row["high"])  # NaN bounds (one seed) compare False: clear
+
+        def name(group: str) -> str:
+            return self.labels[group]
+
+        decimals = decimals_for(*value.values())
+
+        def shown(group: str) -> str:
+            return format_value(value[group], decimals)
+
+        best = max(compared, key=lambda g: value[g])
+        if len(compared) == 2:
+            other = compared[1]
+            if value[other] == value[self.baseline]:
+                return (f"{name(self.baseline)} and {name(other)} kept as many solutions: {metric} "
+                        f"{shown(other)} each ({versus(other)}).")  # fmt: skip
+            loser = self.baseline if best == other else other
+            if not clear(other):
+                return (f"Neither kept clearly more solutions: {metric} {shown(best)} in {name(best)} against "
+                        f"{shown(loser)} in {name(loser)} ({versus(other)}).")  # fmt: skip
+            return (f"{name(best)} kept more solutions than {name(loser)}: {metric} {shown(best)} "
+                    f"against {shown(loser)} ({versus(other)}).")  # fmt: skip
+        rest = ", ".join(f"{name(g)} {shown(g)}" for g in compared if g != best)
+        against = "" if best == self.baseline else f"; {versus(best)} to {name(self.baseline)}"
+        return f"{name(best)} kept the most solutions: {metric} {shown(best)} against {rest}{against}."
+
     def difference_title(self) -> str:
         assert self.baseline is not None
         assert self.compare is not None
         paired = set(self.compare.loc[self.compare["metric"].isin(self.headline), "paired"])
         how = "paired by seed" if paired == {True} else "unpaired" if paired == {False} else "paired where possible"
         return f"Difference to {self.labels[self.baseline]} (group − baseline, final values, {how})"
+
+
+def solutions_metric(metrics: set[str]) -> str | None:
+    """The first of :data:`SOLUTIONS` in ``metrics`` (an ``@{k}`` family at its largest k), or None."""
+    for name in SOLUTIONS:
+        if name.endswith("@{k}"):
+            ks = at_k_values(sorted(metrics), family(name))
+            name = metric_key(name, k=ks[-1]) if ks else ""
+        if name in metrics:
+            return name
+    return None
+
+
+def default_compare(runs: Sequence[Run]) -> list[str]:
+    """The groups compared when ``compare=`` is not given, baseline first: the revivals with each other when two or
+    more groups are revivals (``sesa revive`` runs; the parallel one is the baseline when there is one, as in the
+    README's collapse -> revive -> report workflow), else the two groups when there are exactly two, else none."""
+    order = list(dict.fromkeys(run.group for run in runs))
+    revived = [g for g in order if all(r.info.get("command") == "revive" for r in runs if r.group == g)]
+    if len(revived) >= 2:
+        parallel = [g for g in revived if any(r.group == g and _sampler(r) == "parallel" for r in runs)]
+        base = parallel[0] if len(parallel) == 1 else revived[0]
+        return [base, *(g for g in revived if g != base)]
+    return order if len(order) == 2 else []
+
+
+def _sampler(run: Run) -> str | None:
+    sampler = run.config.get("sampler")
+    return str(sampler.get("name")) if isinstance(sampler, dict) else None
 
 
 def _seed_order(seed: str) -> tuple[int, str]:
@@ -177,7 +273,7 @@ def environment_notes(runs: Sequence[Run]) -> list[str]:
 
 
 def analyse(runs: Sequence[str | Path], compare: Sequence[str | int] = (), metrics: Sequence[str] = ()) -> Report:
-    """Load, group and summarise runs; resolve ``compare`` (default: the two groups, when there are exactly two)."""
+    """Load, group and summarise runs; resolve ``compare`` (default: :func:`default_compare`)."""
     loaded, notes = load_runs(runs)
     per_run = summarize(loaded)
     groups = group_summary(per_run)
@@ -188,7 +284,7 @@ def analyse(runs: Sequence[str | Path], compare: Sequence[str | int] = (), metri
     if unknown:
         raise ConfigError(f"metrics: no run logged {', '.join(unknown)}; logged: {', '.join(present)}")
     headline = list(metrics) or headline_metrics(present) or present[:4]
-    chosen = resolve_compare(compare, loaded) if compare else order if len(order) == 2 else []
+    chosen = resolve_compare(compare, loaded) if compare else default_compare(loaded)
     table = compare_groups(per_run, chosen[0], chosen[1:]) if chosen else None
     for group in order:
         seeds = [r.seed for r in loaded if r.group == group and r.seed is not None]
@@ -215,6 +311,9 @@ def _markdown(report: Report) -> str:
     difference = report.difference_frame()
     if difference is not None:
         parts += [f"### {report.difference_title()}", "", markdown_table(difference, index=False), ""]
+    answer = report.answer()
+    if answer is not None:
+        parts += [f"**{answer}**", ""]
     parts += ["## Plots", ""]
     for name, path in report.plots.items():
         parts += [f"![{name}]({path.name})", "", _PLOT_CAPTIONS[name], ""]
@@ -282,6 +381,9 @@ def _html(report: Report) -> str:
     difference = report.difference_frame()
     if difference is not None:
         parts += [f"<h3>{html.escape(report.difference_title())}</h3>", table(difference, index=False)]
+    answer = report.answer()
+    if answer is not None:
+        parts.append(f"<p><strong>{html.escape(answer)}</strong></p>")
     for name, path in report.plots.items():
         data = base64.b64encode(path.read_bytes()).decode("ascii")
         parts.append(
@@ -337,8 +439,8 @@ def build_report(
     ``runs`` lists run dirs (``metrics.jsonl``, or an eval run's ``metrics.json``) and multirun dirs (whose job
     subdirs are taken). Runs are grouped by their overrides minus the seed (:func:`sesa_cli.report.runs.assign_groups`)
     and every table and plot shows the mean over the seeds of a group with a 95% bootstrap interval. ``compare``
-    names a baseline group and the groups to compare with it (:func:`resolve_compare`; default: the two groups when
-    there are exactly two); ``metrics`` the headline metrics (default: :func:`sesa_cli.report.tables.headline_metrics`).
+    names a baseline group and the groups to compare with it (:func:`resolve_compare`; default:
+    :func:`default_compare`); ``metrics`` the headline metrics (default: :func:`sesa_cli.report.tables.headline_metrics`).
     Raises :class:`sesa_cli.config.ConfigError` (one line) for an empty list, a missing path, a dir without runs, runs
     of different tasks, or a ``compare``/``metrics`` entry that names nothing.
     """
@@ -382,11 +484,7 @@ def draw_figures(report: Report, out_dir: Path) -> tuple[dict[str, Path], dict[s
     """The heatmap (tasks with exact policy metrics) and the curve plots; returns (written, skipped with reason)."""
     layout = Layout.of(report.runs)
     written: dict[str, Path] = {}
-    if report.baseline and report.compare is not None:  # set together by analyse()
-        panels = [report.baseline, *report.compare["group"].unique()[:1]]
-    else:
-        panels = list(layout.groups)
-    heatmap = draw_heatmaps(pick_runs(layout.groups, panels[:2]), layout.colors, out_dir / "heatmap.png")
+    heatmap = draw_heatmaps(pick_runs(layout.groups, list(layout.groups)), layout.colors, out_dir / "heatmap.png")
     if heatmap is not None:
         written["heatmap"] = heatmap
     plots, skipped = make_plots(report.runs, out_dir)
@@ -423,6 +521,12 @@ def console_tables(report: Report) -> list[tuple[str, list[str], list[list[str]]
                     cells += _split(format_interval(d["difference"], d["low"], d["high"], sign=True))
                 else:
                     cells += ["", ""]
+                    if group == report.baseline:
+                        cells[-2] = "baseline"
+            if cells[1] != "–" and not cells[2]:
+                cells[2] = ONE_SEED
+            if len(cells) > 3 and cells[3] not in ("", "–", "baseline") and not cells[4]:
+                cells[4] = ONE_SEED
             rows.append(cells)
         out.append((f"{metric} (final)", headers, rows))
     return out

@@ -6,8 +6,8 @@ p >= 0.001). Rows are the targets of the first instance, ordered by their final 
 mass on everything else (1 - the targets' total: other valid answers and invalid ones); columns are the evaluation
 steps. A collapsed policy is one bright row; a policy that keeps several solutions is several.
 
-One panel per group, for one run each: the lowest seed all panels share, so the panels show the same targets (the
-seed picks them) side by side with one colour scale.
+One panel per group (every group of the report, three to a row), for one run each: the lowest seed all panels share,
+so the panels show the same targets (the seed picks them) with one colour scale.
 """
 
 from __future__ import annotations
@@ -29,6 +29,8 @@ POLICY_PROBS = "policy_probs.jsonl"
 FLOOR = 1e-3
 """Bottom of the log colour scale: policy_probs.jsonl keeps non-targets only above it."""
 ELSEWHERE = "everything else"
+PANELS_PER_ROW = 3
+"""Panels side by side before the figure starts another row (every group gets its panel)."""
 CAPTION = (
     "π(answer | plain prompt) of each target at each evaluation, exact (log colour scale, {floor} and below darkest); "
     f"last row: the mass on {ELSEWHERE} (non-target and invalid answers). Targets ordered by their final "
@@ -94,7 +96,8 @@ def pick_runs(groups: dict[str, list[Run]], names: Sequence[str]) -> list[Run]:
 
 
 def draw_heatmaps(runs: Sequence[Run], colors: dict[str, str], path: Path) -> Path | None:
-    """Write the heatmap figure for ``runs`` (one panel each, side by side) to ``path``; None if none has data."""
+    """Write the heatmap figure for ``runs`` (one panel each, :data:`PANELS_PER_ROW` to a row) to ``path``; None if
+    none has data."""
     loaded = [p for p in (load_probs(run) for run in runs) if p is not None]
     if not loaded:
         return None
@@ -103,22 +106,25 @@ def draw_heatmaps(runs: Sequence[Run], colors: dict[str, str], path: Path) -> Pa
 
     shared = all(p.targets == loaded[0].targets for p in loaded)
     order = _order(loaded) if shared else None
-    label_w, panel_w, gap, cbar_w = 1.45, 4.9 if len(loaded) > 1 else 7.5, 0.3, 1.05
-    n_rows = len(loaded[0].targets) + 1
-    plot_h = 0.17 * n_rows
+    cols = min(len(loaded), PANELS_PER_ROW)
+    n_rows = -(-len(loaded) // cols)
+    label_w, panel_w, gap, cbar_w, row_gap = 1.45, 4.9 if len(loaded) > 1 else 7.5, 0.3, 1.05, 0.8
+    plot_h = 0.17 * (len(loaded[0].targets) + 1)
     top, bottom = 0.75, 0.55
-    left_labels = label_w if shared else label_w * len(loaded)
-    fig_w = left_labels + len(loaded) * panel_w + (len(loaded) - 1) * gap + cbar_w
-    fig_h = top + plot_h + bottom
+    step_w = panel_w + gap + (0 if shared else label_w)
+    fig_w = label_w + cols * step_w - gap - (0 if shared else label_w) + cbar_w
+    fig_h = top + n_rows * plot_h + (n_rows - 1) * row_gap + bottom
     fig = Figure(figsize=(fig_w, fig_h))
     norm = LogNorm(vmin=FLOOR, vmax=1.0)
-    x = label_w
     for i, probs in enumerate(loaded):
+        row, col = divmod(i, cols)
         rows = order if order is not None else _order([probs])
-        ax = fig.add_axes((x / fig_w, bottom / fig_h, panel_w / fig_w, plot_h / fig_h))
-        image = _panel(ax, probs, rows, norm, show_labels=i == 0 or not shared, color=colors[probs.run.group])
-        x += panel_w + gap + (0 if shared else label_w)
-    cax = fig.add_axes(((fig_w - cbar_w + 0.15) / fig_w, bottom / fig_h, 0.15 / fig_w, plot_h / fig_h))
+        x = label_w + col * step_w
+        y = bottom + (n_rows - 1 - row) * (plot_h + row_gap)
+        ax = fig.add_axes((x / fig_w, y / fig_h, panel_w / fig_w, plot_h / fig_h))
+        image = _panel(ax, probs, rows, norm, show_labels=col == 0 or not shared, color=colors[probs.run.group])
+    height = n_rows * plot_h + (n_rows - 1) * row_gap
+    cax = fig.add_axes(((fig_w - cbar_w + 0.15) / fig_w, bottom / fig_h, 0.15 / fig_w, height / fig_h))
     fig.colorbar(image, cax=cax, label="probability")
     seeds = sorted({p.run.seed or "?" for p in loaded})
     fig.suptitle(

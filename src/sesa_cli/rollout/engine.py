@@ -3,7 +3,7 @@
 A :class:`Session` holds a batch of rows and one KV cache. ``extend`` teacher-forces tokens onto every row (a prompt,
 an observation, a separator) and ``sample`` draws a continuation per row until the row's own stop token or length
 limit. Both append to the same cache, so sequential sampling continues the context of sample k-1 instead of
-re-encoding the growing prompt (spec section 4).
+re-encoding the growing prompt.
 
 The ids the model never samples (BOS, PAD, UNK: :mod:`sesa_cli.models.special`) get logit -inf before sampling;
 the recorded log-probs and entropies are those of that masked distribution, as the scoring pass computes them.

@@ -1,4 +1,4 @@
-"""Samplers: how the G rollouts of a group are drawn (spec section 4). Registry keys = ``conf/sampler/*.yaml``.
+"""Samplers: how the G rollouts of a group are drawn (docs/samplers.md). Registry keys = ``conf/sampler/*.yaml``.
 
 * ``parallel``   y_1..y_G ~ pi(.|x) i.i.d.: one batched session of B*G rows.
 * ``sequential`` SESA. ``stage1=solution``: one session per prompt row; sample k continues the cache right after

@@ -1,7 +1,7 @@
 """Log-probs and entropies of completions under a chosen context, for the loss.
 
 The vocab projection is applied only at completion positions and in chunks of ``chunk`` positions, so the
-(batch, length, vocab) logits never sit in memory at once (spec section 7: SmolLM2's 49k vocab makes them 1 GB).
+(batch, length, vocab) logits never sit in memory at once (SmolLM2's 49k vocab makes them 1 GB).
 With grad enabled every chunk is checkpointed: its logits are recomputed in backward instead of being kept.
 
 The ids the model never samples (:mod:`sesa_cli.models.special`) are masked here exactly as the rollout engine

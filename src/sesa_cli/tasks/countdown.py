@@ -1,4 +1,4 @@
-"""Countdown (RAGEN's ``countdown`` env, anchors.md section 3.4): combine the numbers into an equation for the target.
+"""Countdown (RAGEN's ``countdown`` env): combine the numbers into an equation for the target.
 
 Instances are drawn like RAGEN's data: 3-4 numbers and a target, kept only if some equation using every number
 exactly once reaches the target. RAGEN keeps only instances solvable with + and - alone (its ``has_solution``
@@ -60,10 +60,10 @@ _OP_WEIGHTS = (3, 3, 1, 1)
 
 @dataclass
 class CountdownTaskConfig(TaskConfig):
-    """Countdown: reach the target with the numbers, each used exactly once (RAGEN, anchors.md section 3.4).
+    """Countdown: reach the target with the numbers, each used exactly once (RAGEN).
 
     RAGEN's data (HF ``Jiayi-Pan/Countdown-Tasks-3to4``) has 3-4 numbers of up to two digits and a target;
-    anchors.md does not record exact ranges, so chat style draws numbers from 1-99 and targets from 1-100. Compact
+    RAGEN's notes do not record exact ranges, so chat style draws numbers from 1-99 and targets from 1-100. Compact
     style (the character-level tiny model) defaults to one-digit numbers: in its 600-step warm start the tiny model
     learns to copy one-digit numbers (about half its answers use them exactly once) but not two-digit ones (none).
     """
@@ -85,7 +85,7 @@ class CountdownTaskConfig(TaskConfig):
     - alone); ``+-*/`` admits targets that need * or /. The policy may use all four either way."""
     format_penalty: float = 0.0
     """Reward of a completion with no readable answer (chat: no ``<think>...</think><answer>...</answer>`` or an
-    empty answer; compact: no ``stop``). 0 gives the spec's 1 / 0.1 / 0; RAGEN's es_manager adds -0.1."""
+    empty answer; compact: no ``stop``). 0 keeps RAGEN's rewards 1 / 0.1 / 0 (correct / right numbers / neither); RAGEN's es_manager adds -0.1."""
     chat_max_words: int = 100
     """chat style: the length budget the prompt states (RAGEN's ``max_tokens: 100``); not a generation limit."""
     list_max: int = 16

@@ -1,4 +1,4 @@
-"""FrozenLake (RAGEN ``frozen_lake``, anchors.md section 3.2): walk from the start to the goal without falling in.
+"""FrozenLake (RAGEN ``frozen_lake``): walk from the start to the goal without falling in.
 
 Dynamics are gymnasium's own ``FrozenLakeEnv`` (slippery moves included), reset with the instance seed, so an
 episode is a deterministic function of the instance and the actions. Maps follow RAGEN's generator: each cell is
@@ -74,7 +74,7 @@ class FrozenLakeTaskConfig(AgentTaskConfig):
     warm_start_captions: float = 0.0
     """Fraction of the tiny model's warm-start lines that caption a map instead of playing it: the grid, ``=``, then
     the same state in the compact coordinate form (``S00G33P00O13O22``). Reading practice, not play: the base learns
-    where the holes are, not how to avoid them. 0 = play lines only (spec section 5)."""
+    where the holes are, not how to avoid them. 0 = play lines only."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -270,6 +270,13 @@ class FrozenLakeTask(GridTask):
             lines.append(env._grid() + "\n=" + env._coords())
         rng.shuffle(lines)
         return lines
+
+    def turn_responses(self) -> list[str] | None:
+        """The grid task's responses on deterministic ice only (not slippery, or ``success_rate=1``): a slippery
+        episode is not a function of the responses."""
+        if self.cfg.is_slippery and self.cfg.success_rate < 1:
+            return None
+        return super().turn_responses()
 
     def generate(self, split: str, index: int) -> FrozenLakeInstance:
         seed = split_seed("frozenlake", split, self.seed, index)

@@ -15,6 +15,9 @@ from collections.abc import Callable, Sequence
 from sesa_cli.tasks import ragen
 from sesa_cli.tasks.agent import COMPACT_LAYOUT, AgentTask, Env
 
+MAX_TURN_RESPONSES = 2000
+"""The longest list of one turn's responses ``GridTask.turn_responses`` returns (4 actions, up to 5 per turn: 1364)."""
+
 
 def draw_grid(height: int, width: int, symbol: Callable[[int, int], str]) -> str:
     """The text picture of a grid world's state: ``height`` lines of ``width`` symbols, ``symbol(row, col)`` each."""
@@ -45,6 +48,23 @@ class GridTask(AgentTask):
         if self.chat:
             return f" {ragen.ACTION_SEP} ".join(actions)
         return "".join(a[0] for a in actions)
+
+    def turn_responses(self) -> list[str] | None:
+        """Compact style: every run of 1..max_actions_per_turn action letters (as many as fit max_new_tokens with the
+        stop) followed by the stop, the canonical spelling (upper case, no whitespace), at most
+        ``MAX_TURN_RESPONSES`` of them; None in the chat style, whose free ``<think>`` text cannot be listed."""
+        if self.chat:
+            return None
+        longest = min(self.cfg.max_actions_per_turn, self.cfg.max_new_tokens - len(self.stop))
+        letters = [a[0] for a in self.action_names]
+        if sum(len(letters) ** k for k in range(1, longest + 1)) > MAX_TURN_RESPONSES:
+            return None
+        out: list[str] = []
+        runs = [""]
+        for _ in range(longest):
+            runs = [run + letter for run in runs for letter in letters]
+            out += [run + self.stop for run in runs]
+        return out
 
     def random_actions(self, env: Env, rng: random.Random, k: int) -> list[str]:
         """Uniform moves (walls and holes included)."""

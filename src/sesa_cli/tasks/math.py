@@ -1,4 +1,4 @@
-"""Math: a question, one final answer, graded by ``math-verify`` (spec section 3).
+"""Math: a question, one final answer, graded by ``math-verify``.
 
 Data: a JSONL file (``task.data=path``), one ``{"question": str, "answer": str | number}`` object per line; a
 malformed line is a ``ConfigError`` naming the file and its 1-based line number. Validation uses ``task.val_data``

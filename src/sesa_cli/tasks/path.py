@@ -1,4 +1,4 @@
-"""Path Exploration: the paper's synthetic task (paper.md section 3), rebuilt with a made-up world.
+"""Path Exploration: the paper's synthetic task (SESA, arXiv 2510.15502, section 3), rebuilt with a made-up world.
 
 A fixed hierarchy region -> city -> district (names invented from syllables, seeded by ``world_seed``). The policy
 names one root-to-leaf path ``region/city/district``; the reward is 1 iff that path is one of U hidden target
@@ -26,7 +26,7 @@ _VOWELS = "aeiou"
 
 @dataclass
 class PathTaskConfig(TaskConfig):
-    """The paper's synthetic Path Exploration task (paper.md section 3), rebuilt with made-up names.
+    """The SESA paper's synthetic Path Exploration task (its section 3), rebuilt with made-up names.
 
     With the defaults 8 x 8 x 8 = 512 leaves and 20 targets, a uniform valid path hits a target 20/512 = 3.9% of
     the time: the "few percent" of the paper's weak base models.

@@ -1,6 +1,6 @@
 """Exact, safe arithmetic over untrusted text: a small recursive-descent parser, never ``eval``.
 
-Model output is untrusted input (spec section 9). Countdown answers are scored by this module instead of Python's
+Model output is untrusted input. Countdown answers are scored by this module instead of Python's
 ``eval``, which RAGEN uses (``eval(expr, {"__builtins__": None}, {})`` can still be escaped through attribute
 access). Grammar, with spaces and tabs allowed between tokens::
 

@@ -1,4 +1,4 @@
-"""Sokoban (RAGEN ``sokoban``, anchors.md section 3.3): push every box onto a target.
+"""Sokoban (RAGEN ``sokoban``): push every box onto a target.
 
 Pure-Python dynamics with gym-sokoban's push-or-move semantics (RAGEN's actions 1..4): moving into a box pushes it
 if the cell behind it is free floor, otherwise nothing moves; moving into a wall does nothing. Reward per action

@@ -1,4 +1,4 @@
-"""Sudoku (RAGEN-2 ``sudoku``, anchors.md section 3.5): fill the grid by placements until it is solved.
+"""Sudoku (RAGEN-2 ``sudoku``): fill the grid by placements until it is solved.
 
 Puzzles: a full grid from a seeded shuffle of the base pattern (bands, rows within bands, stacks, columns within
 stacks, digit relabelling, transpose), then cells are removed in random order as long as a backtracking solver still

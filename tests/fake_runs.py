@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import uuid
 from pathlib import Path
 
 import numpy as np
@@ -65,6 +66,7 @@ def write_run(
     (run_dir / ".hydra" / "config.yaml").write_text(yaml.safe_dump(config))
     (run_dir / "config.yaml").write_text(yaml.safe_dump(config))
     info: dict[str, object] = {
+        "id": uuid.uuid4().hex,  # as every run writes (fabricated runs of one seed log identical metrics)
         "command": command,
         "parent": None,
         "overrides": override_list,
@@ -158,6 +160,7 @@ def write_revival(
     config["sampler"]["name"] = str(overrides.get("sampler", config["sampler"]["name"]))
     (run_dir / "config.yaml").write_text(yaml.safe_dump(config))
     info = {
+        "id": uuid.uuid4().hex,
         "command": "revive",
         "parent": str(parent / "checkpoints" / f"step_{at:06d}"),
         "overrides": override_list,

@@ -69,3 +69,17 @@ def test_unknown_launcher_names_the_plugins_extra(monkeypatch: pytest.MonkeyPatc
     assert len(err.splitlines()) == 1
     assert "hydra/launcher=nope" in err
     assert "sesa[launchers]" in err
+
+
+def test_a_missing_ray_launcher_names_its_extra(monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    import importlib.util
+
+    from tests.conftest import run_cli
+
+    if importlib.util.find_spec("hydra_plugins.hydra_ray_launcher") is not None:
+        pytest.skip("the Ray launcher is installed (nox -s integrations runs a sweep on it)")
+    assert run_cli(["train", "-m", "hydra/launcher=ray", "seed=0,1"], monkeypatch) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert err.startswith("sesa train: error: hydra/launcher=ray is not a hydra/launcher option; choose one of: basic")
+    assert err.endswith("(Hydra's Ray launcher: pip install 'sesa[ray]')")

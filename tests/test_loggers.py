@@ -4,9 +4,14 @@ extras are one line and exit 2; a tracker failing mid-run costs one warning and 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
+import os
+import subprocess
+import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -108,10 +113,49 @@ def test_a_revived_run_continues_its_parents_step_axis_and_links_to_it(tracked_r
     assert run.data.params["sampler.name"] == "sequential"
 
 
+def _eval_expected(eval_dir: Path) -> dict[str, list[tuple[int, float]]]:
+    """What a tracker must hold of ``sesa eval``'s metrics.json: every finite number, at the checkpoint's step."""
+    metrics = json.loads((eval_dir / "metrics.json").read_text())
+    return _expected([{k: v for k, v in metrics.items() if not isinstance(v, (list, bool))}])
+
+
+def test_eval_of_a_run_logs_to_the_runs_trackers(tracked_run, monkeypatch):
+    from sesa_cli.loggers import mlflow_key
+
+    run_dir, _ = tracked_run
+    eval_dir = run_dir.parent / "eval"
+    assert run_cli(["eval", f"ckpt={run_dir}", "eval.samples=4", f"hydra.run.dir={eval_dir}"], monkeypatch) == 0
+    expected = _eval_expected(eval_dir)
+    assert expected["eval/success"][0][0] == 2  # the checkpoint's step
+    assert "eval/pass@4" in expected
+    _same(_tensorboard(eval_dir), expected)
+    # the run's MLflow store (reloaded with its config), nested under the run's MLflow run
+    parent_ref = json.loads((run_dir / "run.json").read_text())["loggers"]["mlflow"]
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=parent_ref["tracking_uri"])
+    children = client.search_runs(
+        [client.get_run(parent_ref["run_id"]).info.experiment_id],
+        filter_string=f"tags.mlflow.parentRunId = '{parent_ref['run_id']}' and tags.`sesa.run_dir` = '{eval_dir}'",
+    )
+    assert len(children) == 1
+    history = {key: sorted((m.step, m.value) for m in client.get_metric_history(children[0].info.run_id, key))
+               for key in children[0].data.metrics}  # fmt: skip
+    _same(history, expected, rename=mlflow_key)
+    # logger=[] on the command line: none
+    quiet = run_dir.parent / "eval_quiet"
+    argv = ["eval", f"ckpt={run_dir}", "eval.samples=4", "logger=[]", f"hydra.run.dir={quiet}"]
+    assert run_cli(argv, monkeypatch) == 0
+    assert not list(quiet.glob("events.out.tfevents.*"))
+
+
 @pytest.mark.parametrize(
     ("args", "expected"),
     [
-        (["logger=[tensorboard,nope]"], "logger='nope' is not a logger; choose from: tensorboard, mlflow"),
+        (
+            ["logger=[tensorboard,nope]"],
+            "logger='nope' is not a logger; choose from: tensorboard, mlflow, wandb, trackio",
+        ),
         (["logger=[mlflow,mlflow]"], "names a logger twice"),
         (["logger_options.experiment= "], "logger_options.experiment must not be empty"),
         (["logger=mlflow"], "logger: "),  # a list, not a single name: Hydra's type error, named by key
@@ -155,24 +199,27 @@ def test_a_missing_extra_or_a_tracker_that_cannot_start_fails_before_any_model_w
     assert err[0].startswith("sesa train: error: logger=mlflow cannot start (")
 
 
-def test_a_tracker_failing_mid_run_warns_once_and_the_run_dir_is_complete(monkeypatch, tmp_path, tiny_overrides):
-    from sesa_cli.loggers import TensorBoardTracker
+@pytest.mark.parametrize("name", ["tensorboard", "wandb"])
+def test_a_tracker_failing_mid_run_warns_once_and_the_run_dir_is_complete(monkeypatch, tmp_path, tiny_overrides, name):
+    from sesa_cli.loggers import LOGGERS
 
+    pytest.importorskip(LOGGERS[name].module, reason=f"pip install 'sesa[{name}]' (nox -s integrations)")
     calls = []
 
     def broken(self, step, values):
         calls.append(step)
         raise OSError("disk full")
 
-    monkeypatch.setattr(TensorBoardTracker, "log_row", broken)
+    monkeypatch.setattr(LOGGERS[name], "log_row", broken)
+    monkeypatch.delenv("WANDB_MODE", raising=False)
     run_dir = tmp_path / "run"
-    argv = ["train", *tiny_overrides, *SMALL, "sampler=parallel", "train.steps=2", "logger=[tensorboard]",
+    argv = ["train", *tiny_overrides, *SMALL, "sampler=parallel", "train.steps=2", f"logger=[{name}]",
             f"hydra.run.dir={run_dir}"]  # fmt: skip
     assert run_cli(argv, monkeypatch) == 0
     # the run's log (Hydra's job logging writes it to the console and train.log alike)
     warnings = [line for line in (run_dir / "train.log").read_text().splitlines() if "sesa.loggers" in line]
     assert len(warnings) == 1
-    assert "logger tensorboard failed while logging step 0 (disk full)" in warnings[0]
+    assert f"logger {name} failed while logging step 0 (disk full)" in warnings[0]
     assert calls == [0]  # never called again after the failure
     rows = _rows(run_dir)
     assert [r["step"] for r in rows if "rollout/reward_mean" in r] == [1, 2]
@@ -184,3 +231,150 @@ def test_logger_names_are_the_registry():
     from sesa_cli.loggers import LOGGERS
 
     assert tuple(LOGGERS) == LOGGER_NAMES
+
+
+# ------------------------------------------------------------------------------------------ W&B (offline) and trackio
+def _wandb_records(run_dir: Path) -> list:
+    """Every record of the run's offline W&B file (``wandb/offline-run-*/run-*.wandb``), parsed with W&B's own
+    protobuf. The file is a LevelDB-style log (wandb-core writes it; wandb 0.31 ships no Python reader): a 7-byte
+    header (``:W&B``, magic 0xBEE1, version 0), then 32 KiB blocks of chunks, each a CRC32C (4 bytes), a length (2,
+    little-endian) and a type (1: full, 2: first, 3: middle, 4: last) before its bytes."""
+    from wandb.proto import wandb_internal_pb2 as pb
+
+    (path,) = (run_dir / "wandb").glob("offline-run-*/run-*.wandb")
+    data = path.read_bytes()
+    assert data[:6] == b":W&B" + (0xBEE1).to_bytes(2, "little"), data[:7]
+    block, pos, records, pending = 32768, 7, [], b""
+    while pos + 7 <= len(data):
+        if block - pos % block < 7:  # a block's tail too short for a chunk header is padding
+            pos += block - pos % block
+            continue
+        length, kind = int.from_bytes(data[pos + 4 : pos + 6], "little"), data[pos + 6]
+        if kind == 0 and length == 0:  # zero padding at the end of the file
+            break
+        chunk = data[pos + 7 : pos + 7 + length]
+        pos += 7 + length
+        pending = chunk if kind in (1, 2) else pending + chunk
+        if kind in (1, 4):
+            record = pb.Record()
+            record.ParseFromString(pending)
+            records.append(record)
+    return records
+
+
+def _wandb(run_dir: Path) -> tuple[dict[str, list[tuple[int, float]]], dict[str, Any], Any]:
+    """key -> sorted (step, value) of every history record, the run's config, and its run record."""
+    records = _wandb_records(run_dir)
+    history: dict[str, list[tuple[int, float]]] = {}
+    config: dict[str, Any] = {}
+    (run,) = [r.run for r in records if r.WhichOneof("record_type") == "run"]
+    for item in run.config.update:
+        config[item.key] = json.loads(item.value_json)
+    for record in records:
+        if record.WhichOneof("record_type") == "history":
+            step = record.history.step.num
+            for item in record.history.item:
+                key = item.key or "/".join(item.nested_key)
+                if not key.startswith("_"):  # W&B's own _step, _runtime, _timestamp
+                    history.setdefault(key, []).append((step, float(json.loads(item.value_json))))
+        elif record.WhichOneof("record_type") == "config":
+            config.update({item.key: json.loads(item.value_json) for item in record.config.update})
+    return {k: sorted(v) for k, v in history.items()}, config, run
+
+
+def _one_per_step(rows: list[dict]) -> dict[str, list[tuple[int, float]]]:
+    """What W&B keeps of metrics.jsonl: one value per key and step (a history row per step), the later one where a
+    key comes twice at one step."""
+    out: dict[str, dict[int, float]] = {}
+    for row in rows:
+        for key, value in row.items():
+            if key != "step" and isinstance(value, (int, float)) and value is not None and math.isfinite(value):
+                out.setdefault(key, {})[row["step"]] = float(value)
+    return {k: sorted(v.items()) for k, v in out.items()}
+
+
+def _trackio(run_dir: Path, name: str = "trackio") -> tuple[dict[str, list[tuple[int, float]]], dict[str, Any]]:
+    """key -> sorted (step, value) from trackio's SQLite store, and the run's config there."""
+    import sqlite3
+
+    ref = json.loads((run_dir / "run.json").read_text())["loggers"][name]
+    with contextlib.closing(sqlite3.connect(Path(ref["dir"]) / f"{ref['project']}.db")) as db:
+        rows = db.execute("SELECT step, metrics FROM metrics WHERE run_id = ?", (ref["id"],)).fetchall()
+        (config,) = db.execute("SELECT config FROM configs WHERE run_id = ?", (ref["id"],)).fetchone()
+    out: dict[str, list[tuple[int, float]]] = {}
+    for step, metrics in rows:
+        for key, value in json.loads(metrics).items():
+            if not key.startswith("_"):
+                out.setdefault(key, []).append((step, float(value)))
+    return {k: sorted(v) for k, v in out.items()}, json.loads(config)
+
+
+@pytest.fixture(scope="module")
+def scale_tracked_run(tmp_path_factory, tiny_overrides) -> tuple[Path, Path]:
+    """A 2-step training run logged to W&B (offline) and trackio, a 1-step revival of it and an evaluation of it;
+    in subprocesses, as trackio reads its store's place ($TRACKIO_DIR) once, at import."""
+    pytest.importorskip("wandb", reason="pip install 'sesa[wandb]' (nox -s integrations)")
+    pytest.importorskip("trackio", reason="pip install 'sesa[trackio]' (nox -s integrations)")
+    root = tmp_path_factory.mktemp("scale_loggers")
+    env = {**os.environ, "TRACKIO_DIR": str(root / "trackio")}
+    env.pop("WANDB_MODE", None)  # offline is sesa's default
+    sesa = [sys.executable, "-m", "sesa_cli"]
+    for argv in (
+        ["train", *tiny_overrides, *SMALL, "sampler=parallel", "train.steps=2", "train.checkpoint_every=1",
+         "train.policy_every=1", "logger=[wandb,trackio]", f"hydra.run.dir={root / 'run'}"],
+        ["revive", f"ckpt={root / 'run'}", "step=1", "more_steps=1", "sampler=sequential",
+         f"hydra.run.dir={root / 'revived'}"],
+        ["eval", f"ckpt={root / 'run'}", "eval.samples=4", f"hydra.run.dir={root / 'eval'}"],
+    ):  # fmt: skip
+        proc = subprocess.run([*sesa, *argv], capture_output=True, text=True, timeout=600, check=False, env=env)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    return root / "run", root / "revived"
+
+
+def test_wandb_offline_and_trackio_hold_the_same_values_as_metrics_jsonl(scale_tracked_run):
+    run_dir, _ = scale_tracked_run
+    rows = _rows(run_dir)
+    # policy_every=1: the training rows and the final evaluation both hold policy/* at step 2
+    assert sum("policy/target_mass" in r for r in rows if r["step"] == 2) == 2
+    history, config, run = _wandb(run_dir)
+    _same(history, _one_per_step(rows))
+    assert run.project == "sesa"
+    assert run.run_group == str(run_dir)
+    assert config["sampler.group_size"] == 4
+    assert config["task.name"] == "path"
+    assert config["sesa.run_dir"] == str(run_dir)
+    tracked, config = _trackio(run_dir)
+    _same(tracked, _expected(rows))  # trackio keeps every row, duplicates and all
+    assert config["sampler.group_size"] == 4
+    assert config["_Group"] == str(run_dir)
+    info = json.loads((run_dir / "run.json").read_text())
+    assert info["loggers"]["wandb"]["dir"].startswith(str(run_dir / "wandb" / "offline-run-"))
+
+
+def test_a_revived_run_joins_its_parents_group_in_wandb_and_trackio(scale_tracked_run):
+    parent_dir, revived = scale_tracked_run
+    rows = _rows(revived)
+    assert [r["step"] for r in rows if "rollout/reward_mean" in r] == [1, 2]
+    history, config, run = _wandb(revived)
+    _same(history, _one_per_step(rows))
+    assert run.run_group == str(parent_dir)  # the parent's group
+    assert config["sesa.parent_run"] == str(parent_dir)
+    assert config["sampler.name"] == "sequential"
+    tracked, config = _trackio(revived)
+    _same(tracked, _expected(rows))
+    assert config["_Group"] == str(parent_dir)
+    assert config["sesa.parent_run"] == str(parent_dir)
+
+
+def test_eval_of_a_run_logs_to_its_wandb_and_trackio(scale_tracked_run):
+    run_dir, _ = scale_tracked_run
+    eval_dir = run_dir.parent / "eval"
+    expected = _eval_expected(eval_dir)
+    assert expected["eval/success"][0][0] == 2  # the checkpoint's step
+    history, config, run = _wandb(eval_dir)
+    _same(history, expected)
+    assert run.run_group == str(run_dir)  # with the run it evaluated
+    assert config["sesa.parent_run"] == str(run_dir)
+    tracked, config = _trackio(eval_dir)
+    _same(tracked, expected)
+    assert config["_Group"] == str(run_dir)

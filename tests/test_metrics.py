@@ -327,7 +327,6 @@ def test_policy_metrics_coverage_keeps_precision_for_tiny_probabilities():
         ([0.5, 0.5], [False, False], 4, "target"),
         ([0.6, 0.6], [True, False], 4, "add up"),
         ([-0.1, 0.5], [True, False], 4, "probabilities"),
-        ([float("nan"), 0.5], [True, False], 4, "probabilities"),
         ([0.5], [True, False], 4, "shape"),
         ([0.5, 0.1], [True, False], 0, "k >= 1"),
     ],
@@ -385,7 +384,6 @@ def test_chain_health_without_judgements_has_no_followed_share():
 
 
 RAGGED = [
-    ([], [], None, "at least one"),
     ([["a"], ["a", "b"]], [[False], [False, False]], None, "same"),
     ([["a"]], [[False, True]], None, "same"),
     ([["a"]], [[False]], [[[True]], [[True]]], "judgements"),

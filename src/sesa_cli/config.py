@@ -11,6 +11,7 @@ sesa_cli.commands.schemas.register_configs stores them all.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -493,9 +494,18 @@ class CollapseConfig:
         raise_if(at_least(self, "collapse", 0, "max_distinct_correct", "min_entropy"))
 
 
-LOGGER_NAMES = ("tensorboard", "mlflow")
+LOGGER_NAMES = ("tensorboard", "mlflow", "wandb", "trackio")
 """``logger`` values: the keys of ``sesa_cli.loggers.LOGGERS`` (a test keeps the two equal; this module must not
 import the trackers)."""
+
+
+def check_logger_names(names: list[str]) -> None:
+    """A ConfigError for a ``logger`` list naming an unknown tracker or one twice."""
+    unknown = [name for name in names if name not in LOGGER_NAMES]
+    if unknown:
+        raise ConfigError(f"logger={unknown[0]!r} is not a logger; choose from: {', '.join(LOGGER_NAMES)}")
+    if len(set(names)) != len(names):
+        raise ConfigError(f"logger={names} names a logger twice")
 
 
 @dataclass
@@ -503,7 +513,7 @@ class LoggerOptions:
     """Where the experiment trackers named in ``logger`` write (``logger_options.*``)."""
 
     experiment: str = "sesa"
-    """The MLflow experiment the run is logged under."""
+    """The MLflow experiment, W&B project or trackio project the run is logged under."""
     mlflow_tracking_uri: str = "outputs/mlruns"
     """Where MLflow logs: a local directory (relative paths are from the cwd) gets an SQLite store ``mlflow.db`` and
     the artifacts (MLflow's file store is in maintenance mode; browse with ``pip install mlflow`` and ``mlflow ui
@@ -513,6 +523,33 @@ class LoggerOptions:
     def __post_init__(self) -> None:
         if not self.experiment.strip():
             raise ConfigError("logger_options.experiment must not be empty")
+
+
+SWEEP_DIRECTIONS = ("maximize", "minimize")
+"""``sweep.direction`` values (Optuna's study directions)."""
+
+
+@dataclass
+class SweepConfig:
+    """What a hyperparameter search optimizes (``sweep.*``): ``sesa train`` returns the run's ``objective`` to Hydra,
+    whose sweeper (``hydra/sweeper=optuna``, ``pip install 'sesa[optuna]'``) proposes the next trial from it."""
+
+    objective: str = "eval/success"
+    """The metric key a train job returns: its value at the run's last evaluation (the final row, which holds the
+    final evaluation's ``eval/*`` and ``policy/*`` and the last training step's keys), any key of docs/metrics.md,
+    e.g. ``eval/pass@8`` or ``policy/effective_solutions``. A value that is not finite, or a key the run never
+    logged (``policy/*`` on a task without exact policy metrics; with a warning), is returned as NaN: Optuna records
+    the trial as failed."""
+    direction: str = "maximize"
+    """``maximize`` or ``minimize`` the objective. Hydra's Optuna sweeper takes its ``hydra.sweeper.direction`` from
+    it (sesa_cli.commands.schemas stores that default), so a study sets only this."""
+
+    def __post_init__(self) -> None:
+        from sesa_cli.metric_keys import find
+
+        _choice(self.direction, "sweep.direction", SWEEP_DIRECTIONS)
+        if find(self.objective) is None:
+            raise ConfigError(f"sweep.objective={self.objective!r} is not a metric key (docs/metrics.md lists them)")
 
 
 @dataclass
@@ -545,17 +582,16 @@ class TrainConfig:
     logger: list[str] = field(default_factory=list)
     """Experiment trackers that get every metric row besides the run dir's own files (which stay the source of
     truth), e.g. ``logger=[tensorboard,mlflow]``: ``tensorboard`` (event files in the run dir), ``mlflow``
-    (see ``logger_options``). Each is an extra: ``pip install 'sesa[tensorboard]'``. The resolved config
-    goes along as parameters, and a revived run logs its parent's rows first, on the same step axis."""
+    (see ``logger_options``), ``wandb`` (offline unless ``WANDB_MODE`` says otherwise: the run dir's ``wandb/``,
+    which ``wandb sync`` uploads later), ``trackio`` (its local store, ``$TRACKIO_DIR``). Each is an extra: ``pip
+    install 'sesa[tensorboard]'``. The resolved config goes along as parameters, and a revived run logs its parent's
+    rows first, on the same step axis."""
     logger_options: LoggerOptions = field(default_factory=LoggerOptions)
+    sweep: SweepConfig = field(default_factory=SweepConfig)
 
     def __post_init__(self) -> None:
         thread_count(self.threads)
-        unknown = [name for name in self.logger if name not in LOGGER_NAMES]
-        if unknown:
-            raise ConfigError(f"logger={unknown[0]!r} is not a logger; choose from: {', '.join(LOGGER_NAMES)}")
-        if len(set(self.logger)) != len(self.logger):
-            raise ConfigError(f"logger={self.logger} names a logger twice")
+        check_logger_names(self.logger)
         if self.optim.warmup_steps >= self.train.steps:
             raise ConfigError(
                 f"optim.warmup_steps={self.optim.warmup_steps} must be < train.steps={self.train.steps} (the warm-up "
@@ -600,6 +636,11 @@ class EvalConfig:
     """A checkpoint dir or run dir (its config is reloaded); unset = the base model named by ``model``."""
     seed: int = 0
     """Seed of the evaluation draws."""
+    logger: list[str] = field(default_factory=list)
+    """Experiment trackers that get the evaluation's metrics (at the checkpoint's step), as ``logger`` of ``sesa
+    train`` names them; with ``ckpt=`` the run's own (its config is reloaded), ``logger=[]`` for none. The
+    evaluation is a run of its own there, linked to the evaluated run as a revived run is."""
+    logger_options: LoggerOptions = field(default_factory=LoggerOptions)
     device: str = "cpu"
     """Torch device."""
     threads: str = "1"
@@ -615,6 +656,7 @@ class EvalConfig:
 
     def __post_init__(self) -> None:
         thread_count(self.threads)
+        check_logger_names(self.logger)
 
 
 @dataclass
@@ -635,11 +677,65 @@ class DiversityReportConfig:
     logged (the exact policy's spread and target mass where the task has them, validation success, episode length)."""
 
 
+def nonfinite_values(cfg: Any) -> list[str]:
+    """``key=value`` of every float setting of a composed config (DictConfig) that is NaN or +-inf, in schema order.
+
+    One check for every float field of every schema (and any float in an untyped field): no range check of a
+    ``__post_init__`` can see a NaN (every comparison with it is false), and an infinite rate or coefficient passes
+    ``> 0``. A config that does not resolve yields no problem here: :func:`to_object` reports it."""
+    from omegaconf import OmegaConf
+
+    try:
+        plain = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=False)
+    except Exception:  # noqa: BLE001  (an interpolation error: OmegaConf.to_object says which key)
+        return []
+    found: list[str] = []
+
+    def walk(node: Any, prefix: str) -> None:
+        items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
+        for name, value in items:
+            where = f"{prefix}[{name}]" if isinstance(node, list) else f"{prefix}.{name}" if prefix else str(name)
+            if isinstance(value, float) and not math.isfinite(value):
+                found.append(f"{where}={value}")
+            walk(value, where)
+
+    walk(plain, "")
+    return found
+
+
+def unknown_keys(cfg: Any, prefix: str = "") -> list[str]:
+    """A one-line problem per key of a composed config (DictConfig) that its schema dataclass has no field for.
+
+    Hydra's ``+key=`` and ``++key=`` add a key to a structured config even where the schema has none, and
+    ``OmegaConf.to_object`` then sets it as a stray attribute: ``+optim.lrr=0.1`` would run with the typo recorded
+    and ignored. Keys under a dict-typed field (``task.options`` of reasoning_gym) are the schema's to add."""
+    import dataclasses
+
+    from omegaconf import DictConfig, OmegaConf
+
+    found: list[str] = []
+    schema = OmegaConf.get_type(cfg)
+    names = {f.name for f in dataclasses.fields(schema)} if dataclasses.is_dataclass(schema) else None
+    for name in cfg:
+        where = f"{prefix}.{name}" if prefix else str(name)
+        if names is not None and name not in names:
+            under = f"under {prefix!r}" if prefix else "at the top level"
+            found.append(f"unknown key {where!r}; valid keys {under}: {', '.join(sorted(names))}")
+            continue
+        child = cfg._get_node(name)
+        if isinstance(child, DictConfig) and not child._is_missing() and not child._is_none():
+            found += unknown_keys(child, where)
+    return found
+
+
 def to_object(cfg: Any) -> Any:
-    """DictConfig -> typed dataclass, turning schema validation errors into ``ConfigError``."""
+    """DictConfig -> typed dataclass, turning schema validation errors into ``ConfigError``; a key the schema does
+    not have (:func:`unknown_keys`) and a NaN or infinite float setting (:func:`nonfinite_values`) are refused
+    first."""
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
+    raise_if(unknown_keys(cfg) or [f"{item} must be a finite number" for item in nonfinite_values(cfg)])
     try:
         return OmegaConf.to_object(cfg)
     except OmegaConfBaseException as exc:

@@ -1,4 +1,5 @@
-"""Experiment trackers (``logger=[tensorboard,mlflow]``): every metric row the run dir gets goes to each too.
+"""Experiment trackers (``logger=[tensorboard,mlflow,wandb,trackio]``): every metric row the run dir gets goes to
+each too.
 
 The run dir's own files (metrics.jsonl, metrics.csv, checkpoints) are the source of truth; a tracker is a copy where
 a researcher already looks. So a tracker that is not installed or cannot start is a ConfigError before any model
@@ -7,26 +8,30 @@ alone for the rest of the run: it never stops the run or touches the run dir's f
 
 Each tracker gets, at start, the resolved config as parameters (flattened to ``a.b.c`` keys) and the run's parent
 link (a revived run: the parent checkpoint and run dir; MLflow also nests the run under its parent's MLflow run when
-the parent logged to the same store), and then every row :meth:`sesa_cli.runs.RunDir.log_metrics` writes, at the
+the parent logged to the same store, W&B and trackio put it in its parent's group), and then every row :meth:`sesa_cli.runs.RunDir.log_metrics` writes, at the
 row's ``step``. A revived run writes its parent's rows first (``revive/parent`` = 1), so its curves continue the
 parent's step axis in every tracker.
 
 Only numeric values are sent (booleans as 0/1); ``None`` (a non-finite value in metrics.jsonl) and text are left
 out. MLflow does not allow ``@`` in a metric name, so there ``eval/pass@4`` is logged as ``eval/pass_at_4``
-(:func:`mlflow_key`); the other trackers get the keys as metrics.jsonl has them.
+(:func:`mlflow_key`); the other trackers get the keys as metrics.jsonl has them. W&B keeps one value per key and
+step: where metrics.jsonl has a key twice at one step (a training row's ``policy/*`` and the evaluation's at the same
+step) it holds the later one.
 """
 
 from __future__ import annotations
 
 import contextlib
 import importlib.util
+import io
 import logging
 import math
+import os
 import time
 from collections.abc import Callable, Iterator
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from sesa_cli.config import ConfigError, LoggerOptions, first_line
 
@@ -34,13 +39,18 @@ log = logging.getLogger("sesa.loggers")
 
 
 class Tracker:
-    """One tracker's connection for one run."""
+    """One tracker's connection for one run: started with the run dir, the flattened config, the resolved YAML,
+    ``logger_options``, the run's ``sesa.*`` tags and its parent's reference in this tracker (a revived run)."""
 
     name: str = ""
     extra: str = ""
     """The pyproject extra that installs it: ``pip install 'sesa[<extra>]'``."""
     module: str = ""
     """The module whose absence means the extra is not installed."""
+
+    def __init__(self, run_dir: Path, params: dict[str, Any], config_yaml: str, options: LoggerOptions,
+                 tags: dict[str, str], parent: dict[str, Any] | None) -> None:  # fmt: skip
+        """Start the tracker's run (any exception: the tracker cannot start)."""
 
     def log_row(self, step: int, values: dict[str, float]) -> None:
         raise NotImplementedError
@@ -60,7 +70,8 @@ class TensorBoardTracker(Tracker):
     name = extra = "tensorboard"
     module = "tensorboard"
 
-    def __init__(self, run_dir: Path, params: dict[str, Any], config_yaml: str, options: LoggerOptions) -> None:
+    def __init__(self, run_dir: Path, params: dict[str, Any], config_yaml: str, options: LoggerOptions,
+                 tags: dict[str, str], parent: dict[str, Any] | None) -> None:  # fmt: skip
         from torch.utils.tensorboard import SummaryWriter
 
         self.writer = SummaryWriter(log_dir=str(run_dir))
@@ -141,7 +152,75 @@ class MlflowTracker(Tracker):
         return {"tracking_uri": self.uri, "run_id": self.run_id}
 
 
-LOGGERS: dict[str, type[Tracker]] = {t.name: t for t in (TensorBoardTracker, MlflowTracker)}
+def lineage(run_dir: Path, parent: dict[str, Any] | None) -> str:
+    """The group a run joins in W&B and trackio: its parent's group (a revived run), else its own run dir, so a run
+    and every run revived from it, directly or not, are one group there."""
+    return str((parent or {}).get("group") or run_dir)
+
+
+class WandbTracker(Tracker):
+    """A W&B run in project ``logger_options.experiment``, offline unless ``WANDB_MODE`` says otherwise: its files
+    go under the run dir's ``wandb/offline-run-*``, which ``wandb sync`` uploads later. The config (and the run's
+    ``sesa.*`` tags) as the run's config; a revived run joins its parent's group (:func:`lineage`)."""
+
+    name = extra = "wandb"
+    module = "wandb"
+    EXIT_CODES: ClassVar[dict[str, int]] = {"finished": 0, "failed": 1, "interrupted": 130}
+
+    def __init__(self, run_dir: Path, params: dict[str, Any], config_yaml: str, options: LoggerOptions,
+                 tags: dict[str, str], parent: dict[str, Any] | None) -> None:  # fmt: skip
+        import wandb
+
+        self.group = lineage(run_dir, parent)
+        settings = wandb.Settings(mode=os.environ.get("WANDB_MODE", "offline"), console="off", silent=True,
+                                  x_disable_stats=True)  # fmt: skip
+        self.run = wandb.init(project=options.experiment, dir=str(run_dir), name=run_dir.name, group=self.group,
+                              config={**params, **tags}, reinit="create_new", settings=settings)  # fmt: skip
+
+    def log_row(self, step: int, values: dict[str, float]) -> None:
+        self.run.log(values, step=step)
+
+    def close(self, status: str) -> None:
+        self.run.finish(exit_code=self.EXIT_CODES[status])
+
+    def reference(self) -> dict[str, Any]:
+        return {"id": self.run.id, "group": self.group, "dir": str(Path(self.run.dir).parent)}
+
+
+class TrackioTracker(Tracker):
+    """A trackio run in project ``logger_options.experiment``, in trackio's local SQLite store (``$TRACKIO_DIR``,
+    default ``~/.cache/huggingface/trackio``; ``trackio show`` opens its dashboard). The config (and the run's
+    ``sesa.*`` tags) as the run's config; a revived run joins its parent's group (:func:`lineage`)."""
+
+    name = extra = "trackio"
+    module = "trackio"
+
+    def __init__(self, run_dir: Path, params: dict[str, Any], config_yaml: str, options: LoggerOptions,
+                 tags: dict[str, str], parent: dict[str, Any] | None) -> None:  # fmt: skip
+        import trackio
+
+        self.group = lineage(run_dir, parent)
+        self.project = options.experiment
+        with contextlib.redirect_stdout(io.StringIO()):  # trackio prints a line per run it creates or finishes
+            self.run = trackio.init(project=self.project, name=run_dir.name, group=self.group,
+                                    config={**params, **tags}, embed=False, auto_log_cpu=False, auto_log_gpu=False)  # fmt: skip
+
+    def log_row(self, step: int, values: dict[str, float]) -> None:
+        self.run.log(values, step=step)
+
+    def close(self, status: str) -> None:
+        with contextlib.redirect_stdout(io.StringIO()):
+            self.run.finish()
+
+    def reference(self) -> dict[str, Any]:
+        from trackio.utils import TRACKIO_DIR
+
+        return {"project": self.project, "id": self.run.id, "group": self.group, "dir": str(TRACKIO_DIR)}
+
+
+LOGGERS: dict[str, type[Tracker]] = {
+    t.name: t for t in (TensorBoardTracker, MlflowTracker, WandbTracker, TrackioTracker)
+}
 """``logger`` name -> tracker (sesa_cli.config.LOGGER_NAMES lists the same names for validation)."""
 
 
@@ -228,10 +307,7 @@ def start(names: list[str], options: LoggerOptions, run_dir: Path, config_yaml: 
     for name in names:
         parent_ref = (parent or {}).get("loggers", {}).get(name)
         try:
-            if name == "tensorboard":
-                started.append(TensorBoardTracker(run_dir, params, config_yaml, options))
-            else:
-                started.append(MlflowTracker(run_dir, params, config_yaml, options, tags, parent_ref))
+            started.append(LOGGERS[name](run_dir, params, config_yaml, options, tags, parent_ref))
         except Exception as exc:  # noqa: BLE001  (a bad URI, an unreachable server, a broken install)
             Trackers(started).close("failed")
             raise ConfigError(f"logger={name} cannot start ({first_line(exc)}); check logger_options") from None

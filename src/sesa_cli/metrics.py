@@ -414,25 +414,30 @@ def policy_metrics(
                                  samples from x (unlike a count over drawn samples, it is not a multiple of 1/U).
 
     Probabilities are taken in float64; (1 − p)^k is computed as exp(k · log1p(−p)) so that small p keep their
-    precision.
+    precision. They come from the model: a probability that is not finite (a model whose weights went NaN) makes
+    every value NaN, and rounding just outside [0, 1] (a log-probability summed to +1e-9) is clipped.
 
     Raises:
-        ValueError: if the shapes differ, a probability is outside [0, 1] or not finite, Σ p > 1 beyond rounding,
-            there is no target, or k < 1.
+        ValueError: if the shapes differ, a probability is outside [0, 1] beyond rounding, Σ p > 1 beyond rounding
+            (a solution listed twice), there is no target, or k < 1: how the caller built the arguments.
     """
     p = np.asarray(probs, dtype=np.float64)
     target = np.asarray(target_mask, dtype=bool)
     k = as_int(k, "k")
     if p.ndim != 1 or p.shape != target.shape:
         raise ValueError(f"probs and target_mask must be 1-D of the same shape, got {p.shape} and {target.shape}")
-    if not np.all(np.isfinite(p)) or np.any(p < 0) or np.any(p > 1):
-        raise ValueError("probs must be finite probabilities in [0, 1]")
-    if p.sum() > 1 + 1e-6:
-        raise ValueError(f"probs add up to {p.sum():.6g} > 1: each solution must appear once")
     if not target.any():
         raise ValueError("policy metrics need at least one target solution")
     if k < 1:
         raise ValueError(f"coverage@k needs k >= 1, got k={k}")
+    if not np.all(np.isfinite(p)):
+        names = ("valid_mass", "target_mass", "effective_solutions", "solutions_above_1pct", "solution_entropy")
+        return {**dict.fromkeys(names, math.nan), f"coverage@{k}": math.nan}
+    if np.any(p < -1e-6) or np.any(p > 1 + 1e-6):
+        raise ValueError("probs must be probabilities in [0, 1]")
+    p = np.clip(p, 0.0, 1.0)
+    if p.sum() > 1 + 1e-6:
+        raise ValueError(f"probs add up to {p.sum():.6g} > 1: each solution must appear once")
 
     def entropy(weights: np.ndarray) -> float:
         total = weights.sum()
@@ -485,7 +490,9 @@ class ChainHealth:
 
     def scalars(self) -> dict[str, float]:
         """``valid`` and ``cut`` over all items, ``valid_last`` at the last position, ``distinct`` per chain, and
-        ``followed`` over all judged solutions (only when some were judged)."""
+        ``followed`` over all judged solutions (only when some were judged); NaN when there is no chain item."""
+        if not self.valid:
+            return {"valid": math.nan, "valid_last": math.nan, "distinct": math.nan, "cut": math.nan}
         out = {
             "valid": float(np.mean(self.valid)),
             "valid_last": self.valid[-1],
@@ -510,12 +517,15 @@ def chain_health(
         followed: two-stage only: ``followed[c][k]``, one judgement per stage-II solution expanding item k (True =
             follows it, None = the task cannot tell).
 
+    No chain, or chains of no item (an evaluation with fewer samples than a chain's first sketch), is a chain
+    health of ``chains`` = 0 with no position and NaN scalars: defined, and saying there was nothing to measure.
+
     Raises:
-        ValueError: if there are no chains, the chains differ in length, or ``cut``/``followed`` do not match
-            ``keys`` in shape.
+        ValueError: if the chains differ in length, or ``cut``/``followed`` do not match ``keys`` in shape (how the
+            sampler laid them out, not what the model wrote).
     """
     if not keys or not keys[0]:
-        raise ValueError("chain health needs at least one non-empty chain")
+        return ChainHealth([], [], [], [], None, math.nan, 0, sketches=followed is not None)
     g = len(keys[0])
     if any(len(chain) != g for chain in keys) or len(cut) != len(keys) or any(len(c) != g for c in cut):
         raise ValueError(f"every chain needs the same {g} items in keys and cut")

@@ -3,8 +3,8 @@
 Layout::
 
     <run_dir>/config.yaml            resolved config
-    <run_dir>/run.json               command, parent checkpoint, overrides, start time, git commit, torch thread
-                                     count and package versions
+    <run_dir>/run.json               run id, command, parent checkpoint, overrides, start time, git commit, torch
+                                     thread count and package versions
     <run_dir>/metrics.jsonl          one JSON object per step (training rows and evaluation rows), each with "step"
     <run_dir>/metrics.csv            the same, as a table (rewritten at every checkpoint and at the end)
     <run_dir>/policy_probs.jsonl     per evaluation, the exact probability of each target and likely solution
@@ -25,6 +25,7 @@ import re
 import shutil
 import subprocess
 import time
+import uuid
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -38,6 +39,18 @@ def _jsonable(value: Any) -> Any:
     if isinstance(value, float) and not math.isfinite(value):
         return None
     return value
+
+
+def json_text(data: dict[str, Any], indent: int | None = 2) -> str:
+    """``data`` as strict JSON: a float that is not finite (NaN: nothing was measured) becomes null, in lists too,
+    where ``json.dumps`` would write ``NaN``, which JSON readers other than Python's refuse."""
+
+    def clean(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: clean(v) for k, v in value.items()}
+        return [clean(v) for v in value] if isinstance(value, (list, tuple)) else _jsonable(value)
+
+    return json.dumps(clean(data), indent=indent, allow_nan=False)
 
 
 class RunDir:
@@ -58,6 +71,7 @@ class RunDir:
 
     def write_run_info(self, command: str, overrides: list[str], parent: str | None = None, **extra: Any) -> None:
         info = {
+            "id": uuid.uuid4().hex,  # what tells this run from a copy of its dir (sesa diversity-report counts it once)
             "command": command,
             "parent": parent,
             "overrides": overrides,
@@ -222,6 +236,55 @@ def read_json_object(path: Path) -> dict[str, Any]:
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"cannot read {path} ({exc})") from None
     return parse_json_object(text, str(path))
+
+
+MAX_YAML_NODES = 100_000
+"""The most nodes a run file read by :func:`read_yaml` may expand to, aliases counted at every use (a run's
+config.yaml holds a few hundred, and none of them an alias)."""
+
+
+def read_yaml(path: Path, what: str = "run config") -> Any:
+    """A run's YAML file (config.yaml, .hydra/overrides.yaml) as plain Python data: the one reader for every command.
+
+    Safe loading (no Python objects), and bounded: YAML aliases are shared when parsed, but every reader that copies
+    the data (OmegaConf, a deep walk) expands them, so a "billion laughs" file of nested aliases a few hundred bytes
+    long would hang it; a file whose nodes, aliases expanded, exceed :data:`MAX_YAML_NODES`, or that refers to
+    itself, is refused with a one-line ConfigError naming it, before anything is built from it."""
+    import yaml
+
+    try:
+        loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)(path.read_text())
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path}: {exc.strerror or exc}") from None
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        sizes: dict[int, int] = {}
+
+        def expanded(n: Any, open_: frozenset[int]) -> int:
+            if id(n) in sizes:
+                return sizes[id(n)]
+            if id(n) in open_:
+                raise ConfigError(f"{path} is not a valid {what} (an alias refers to itself)")
+            children = n.value if isinstance(n.value, list) else []
+            flat = [c for pair in children for c in (pair if isinstance(pair, tuple) else (pair,))]
+            total = 1 + sum(expanded(c, open_ | {id(n)}) for c in flat)
+            if total > MAX_YAML_NODES:
+                raise ConfigError(
+                    f"{path} is not a valid {what} (its aliases expand to more than {MAX_YAML_NODES:,} nodes)"
+                )
+            sizes[id(n)] = total
+            return total
+
+        expanded(node, frozenset())
+        return loader.construct_document(node)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path} is not a valid {what} ({first_line(exc)})") from None
+    except RecursionError:
+        raise ConfigError(f"{path} is not a valid {what} (nested too deeply)") from None
+    finally:
+        loader.dispose()
 
 
 def read_trainer_state(ckpt: Path, training: bool = False) -> dict[str, Any]:

@@ -37,6 +37,14 @@ def _valid_keys(config_name: str, overrides: list[str], parent: str, bad: str) -
     return sorted(node.keys()) if hasattr(node, "keys") else []
 
 
+PLUGIN_HINTS = {
+    "hydra/launcher": " (launcher plugins: pip install 'sesa[launchers]')",
+    "hydra/launcher=ray": " (Hydra's Ray launcher: pip install 'sesa[ray]')",
+    "hydra/sweeper": " (Hydra's Optuna sweeper: pip install 'sesa[optuna]')",
+}
+"""What to install for a Hydra plugin group's option that is missing (by ``group=value``, else by group)."""
+
+
 def explain(exc: BaseException, config_name: str, overrides: list[str]) -> str:
     """A one-line message naming the key (and the valid choices) for a composition error."""
     from hydra.errors import MissingConfigException
@@ -54,7 +62,7 @@ def explain(exc: BaseException, config_name: str, overrides: list[str]) -> str:
         options = re.findall(r"^\t(\S+)$", msg, flags=re.MULTILINE)
         if m and options:
             group, value = m.groups()
-            hint = " (launcher plugins: pip install 'sesa[launchers]')" if group == "hydra/launcher" else ""
+            hint = PLUGIN_HINTS.get(f"{group}={value}", PLUGIN_HINTS.get(group, ""))
             return f"{group}={value} is not a {group} option; choose one of: {', '.join(options)}{hint}"
         m = re.search(r"Could not find '([^']+)'", msg)
         return f"no config named {m.group(1)!r}" if m else msg.splitlines()[0]

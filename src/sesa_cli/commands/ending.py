@@ -4,7 +4,9 @@ commands; how to resume after Ctrl-C; how to report on a sweep. Everything goes 
 
 from __future__ import annotations
 
+import math
 import os
+import re
 import shlex
 from pathlib import Path
 from typing import Any
@@ -26,9 +28,27 @@ def shown_path(path: Path | str) -> str:
         return str(p)
 
 
+_PLAIN_VALUE = re.compile(r"[A-Za-z0-9_./~+-]+")
+"""Characters Hydra's override grammar reads as one unquoted value (its ``ID``/path tokens): anything else (spaces,
+parentheses, commas, brackets, quotes, ``$``, non-ASCII) makes ``sesa eval ckpt=...`` a grammar error or a sweep."""
+
+
+def hydra_value(text: str) -> str:
+    """``text`` as a value of Hydra's override grammar: as it is where it is plain, else single-quoted with the
+    grammar's escapes (a quote, and any backslashes before a quote or the closing quote, get a backslash each) and
+    ``${`` escaped so OmegaConf does not read an interpolation into a path."""
+    if _PLAIN_VALUE.fullmatch(text):
+        return text
+    body = text.replace("${", "\\${")
+    body = re.sub(r"(\\*)'", lambda m: m.group(1) * 2 + "\\'", body)
+    body = re.sub(r"(\\+)$", lambda m: m.group(1) * 2, body)
+    return f"'{body}'"
+
+
 def arg(key: str, path: Path | str, listed: bool = False) -> str:
-    """``key=path`` (``key=[path]`` when ``listed``) quoted for the shell where it needs it."""
-    text = shown_path(path)
+    """``key=path`` (``key=[path]`` when ``listed``) as a command-line word: the path quoted for Hydra's override
+    grammar where it needs it (:func:`hydra_value`), the whole word quoted for the shell where that needs it."""
+    text = hydra_value(shown_path(path))
     return shlex.quote(f"{key}=[{text}]" if listed else f"{key}={text}")
 
 
@@ -57,10 +77,16 @@ def _headline(row: dict[str, Any]) -> list[str]:
     return keys
 
 
+def number(value: Any, spec: str = ".4g") -> str:
+    """A table cell: ``–`` for a value that is missing or not a number (NaN: nothing to measure, e.g. no chain
+    item), a float in ``spec``, anything else as it is."""
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return "–"
+    return f"{value:{spec}}" if isinstance(value, float) else str(value)
+
+
 def _value(value: Any) -> str:
-    if value is None:
-        return "-"
-    return f"{value:.4g}" if isinstance(value, float) else str(value)
+    return number(value)
 
 
 def base_row(rows: list[dict[str, Any]], start: int) -> dict[str, Any] | None:

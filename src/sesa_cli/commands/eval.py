@@ -16,6 +16,7 @@ from sesa_cli.commands.common import (
     seed_everything,
     user_errors,
 )
+from sesa_cli.commands.ending import number
 from sesa_cli.commands.schemas import register_configs
 from sesa_cli.config import EvalConfig, conf_dir
 
@@ -32,6 +33,7 @@ def run(cfg: EvalConfig, run_dir: Path, overrides: list[str] | None = None) -> d
         atomic_write_text,
         check_checkpoint,
         ended_badly,
+        json_text,
         resolve_checkpoint,
         run_dir_of_checkpoint,
     )
@@ -78,14 +80,14 @@ def run(cfg: EvalConfig, run_dir: Path, overrides: list[str] | None = None) -> d
         metrics.update(chain_metrics(health))
     records = sample_records(groups, policy.decode)
     atomic_write_text(run.path / "samples.jsonl", "".join(json.dumps(r) + "\n" for r in records))
-    atomic_write_text(run.path / "metrics.json", json.dumps(metrics, indent=2))
+    atomic_write_text(run.path / "metrics.json", json_text(metrics))
     table = Table(title=f"sesa eval: task={task.name} sampler={cfg.sampler.name}", title_justify="left")
     table.caption = evaluation.describe()
     table.add_column("metric")
     table.add_column("value", justify="right")
     for key, value in metrics.items():
         if key.startswith(("eval/", "policy/")):
-            table.add_row(key, f"{value:.4g}" if isinstance(value, float) else str(value))
+            table.add_row(key, number(value))
     console.print(table)
     if health is not None:
         console.print(chain_table(health))
@@ -122,23 +124,44 @@ def chain_table(health: Any) -> Any:
         + ("; followed: share of stage-II solutions that follow their sketch" if health.sketches else "")
     )
     rows = [
-        ("valid", health.valid, f"{scalars['valid']:.2f}"),
-        ("new", health.new, f"{health.distinct:.2f} distinct"),
-        ("cut", health.cut, f"{scalars['cut']:.2f}"),
+        ("valid", health.valid, number(scalars["valid"], ".2f")),
+        ("new", health.new, f"{number(health.distinct, '.2f')} distinct"),
+        ("cut", health.cut, number(scalars["cut"], ".2f")),
     ]
     if health.sketches:
-        followed = scalars.get("followed")
-        rows.append(("followed", health.followed, "-" if followed is None else f"{followed:.2f}"))
+        rows.append(("followed", health.followed, number(scalars.get("followed"), ".2f")))
     for name, values, whole in rows:
-        table.add_row(name, *("-" if v is None else f"{v:.2f}" for v in values), whole)
+        table.add_row(name, *(number(v, ".2f") for v in values), whole)
     return table
+
+
+def tracked(cfg: EvalConfig, run_dir: Path, overrides: list[str] | None = None) -> dict[str, Any]:
+    """:func:`run` with the trackers ``cfg.logger`` names started first (one line and exit 2 if one cannot start),
+    sent the metrics at the checkpoint's step, and closed as the evaluation ended. The tracker run is linked to the
+    evaluated run as a revived run is (sesa_cli.loggers)."""
+    from sesa_cli.commands.revive import parent_loggers
+    from sesa_cli.loggers import attached
+    from sesa_cli.runs import RunDir, atomic_write_text, read_json_object, resolve_checkpoint, run_dir_of_checkpoint
+
+    parent = None
+    if cfg.ckpt and cfg.logger:
+        ckpt = resolve_checkpoint(cfg.ckpt)
+        parent_run = run_dir_of_checkpoint(ckpt)
+        parent = {"checkpoint": ckpt, "run_dir": parent_run, "loggers": parent_loggers(parent_run)}
+    with attached(RunDir(run_dir), cfg.logger, cfg.logger_options, resolved_yaml(cfg), parent) as trackers:
+        metrics = run(cfg, run_dir, overrides)
+        trackers.log(metrics)
+        if trackers:  # run.json names the tracker runs, as a training run's does
+            info = read_json_object(run_dir / "run.json")
+            atomic_write_text(run_dir / "run.json", json.dumps({**info, "loggers": trackers.references()}, indent=2))
+    return metrics
 
 
 def job(cfg: DictConfig) -> tuple[Path, dict[str, Any]]:
     """The command inside its Hydra job (``main`` and sesa_cli.api run it): (run dir, metrics)."""
     from sesa_cli.commands.reload import checkpoint_job
 
-    return checkpoint_job("eval", cfg, run)
+    return checkpoint_job("eval", cfg, tracked)
 
 
 @hydra.main(version_base="1.3", config_path=str(conf_dir()), config_name="eval")

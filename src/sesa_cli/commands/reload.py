@@ -80,11 +80,14 @@ def reload_config(config_name: str, parent_config: Path, overrides: list[str]) -
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from omegaconf import OmegaConf
 
+    from sesa_cli.runs import read_yaml
+
     if not parent_config.is_file():
         raise ConfigError(f"{parent_config} is missing: the checkpoint's run config cannot be reloaded")
+    data = read_yaml(parent_config)  # bounded: a file of nested aliases is refused, not expanded
     try:
-        loaded = OmegaConf.to_container(OmegaConf.load(parent_config), resolve=True)
-    except Exception as exc:  # noqa: BLE001  (yaml's and OmegaConf's many error types: the file is damaged)
+        loaded = OmegaConf.to_container(OmegaConf.create(data), resolve=True) if isinstance(data, dict) else data
+    except Exception as exc:  # noqa: BLE001  (OmegaConf's many error types: an interpolation that does not resolve)
         raise ConfigError(f"{parent_config} is not a valid run config ({first_line(exc)})") from None
     if not isinstance(loaded, dict):
         raise ConfigError(f"{parent_config} holds a {type(loaded).__name__}, not a mapping of config keys")

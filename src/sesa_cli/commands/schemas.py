@@ -6,6 +6,8 @@ The command layer does this, not sesa_cli.config: each task's schema extends ``T
 
 from __future__ import annotations
 
+from typing import Any
+
 from sesa_cli.config import DiversityReportConfig, EvalConfig, ReviveConfig, TrainConfig
 from sesa_cli.tasks import TASK_SCHEMAS
 
@@ -22,3 +24,21 @@ def register_configs() -> None:
     cs.store(name="eval_schema", node=EvalConfig)
     for name, schema in TASK_SCHEMAS.items():
         cs.store(group="schema/task", name=name, node=schema)
+    optuna_follows_sweep_direction(cs)
+
+
+def optuna_follows_sweep_direction(cs: Any) -> None:
+    """With Hydra's Optuna sweeper installed (``sesa[optuna]``), ``hydra/sweeper=optuna`` defaults its
+    ``direction`` to ``${sweep.direction}``, so a study names its direction once, next to ``sweep.objective``
+    (the plugin's own default is ``minimize``). Hydra's plugin scan stores each plugin's configs, so it runs first."""
+    import importlib.util
+
+    if importlib.util.find_spec("hydra_plugins.hydra_optuna_sweeper") is None:
+        return
+    from hydra.core.plugins import Plugins
+
+    Plugins.instance()
+    from hydra_plugins.hydra_optuna_sweeper.config import OptunaSweeperConf
+
+    node = OptunaSweeperConf(direction="${sweep.direction}")
+    cs.store(group="hydra/sweeper", name="optuna", node=node, provider="optuna_sweeper")

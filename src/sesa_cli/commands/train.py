@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -19,7 +20,6 @@ from sesa_cli.commands.common import (
 from sesa_cli.commands.interrupt import ctrl_c_raises
 from sesa_cli.commands.schemas import register_configs
 from sesa_cli.config import TrainConfig, conf_dir, to_object
-from sesa_cli.metric_keys import key
 
 if TYPE_CHECKING:
     from sesa_cli.trainer import Trainer
@@ -130,9 +130,20 @@ def job(cfg: DictConfig) -> tuple[Path, dict[str, Any]]:
     return run_dir, run(config, run_dir, overrides, resolved_yaml(cfg))
 
 
+def objective(final: dict[str, Any], name: str) -> float:
+    """The value of ``sweep.objective`` in a run's final metrics, as a sweeper reads it; NaN (Optuna records a failed
+    trial) when it is not finite (metrics rows hold None there) or the run never logged the key (with a warning: the
+    run itself is complete)."""
+    value = final.get(name)
+    if name not in final:
+        logged = ", ".join(sorted(k for k in final if k.startswith(("eval/", "policy/"))))
+        log.warning("sweep.objective=%s is not in this run's final metrics; returning NaN (logged: %s)", name, logged)
+    return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else math.nan
+
+
 @hydra.main(version_base="1.3", config_path=str(conf_dir()), config_name="train")
-def main(cfg: DictConfig) -> float | None:
+def main(cfg: DictConfig) -> float:
+    """The Hydra app; returns ``sweep.objective`` to a sweeper (hydra/sweeper=optuna)."""
     with user_errors("train"):
         _, final = job(cfg)
-        value = final.get(key("eval/success"))
-        return None if value is None else float(value)
+        return objective(final, str(cfg.sweep.objective))

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from sesa_cli.commands.compose import compose, explain
 from sesa_cli.commands.reload import command_config
@@ -17,8 +18,10 @@ from sesa_cli.config import SEQUENTIAL_ONLY, to_object
 
 
 def _split_sweeps(overrides: list[str]) -> list[list[str]]:
-    """One override list per sweep value (the other sweeps at their first value); [overrides] if no sweep."""
+    """One override list per sweep value (the other sweeps at their first value; an ``interval(a, b)`` range at
+    each end); [overrides] if no sweep."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.core.override_parser.types import IntervalSweep
 
     parsed = OverridesParser.create().parse_overrides(overrides)
     base: list[str] = []
@@ -26,7 +29,12 @@ def _split_sweeps(overrides: list[str]) -> list[list[str]]:
     for line, ov in zip(overrides, parsed, strict=True):
         if ov.is_sweep_override():
             key = ov.get_key_element()
-            sweeps.append([f"{key}={v}" for v in ov.sweep_string_iterator()])
+            value = ov.value()
+            if isinstance(value, IntervalSweep):  # a sweeper's search range (hydra/sweeper=optuna): its two ends
+                ends = (float(value.start or 0), float(value.end or 0))
+                sweeps.append([f"{key}={int(v) if v.is_integer() else v}" for v in ends])
+            else:
+                sweeps.append([f"{key}={v}" for v in ov.sweep_string_iterator()])
         else:
             base.append(line)  # the override as typed (Hydra's ov.input_line)
     if not sweeps:
@@ -78,6 +86,73 @@ def sequential_only_problem(overrides: list[str], samplers: set[str]) -> str | N
     )
 
 
+def _model_dims(model: Any) -> tuple[int, int, str] | None:
+    """(decoder layers, key/value width per layer, where it was read) of the policy a config names, when known
+    before loading it: ``model=tiny``'s own fields, or ``model.path``'s config.json; None for a hub or packaged
+    model (its sizes come with its weights)."""
+    if model.path:
+        import json
+
+        try:
+            hf = json.loads((Path(model.path).expanduser() / "config.json").read_text())
+            layers, hidden, heads = (
+                int(hf["num_hidden_layers"]),
+                int(hf["hidden_size"]),
+                int(hf["num_attention_heads"]),
+            )
+            kv_heads = int(hf.get("num_key_value_heads") or heads)
+            head_dim = int(hf.get("head_dim") or hidden // heads)
+        except (OSError, ValueError, KeyError, TypeError, ZeroDivisionError):
+            return None  # loading it says what is wrong
+        return layers, kv_heads * head_dim, f"{model.path}/config.json"
+    if model.name == "tiny" and not model.hub_id and not model.gguf_package:
+        return model.num_layers, model.hidden_size, "model.num_layers, model.hidden_size"
+    return None
+
+
+def memory_problem(config: Any) -> str | None:
+    """A one-line error when the rows a command samples at once cannot fit this machine's memory, before any model
+    work (``sampler.group_size=100000`` would otherwise warm-start, then fail with an allocation traceback).
+
+    A lower bound, so it never refuses what could run: the key/value cache of every sampled token alone, tokens =
+    rows x ``task.max_new_tokens`` (a sequential chain holds the G items of its group in one row: the same count),
+    2 x layers x key/value width values per token, 4 bytes each (2 under ``model.dtype=bfloat16``); compared with
+    the physical memory. Rows: ``train.batch_size`` x ``sampler.group_size`` (x ``sampler.solutions_per_sketch``
+    for sketches) for training, ``eval.instances`` x ``eval.samples`` (at most ``model.max_batch_rows``) for an
+    evaluation. Models whose sizes are known only once loaded (hub, packaged) are not checked here."""
+    dims = _model_dims(config.model)
+    try:
+        physical = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+    if dims is None or physical <= 0:
+        return None
+    layers, width, source = dims
+    per_token = 2 * layers * width * (2 if config.model.dtype == "bfloat16" else 4)
+    tokens = config.task.max_new_tokens
+    sizes: list[tuple[int, str]] = []
+    if hasattr(config, "train"):
+        m = config.sampler.solutions_per_sketch if config.sampler.name == "sequential" else 1
+        rows = config.train.batch_size * config.sampler.group_size * m
+        sizes.append((rows, f"train.batch_size={config.train.batch_size} x sampler.group_size={config.sampler.group_size}"
+                      + (f" x sampler.solutions_per_sketch={m}" if m > 1 else "")))  # fmt: skip
+    instances = config.eval.instances or 1
+    rows = instances * config.eval.samples
+    if config.model.max_batch_rows:
+        rows = min(rows, max(config.model.max_batch_rows, config.eval.samples))
+    named = f"eval.instances={instances} x " if config.eval.instances else ""
+    sizes.append((rows, f"{named}eval.samples={config.eval.samples}"))
+    for rows, named in sizes:
+        need = rows * tokens * per_token
+        if need > physical:
+            return (
+                f"{named} rows x task.max_new_tokens={tokens} need at least {need / 1e9:,.1f} GB of key/value cache "
+                f"({layers} layers x {width} key/value width, from {source}) and this machine has "
+                f"{physical / 1e9:,.1f} GB: lower them"
+            )
+    return None
+
+
 def validate_argv(config_name: str, argv: list[str]) -> str | None:
     """None if the command line composes into a valid config, else a one-line explanation."""
     from hydra._internal.utils import get_args_parser
@@ -103,6 +178,9 @@ def validate_argv(config_name: str, argv: list[str]) -> str | None:
             return explain(exc, config_name, overrides)
         if hasattr(final, "sampler"):
             samplers.add(final.sampler.name)
+            problem = memory_problem(final)
+            if problem:
+                return problem
     problem = sequential_only_problem(args.overrides, samplers) if samplers else None
     if problem or args.cfg:  # --cfg only prints the config: it writes no output dir
         return problem

@@ -18,12 +18,11 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-import yaml
 
 from sesa_cli.config import SEQUENTIAL_ONLY, ConfigError
 from sesa_cli.deprecations import rename_overrides, upgrade_config
 from sesa_cli.metric_keys import RENAMED, key
-from sesa_cli.runs import read_json_object, read_metrics  # one reader each: one-line errors naming the file
+from sesa_cli.runs import read_json_object, read_metrics, read_yaml  # one reader each: one-line errors naming the file
 
 METRICS_JSONL = "metrics.jsonl"
 METRICS_JSON = "metrics.json"
@@ -41,6 +40,9 @@ _GROUP_KEYS = ("task", "model", "sampler", "algo")
 _INDIRECT_KEYS = ("experiment",)
 REVIVE_PARENT = key("revive/parent")
 """Marks the rows a revived run copied from its parent's metrics (steps up to the checkpoint)."""
+
+UNKNOWN = "unknown (no run.json)"
+"""The command of a run whose run.json is missing, in its group label (and the warning that says so)."""
 
 LEGACY_METRICS = RENAMED
 """Old metric name -> current one (sesa_cli.metric_keys.RENAMED): run dirs written before a rename load under the
@@ -188,12 +190,7 @@ def expand_run_paths(paths: Sequence[str | Path]) -> tuple[list[Path], list[str]
 
 # --------------------------------------------------------------------------------------------------- loading
 def _read_yaml(path: Path) -> Any:
-    try:
-        # libyaml's loader when PyYAML has it: a report reads two YAML files per run
-        return yaml.load(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
-    except (OSError, yaml.YAMLError) as exc:
-        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise ConfigError(f"cannot read {path}: {first_line}") from exc
+    return read_yaml(path, "run file")  # the one bounded reader of run files (sesa_cli.runs)
 
 
 def metrics_frame(rows: list[dict[str, Any]], source: Path) -> pd.DataFrame:
@@ -254,9 +251,11 @@ def _lookup(config: dict[str, Any], key: str) -> Any:
     return node
 
 
-def load_run(path: Path) -> Run:
-    """Read one run dir: metrics, overrides and config."""
+def load_run(path: Path, notes: list[str] | None = None) -> Run:
+    """Read one run dir: metrics, overrides and config. What it could not read (no or a damaged config.yaml, no
+    run.json) is appended to ``notes``, one warning per run, and the run is read without it."""
     path = Path(path)
+    missing: list[str] = []
     if (path / METRICS_JSONL).is_file():
         frame = metrics_frame(read_metrics(path / METRICS_JSONL), path / METRICS_JSONL)
     elif (path / METRICS_JSON).is_file():
@@ -267,30 +266,58 @@ def load_run(path: Path) -> Run:
         raise ConfigError(f"not a run dir (no {METRICS_JSONL} or {METRICS_JSON}): {path}")
 
     config: dict[str, Any] = {}
-    for candidate in (path / "config.yaml", path / ".hydra" / "config.yaml"):
-        if candidate.is_file():
+    candidates = [c for c in (path / "config.yaml", path / ".hydra" / "config.yaml") if c.is_file()]
+    if not candidates:
+        missing.append("no config.yaml (its settings are only what its overrides say)")
+    for candidate in candidates[:1]:
+        try:
             loaded = _read_yaml(candidate)
-            config = upgrade_config(loaded) if isinstance(loaded, dict) else {}
-            break
+        except ConfigError as exc:
+            missing.append(f"{exc} (read without it)")
+            loaded = {}
+        if not isinstance(loaded, dict):
+            missing.append(f"{candidate.name} holds no mapping of settings")
+        config = upgrade_config(loaded) if isinstance(loaded, dict) else {}
     info: dict[str, Any] = {}
     if (path / "run.json").is_file():
         info = read_json_object(path / "run.json")
+    else:
+        missing.append(f"no run.json (its command is {UNKNOWN})")
     if (path / ".hydra" / "overrides.yaml").is_file():
         overrides = _parse_overrides(_read_yaml(path / ".hydra" / "overrides.yaml"))
     else:
         overrides = _parse_overrides(info.get("overrides"))
+    if notes is not None and missing:
+        notes.append(f"warning: {path} was not read fully: {'; '.join(missing)}")
     return Run(path=path, metrics=frame, overrides=overrides, config=config, info=info)
+
+
+def run_identity(run: Run) -> str:
+    """What makes a run itself rather than a copy of another's dir: run.json's ``id`` (written since issue 31), else
+    the bytes of its metrics file (two runs never log identical metrics: their step times differ)."""
+    if isinstance(run.info.get("id"), str):
+        return "id:" + str(run.info["id"])
+    import hashlib
+
+    metrics = run.path / (METRICS_JSONL if (run.path / METRICS_JSONL).is_file() else METRICS_JSON)
+    return "metrics:" + hashlib.sha256(metrics.read_bytes()).hexdigest()
 
 
 def load_runs(paths: Sequence[str | Path]) -> tuple[list[Run], list[str]]:
     """Expand, load, check and label runs. Returns the runs (``group`` set) and notes for the report."""
     run_paths, notes = expand_run_paths(paths)
     runs = []
+    first: dict[str, Path] = {}
     for path in run_paths:
-        run = load_run(path)
+        run = load_run(path, notes)
         if run.metrics.empty:
             notes.append(f"skipped {path}: no metric rows yet")
             continue
+        identity = run_identity(run)
+        if identity in first:  # a copied dir: one run, counted once (fifty copies are not fifty seeds)
+            notes.append(f"warning: skipped {path}: a copy of {first[identity]} (the same run), counted once")
+            continue
+        first[identity] = path
         runs.append(run)
     if not runs:
         raise ConfigError(f"no metric rows in any run of: {', '.join(str(p) for p in run_paths)}")
@@ -342,10 +369,10 @@ def _ckpt_identity(run: Run) -> str | None:
     overrides: dict[str, str] | None = None
     try:
         if (path / ".hydra" / "overrides.yaml").is_file():
-            overrides = _parse_overrides(yaml.safe_load((path / ".hydra" / "overrides.yaml").read_text()))
+            overrides = _parse_overrides(_read_yaml(path / ".hydra" / "overrides.yaml"))
         elif (path / "run.json").is_file():
             overrides = _parse_overrides(json.loads((path / "run.json").read_text()).get("overrides"))
-    except (OSError, ValueError, yaml.YAMLError, AttributeError):
+    except (OSError, ValueError, AttributeError):  # ConfigError is a ValueError
         overrides = None
     if overrides is None:
         return None
@@ -382,10 +409,13 @@ def assign_groups(runs: Sequence[Run]) -> list[str]:
         keys += [k for k in run.overrides if k not in keys and not _ignored(k)]
 
     def value(run: Run, key: str) -> str:
-        return _short(_value(run, key))
+        found = _value(run, key)
+        if found is None and not run.config:  # not unset: unknown, the run's config could not be read (a warning)
+            return "(unknown: no config)"
+        return _short(found)
 
     differing = [k for k in keys if len({value(run, k) for run in runs}) > 1]
-    commands = [str(run.info.get("command", "")) for run in runs]
+    commands = [str(run.info.get("command") or UNKNOWN) for run in runs]
     if len(set(commands)) > 1:
 
         def follows_command(key: str) -> bool:

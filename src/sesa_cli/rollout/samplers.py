@@ -124,7 +124,20 @@ class Sampler:
         self.bos = [int(policy.tokenizer.bos_token_id)] if policy.tokenizer.bos_token_id is not None else []
 
     def encode_prompt(self, text: str) -> list[int]:
-        return self.policy.encode_prompt(text, chat=self.task.chat)
+        """Token ids of a prompt, refused with a ConfigError when it and ``task.max_new_tokens`` do not fit the
+        model's positions: found before the engine allocates (a 200,000-character question of a data file would
+        ask the attention for tens of GB, then fail with an allocation traceback)."""
+        ids = self.policy.encode_prompt(text, chat=self.task.chat)
+        positions = getattr(self.policy.model.config, "max_position_embeddings", None)
+        budget = self.task.cfg.max_new_tokens
+        if isinstance(positions, int) and len(ids) + budget > positions:
+            start = " ".join(text[:40].split())
+            raise ConfigError(
+                f"a prompt of {len(ids):,} tokens ({start!r}...) + task.max_new_tokens={budget} does not fit the "
+                f"model's {positions:,} positions (model.max_position_embeddings): shorten the task's questions or "
+                "choose a model with more positions"
+            )
+        return ids
 
     def answer(
         self, session: Session, instances: Sequence[Any], generator: torch.Generator
@@ -327,13 +340,16 @@ class SequentialSampler(Sampler):
         """The health of every chain in ``groups`` (issue 16): the items are the sketches (stage1=sketch, judged by
         ``task.sketch_key`` and ``task.follows_sketch``) or the solutions (keys from their scores). A group holds one
         chain of G items (G x m rollouts with m solutions per sketch), or several in a row (evaluation draws n
-        samples); an incomplete chain at a group's end is left out."""
-        task, g = self.task, self.cfg.group_size
-        m = self.cfg.solutions_per_sketch if self.stage1 == "sketch" else 1
+        samples); an incomplete chain at a group's end is left out. An evaluation of fewer samples than one chain
+        (``eval.samples`` < G x m) measures the first n // m items of each chain."""
+        task, m = self.task, self.cfg.solutions_per_sketch if self.stage1 == "sketch" else 1
         keys: list[list[str | None]] = []
         cut: list[list[bool]] = []
         followed: list[list[list[bool | None]]] = []
         for group in groups:
+            g = min(self.cfg.group_size, len(group) // m)  # items per chain measured
+            if g == 0:
+                continue
             for start in range(0, len(group) - g * m + 1, g * m):
                 chain = group[start : start + g * m]
                 firsts = chain[::m]

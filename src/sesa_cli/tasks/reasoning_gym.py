@@ -39,7 +39,8 @@ class ReasoningGymTaskConfig(TaskConfig):
     dataset_seed: int | None = None
     """Seed of the dataset's generator; null = the run's ``seed``."""
     options: dict[str, Any] = field(default_factory=dict)
-    """The dataset's own config fields (passed to ``create_dataset``), e.g. ``task.options.min_digits=2``."""
+    """The dataset's own config fields (passed to ``create_dataset``), e.g. ``+task.options.min_digits=2``
+    (``+``: the dataset's keys are not in this schema, so each one is added)."""
     chat_max_words: int = 200
     """The length budget the prompt states (RAGEN's ``max_tokens``); not a generation limit."""
 

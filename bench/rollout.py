@@ -17,8 +17,8 @@ The ratios did not move; the seconds moved within the run-to-run spread (a secon
 sequential sampling 0.386 -> 0.361 s). On the path task sampling is 70% (parallel) to 96% (sequential) of a step (timers around ``Sampler.sample``): a chain of G = 8
 items of ~17 tokens is ~136 decode steps at batch 8, against ~24 at batch 64 for parallel, and at this model size a
 decode step costs about the same at batch 8 as at 64 (per-op overhead), so the chain's length, not waiting, is the
-cost. FrozenLake's episodes stay in lock-step (docs/measurements.md, "Rollout cost", says why). The current figures are the README's "Rollout cost"
-blocks, which this script writes with --readme.
+cost. FrozenLake's episodes stay in lock-step (docs/measurements.md, "Rollout cost", says why). The current
+figures are docs/measurements.md's "Current bench figures" blocks, which this script writes with --page.
 
 Three runs of `nox -s bench` (2026-11-25, 851910e, variants interleaved round by round):
   task=path                  parallel 0.258 / 0.234 / 0.245 s/step; solution 3.16x / 3.39x / 3.22x;
@@ -52,8 +52,8 @@ import time
 from pathlib import Path
 
 import torch
+from docs_block import write_block
 from hydra import compose, initialize_config_dir
-from readme_block import write_block
 
 from sesa_cli.commands.schemas import register_configs
 from sesa_cli.config import conf_dir, to_object
@@ -209,7 +209,7 @@ def main() -> None:
         default=True,
         help="also time the parallel step under bf16 autocast (--no-bf16 skips it: ~9x a float32 step on FrozenLake)",
     )
-    parser.add_argument("--readme", help="write the ratios into this file's bench:rollout block")
+    parser.add_argument("--page", help="write the ratios into this file's bench:rollout block (docs/measurements.md)")
     args = parser.parse_args()
     torch.manual_seed(0)
     base = [f"model.cache_dir={args.cache_dir}", *args.overrides]
@@ -262,8 +262,8 @@ def main() -> None:
         print("(c) a parallel step: " + ", ".join(f"{name} {share:.1%}" for name, share in shares))
         top = ", ".join(f"{name} {share:.0%}" for name, share in shares[:5])
         lines += ["", f"Where a parallel step spends its time (top five): {top}."]
-    if args.readme:
-        write_block(Path(args.readme), "rollout " + what, lines)
+    if args.page:
+        write_block(Path(args.page), "rollout " + what, lines)
 
 
 if __name__ == "__main__":

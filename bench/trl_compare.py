@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from readme_block import write_block
+from docs_block import write_block
 from rollout import config, step_tokens
 
 from sesa_cli.models.loading import load_policy
@@ -201,7 +201,9 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=2, help="untimed steps per side and round")
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--cache-dir", default="outputs/cache")
-    parser.add_argument("--readme", help="write the results into this file's bench:trl_compare block")
+    parser.add_argument(
+        "--page", help="write the results into this file's bench:trl_compare block (docs/measurements.md)"
+    )
     parser.add_argument("overrides", nargs="*", default=[])
     a = parser.parse_args()
     cfg = config([f"model.cache_dir={a.cache_dir}", *SAME_WORK, *a.overrides])
@@ -255,8 +257,8 @@ def main() -> None:
                 f"| {threads} | {s_med:.3f} | {p_med:.3f} | **{step:.2f}x** ({verdict}: target <= 0.7x) | "
                 f"{token:.2f}x | {shares[0]:.0%} / {shares[1]:.0%} |"
             )
-    if a.readme:
-        write_block(Path(a.readme), "trl_compare", lines)
+    if a.page:
+        write_block(Path(a.page), "trl_compare", lines)
 
 
 if __name__ == "__main__":

@@ -21,6 +21,38 @@ FROZENLAKE = [
 ]
 
 
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _tree(path: Path) -> list[str]:
+    return sorted(str(p.relative_to(path)) for p in path.rglob("*")) if path.is_dir() else []
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _the_checkouts_outputs_stay_untouched() -> object:
+    """The suite writes nothing under the checkout's outputs/ (where a user's own runs live): checked when the
+    session ends (a teardown error names what appeared)."""
+    before = _tree(ROOT / "outputs")
+    yield
+    appeared = sorted(set(_tree(ROOT / "outputs")) - set(before))
+    assert not appeared, f"the tests wrote under {ROOT / 'outputs'}: {appeared[:5]}"
+
+
+@pytest.fixture(autouse=True)
+def _work_in_a_temp_dir(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every test runs in a working directory of its own, so a command's default run dir (outputs/<command>/...,
+    relative to where it runs) lands there, never in the checkout."""
+    monkeypatch.chdir(tmp_path_factory.mktemp("cwd"))
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """One torch thread in every test process, whatever ``OMP_NUM_THREADS`` says (as sesa's commands default to one):
+    the tiny bases a session warm-starts, and every number a test compares, do not depend on the environment."""
+    import torch
+
+    torch.set_num_threads(1)
+
+
 @pytest.fixture(scope="session")
 def cache_dir(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> Path:
     """The session's model cache, one for all pytest-xdist workers: each tiny base is warm-started once (a worker

@@ -20,6 +20,7 @@ from sesa_cli.tasks import math as math_module
 from sesa_cli.tasks import safe_arith
 from sesa_cli.tasks.base import Score
 from tests.conftest import compose_train
+from tests.levels import LEVELS
 from tests.test_agent_tasks import make as make_agent
 
 
@@ -132,7 +133,7 @@ def test_a_cut_solution_is_followed_by_the_stop_before_the_next_one(path_setup):
             assert r.stop_forced == (cut and k < len(group) - 1)
             cuts += cut
             expected = expected + r.completion.ids + (stop if cut else []) + policy.encode(task.between)
-    assert cuts >= 6
+    LEVELS["cut_items_at_5_tokens"].check(cuts)
 
 
 def test_a_cut_sketch_is_followed_by_the_stop_before_the_next_one(path_setup):
@@ -327,13 +328,14 @@ def _two_stage_health(cfg, task, policy, chains: int, seed: int = 0):
 
 
 def test_stage_two_follows_its_sketch_at_the_test_base(path_setup):
-    # The test world (4 regions, 150 warm-start steps), seed 0: 0.74 of the stage-II paths start with the sketched
-    # region and 3% of the sketches are cut; the warm-start corpus before issue 16 gave 0.21 and 11%.
+    # The test world (4 regions, 150 warm-start steps), seed 0: 0.74-0.78 of the stage-II paths start with the
+    # sketched region and 3-8% of the sketches are cut, depending on the base's float rounding (tests/levels.py); the
+    # warm-start corpus before issue 16 gave 0.21 and 11%.
     cfg, task, policy = path_setup
     health = _two_stage_health(cfg, task, policy, chains=32)
     assert health.followed_all is not None
-    assert health.followed_all >= 0.6
-    assert float(torch.tensor(health.cut).mean()) <= 0.08
+    LEVELS["stage_two_followed"].check(health.followed_all)
+    LEVELS["stage_one_cut"].check(float(torch.tensor(health.cut).mean()))
 
 
 @pytest.mark.slow
@@ -346,6 +348,6 @@ def test_default_path_base_meets_issue_16_chain_health(tmp_path_factory):
     task = make_task(cfg.task, cfg.seed)
     health = _two_stage_health(cfg, task, load_policy(cfg.model, task), chains=64)
     assert health.followed_all is not None
-    assert health.followed_all >= 0.8
-    assert float(torch.tensor(health.cut).mean()) <= 0.05
-    assert health.distinct >= 5
+    LEVELS["default_base_followed"].check(health.followed_all)
+    LEVELS["default_base_cut"].check(float(torch.tensor(health.cut).mean()))
+    LEVELS["default_base_distinct"].check(health.distinct)

@@ -31,6 +31,7 @@ def test_joblib_sweep_runs_two_jobs_with_one_cpu_budget_each(tmp_path: Path, tin
         "train.batch_size=2",
         "sampler.group_size=2",
         "eval.samples=4",
+        "threads=auto",  # a joblib job's share of the cores (the default is one thread whatever the launcher)
         f"hydra.sweep.dir={sweep}",
     ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=False, env={**os.environ})

@@ -133,6 +133,13 @@ def test_a_failed_run_is_marked_and_commands_that_take_it_say_so(tmp_path, monke
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2
     assert len(err) == 1, err
+    assert not run.exists()  # nothing but bookkeeping in it: removed (commands.common.drop_empty_run_dir)
+    # a run dir that holds something else (here a note of the user's) stays, marked as failed
+    run.mkdir()
+    (run / "notes.txt").write_text("kept\n")
+    assert run_cli(argv, monkeypatch) == 2
+    capsys.readouterr()
+    assert (run / "notes.txt").read_text() == "kept\n"
     info = json.loads((run / "run.json").read_text())
     assert (info["status"], info["exit_code"]) == ("failed", 2)
     assert "missing.jsonl" in info["reason"]
@@ -169,7 +176,7 @@ def test_each_wrong_key_is_named_with_its_own_value(monkeypatch, capsys):
 
 
 def test_busy_cores_does_not_count_a_finished_burst(monkeypatch) -> None:
-    """threads=0 (auto): the 1-minute load average lags (right after `pip install ... && sesa train` it still counts
+    """threads=auto: the 1-minute load average lags (right after `pip install ... && sesa train` it still counts
     the install); the tasks running now bound it from above, so an idle machine gets all its cores."""
     import os
 

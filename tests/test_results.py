@@ -124,6 +124,20 @@ def test_page_from_a_fake_sweep(tmp_path: Path) -> None:
     # the page names its commands: the recipe's sweep and report commands
     assert "OMP_NUM_THREADS=1 sesa train -m experiment=discovery" in text
     assert R.report_command(R.CLAIMS[1]) in text
+    # it names the run root and the reports relative to the repository, or to a root outside it, never as the
+    # machine's own directories
+    assert str(tmp_path) not in text
+    assert "runs under `<root>` (a --root outside the repository)" in text
+    assert "Full report: `<root>/reports/IV/report.html`." in text
+
+
+def test_the_page_names_paths_in_the_repository_relative_to_it(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    root = tmp_path / "outputs" / "claims"
+    assert R.shown(root, root) == "outputs/claims"
+    assert R.shown(root / "reports" / "I" / "report.html", root) == "outputs/claims/reports/I/report.html"
+    outside = tmp_path.parent / "elsewhere"
+    assert R.shown(outside / "reports" / "I", outside) == "<root>/reports/I"
 
 
 def test_missing_runs_are_said_not_invented(tmp_path: Path) -> None:

@@ -37,6 +37,21 @@ class Result:
     files: dict[str, Any] = field(default_factory=dict)
 
 
+def _dropping_empty_run_dir(command: str, job: Any) -> Any:
+    """The command's job, removing its run dir when it fails before writing anything (as the CLI does)."""
+
+    def run(cfg: Any) -> Any:
+        from sesa_cli.commands.common import drop_empty_run_dir
+
+        try:
+            return job(cfg)
+        except BaseException:
+            drop_empty_run_dir(command)
+            raise
+
+    return run
+
+
 def _run(command: str, overrides: Sequence[str], run_dir: str | Path | None) -> tuple[Path, dict[str, Any]]:
     from hydra import initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
@@ -64,7 +79,11 @@ def _run(command: str, overrides: Sequence[str], run_dir: str | Path | None) -> 
             # exception, if any, is raised here.
             hydra_app = GlobalHydra.instance().hydra
             assert hydra_app is not None  # initialize_config_dir just set it
-            ret = hydra_app.run(config_name=module_name, task_function=_on_the_console(module.job), overrides=rest)
+            ret = hydra_app.run(
+                config_name=module_name,
+                task_function=_on_the_console(_dropping_empty_run_dir(command, module.job)),
+                overrides=rest,
+            )
     finally:
         if locked is not None:
             run_lock.release(locked)

@@ -55,6 +55,17 @@ def subset_of(obj: Any, prefix: str, allowed: str, *names: str) -> list[str]:
     return [f"{prefix}.{n}={getattr(obj, n)!r} must be a non-empty subset of {allowed!r}" for n in wrong]
 
 
+def thread_count(threads: str) -> int | None:
+    """The ``threads`` key as a count, or None for ``auto``; a ConfigError for anything else."""
+    value = str(threads).strip()
+    if value == "auto":
+        return None
+    if value.isdigit() and int(value) > 0:
+        return int(value)
+    hint = " (0 meant auto before: write threads=auto)" if value == "0" else ""
+    raise ConfigError(f"threads={threads} must be a thread count >= 1 or auto{hint}")
+
+
 def raise_if(problems: list[str]) -> None:
     """One ConfigError naming every wrong key found (so a user fixes them all in one go)."""
     if problems:
@@ -94,8 +105,11 @@ class ModelConfig:
     cache_dir: str = "outputs/cache"
     """Where warm-started bases are cached, keyed by task + model config (relative paths are from the cwd)."""
     dtype: str = "float32"
-    """Compute dtype: float32, or bfloat16 (CPU autocast, ~2.2x faster on AVX-512 BF16 machines). Weights and
-    optimizer state stay float32 either way."""
+    """Compute dtype: float32, or bfloat16 (CPU autocast). Whether bfloat16 is faster depends on the CPU and the
+    model's size: it pays with bf16 instructions (avx512_bf16, AMX in /proc/cpuinfo's flags) and large matmuls, and
+    costs without them: on a 2-core CPU without bf16 instructions a ``model=tiny`` train step took 4.8x its float32
+    time, a SmolLM2-135M LoRA update 0.6x (docs/measurements.md, docs/real-models.md). Weights and optimizer state
+    stay float32 either way."""
     hub_id: str | None = None
     """A Hugging Face hub id (e.g. ``Qwen/Qwen2.5-0.5B-Instruct``) loaded with ``from_pretrained``: needs the hub or
     a copy in the local hub cache; ``model.path`` (a local directory) takes precedence."""
@@ -566,12 +580,16 @@ class TrainConfig:
     """The one seed: python, numpy and torch generators, training instances and (path task) targets."""
     device: str = "cpu"
     """Torch device."""
-    threads: int = 0
-    """Torch intra-op threads (CPU); 0 = auto: ``OMP_NUM_THREADS`` when set, else the cores not busy when the command
-    starts (cores minus the busy ones: the 1-minute load average, or the tasks running now if fewer, rounded, at
-    least 1; sesa_cli.commands.common.busy_cores). More threads than free cores slow every
-    step: each parallel op waits for all its threads to get a core (measured on 2 shared cores). The count
-    a run used is in run.json (float sums split differently, so runs of one seed on other counts part ways)."""
+    threads: str = "1"
+    """Torch intra-op threads (CPU): a count, or ``auto``. The default is one thread on every machine, whatever its
+    load and whatever ``OMP_NUM_THREADS`` says (the environment is not read): float sums split differently on other
+    counts, so runs of one seed on other counts part ways (a 10-step path run differs at step 10), and the same
+    command gives the same numbers only at a fixed count. run.json records the count a run used; set another one
+    yourself (``threads=2``) and its numbers are those of that count. On ``model=tiny`` a second thread gains little
+    or loses (docs/measurements.md, "Threads"). ``auto`` (opt-in, numbers then depend on the load): a joblib sweep
+    job's share of the cores, else the cores not busy when the command starts (cores minus the 1-minute load
+    average, or the tasks running now if fewer, rounded, at least 1; sesa_cli.commands.common.busy_cores); more
+    threads than free cores slow every step, as each parallel op waits for all its threads to get a core."""
 
     logger: list[str] = field(default_factory=list)
     """Experiment trackers that get every metric row besides the run dir's own files (which stay the source of
@@ -584,8 +602,7 @@ class TrainConfig:
     sweep: SweepConfig = field(default_factory=SweepConfig)
 
     def __post_init__(self) -> None:
-        if self.threads < 0:
-            raise ConfigError(f"threads={self.threads} must be >= 0 (0 = auto)")
+        thread_count(self.threads)
         check_logger_names(self.logger)
         if self.algo.off_policy == "weight_negatives" and self.sampler.loss_context == "is":
             raise ConfigError(
@@ -643,16 +660,19 @@ class EvalConfig:
     logger_options: LoggerOptions = field(default_factory=LoggerOptions)
     device: str = "cpu"
     """Torch device."""
-    threads: int = 0
-    """Torch intra-op threads (CPU); 0 = auto: ``OMP_NUM_THREADS`` when set, else the cores not busy when the command
-    starts (cores minus the busy ones: the 1-minute load average, or the tasks running now if fewer, rounded, at
-    least 1; sesa_cli.commands.common.busy_cores). More threads than free cores slow every
-    step: each parallel op waits for all its threads to get a core (measured on 2 shared cores). The count
-    a run used is in run.json (float sums split differently, so runs of one seed on other counts part ways)."""
+    threads: str = "1"
+    """Torch intra-op threads (CPU): a count, or ``auto``. The default is one thread on every machine, whatever its
+    load and whatever ``OMP_NUM_THREADS`` says (the environment is not read): float sums split differently on other
+    counts, so runs of one seed on other counts part ways (a 10-step path run differs at step 10), and the same
+    command gives the same numbers only at a fixed count. run.json records the count a run used; set another one
+    yourself (``threads=2``) and its numbers are those of that count. On ``model=tiny`` a second thread gains little
+    or loses (docs/measurements.md, "Threads"). ``auto`` (opt-in, numbers then depend on the load): a joblib sweep
+    job's share of the cores, else the cores not busy when the command starts (cores minus the 1-minute load
+    average, or the tasks running now if fewer, rounded, at least 1; sesa_cli.commands.common.busy_cores); more
+    threads than free cores slow every step, as each parallel op waits for all its threads to get a core."""
 
     def __post_init__(self) -> None:
-        if self.threads < 0:
-            raise ConfigError(f"threads={self.threads} must be >= 0 (0 = auto)")
+        thread_count(self.threads)
         check_logger_names(self.logger)
 
 

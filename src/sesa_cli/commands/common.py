@@ -21,7 +21,8 @@ log = logging.getLogger("sesa")
 def user_errors(command: str) -> Iterator[None]:
     """Bad input -> one line on stderr and exit 2; Ctrl-C -> a clean exit 130 (the trainer saved a checkpoint).
     Either way, and on any other error, the run dir's run.json records how it ended (``RunDir.mark_ended``), so a
-    command that later meets the dir can say it is a failed run."""
+    command that later meets the dir can say it is a failed run; a run dir the command wrote nothing into but its
+    bookkeeping is removed instead (:func:`drop_empty_run_dir`)."""
     from sesa_cli.progress import use_console
 
     use_console()
@@ -31,13 +32,16 @@ def user_errors(command: str) -> Iterator[None]:
             yield
         except ConfigError as exc:
             _mark_run_dir(command, "failed", str(exc), 2)
+            drop_empty_run_dir(command)
             print(f"sesa {command}: error: {exc}", file=sys.stderr)
             raise SystemExit(2) from None
         except KeyboardInterrupt:
             _mark_run_dir(command, "interrupted", interrupt.reason(), interrupt.exit_code())
+            drop_empty_run_dir(command)
             interrupt.interrupted(command)
         except Exception as exc:  # Hydra prints the traceback and exits 1
             _mark_run_dir(command, "failed", f"{type(exc).__name__}: {first_line(exc)}", 1)
+            drop_empty_run_dir(command)
             raise
 
 
@@ -60,6 +64,37 @@ def _owned_job_dir(command: str) -> Iterator[None]:
     finally:
         if taken:
             run_lock.release(run_dir)
+
+
+BOOKKEEPING = (".hydra", "config.yaml", "run.json", ".sesa.lock")
+"""What a run dir holds before the command produced anything: Hydra's .hydra/ and log, the resolved config,
+run.json (started, then how it ended) and the owner's record (sesa_cli.run_lock.LOCK_NAME)."""
+
+
+def drop_empty_run_dir(command: str) -> None:
+    """Remove the running Hydra job's run dir when a failed command left nothing in it but :data:`BOOKKEEPING` and
+    logs: no metrics, checkpoint or report to read, revive or compare, and the error went to stderr. Only those
+    files are deleted, then the dir if it is empty, so a dir holding anything else is left as it was (best effort:
+    the error being reported matters more). A run command removes only a dir it holds the lock of (never the
+    bookkeeping of a run another command owns: one refused for a busy dir)."""
+    import shutil
+
+    from sesa_cli import run_lock
+
+    if os.environ.get("RANK", "0") != "0":
+        return
+    try:
+        run_dir, _ = hydra_context()
+        if command in ("train", "revive", "eval") and not run_lock.holds(run_dir):
+            return
+        entries = list(run_dir.iterdir()) if run_dir.is_dir() else []
+        if not entries or not all(p.name in BOOKKEEPING or p.suffix == ".log" for p in entries):
+            return
+        for path in entries:
+            shutil.rmtree(path) if path.is_dir() else path.unlink()
+        run_dir.rmdir()
+    except Exception:  # noqa: BLE001, S110  (no Hydra job, a file held open elsewhere: the dir stays)
+        pass
 
 
 def _mark_run_dir(command: str, status: str, reason: str, exit_code: int) -> None:
@@ -107,25 +142,22 @@ def resolved_yaml(cfg: Any) -> str:
 
 
 def joblib_cpu_budget() -> int | None:
-    """Under ``hydra/launcher=joblib``, give this job its share of the CPUs: cpus // n_jobs torch threads.
+    """Under ``hydra/launcher=joblib``, this job's share of the CPUs (cpus // n_jobs) for ``threads=auto``.
 
-    joblib's loky workers already export OMP_NUM_THREADS = cpus // n_jobs; this makes it explicit for torch's
-    intra-op pool (a job that spun up every core's OpenMP threads would starve its neighbours: on a 2-core machine
-    2 jobs x 2 threads run slower than 2 x 1). Returns the thread count, or None when not in a joblib sweep.
+    joblib's loky workers already export OMP_NUM_THREADS = cpus // n_jobs; ``threads=auto`` makes it explicit for
+    torch's intra-op pool (a job that spun up every core's OpenMP threads would starve its neighbours: on a 2-core
+    machine 2 jobs x 2 threads run slower than 2 x 1). Returns the thread count, or None when not in a joblib sweep.
     """
     from hydra.core.hydra_config import HydraConfig
 
     launcher = HydraConfig.get().launcher
     if "JoblibLauncher" not in str(launcher.get("_target_", "")):
         return None
-    import torch
-
     cpus = os.cpu_count() or 1
     n_jobs = int(launcher.get("n_jobs") or -1)
     if n_jobs < 0:  # joblib: -1 = all cpus, -2 = all but one, ...
         n_jobs = max(1, cpus + 1 + n_jobs)
     threads = max(1, cpus // n_jobs)
-    torch.set_num_threads(threads)
     log.info("joblib sweep job: %d of %d cpus (n_jobs=%d)", threads, cpus, n_jobs)
     return threads
 
@@ -143,29 +175,31 @@ def busy_cores() -> float:
     return min(load, float(max(0, running)))
 
 
-def torch_threads(requested: int = 0, budget: int | None = None) -> int:
+def torch_threads(requested: str = "1") -> int:
     """Set torch's intra-op thread count for this command and return it (run.json records it).
 
-    ``requested`` (the ``threads`` key) > 0 wins; then a joblib sweep job's share (``budget``, from
-    :func:`joblib_cpu_budget`); then ``OMP_NUM_THREADS``; else the cores not busy now: cores minus the 1-minute load
-    average (or the tasks running right now, if fewer: :func:`busy_cores`), rounded, at least 1. On a machine whose cores other jobs keep busy, a thread per core makes every
-    parallel op wait until all its threads get a core, which slowed the warm start far more than the load alone
-    (issue 22); one thread per free core degrades gracefully instead.
+    A count (the ``threads`` key, default 1) is used as given: ``OMP_NUM_THREADS`` in the environment is not read, so
+    the same command gives the same numbers whatever the environment and the load. ``threads=auto`` (opt-in): a
+    joblib sweep job's share (:func:`joblib_cpu_budget`), else the cores not busy now: cores minus the 1-minute load
+    average (or the tasks running right now, if fewer: :func:`busy_cores`), rounded, at least 1. On a machine whose
+    cores other jobs keep busy, a thread per core makes every parallel op wait until all its threads get a core,
+    which slowed the warm start far more than the load alone (issue 22); one thread per free core degrades
+    gracefully instead.
     """
     import torch
 
-    cpus = os.cpu_count() or 1
-    env = os.environ.get("OMP_NUM_THREADS", "")
-    if requested > 0:
-        threads, why = requested, "threads="
-    elif budget is not None:
-        threads, why = budget, "the joblib job's share"
-    elif env.isdigit() and int(env) > 0:
-        threads, why = int(env), "OMP_NUM_THREADS"
+    from sesa_cli.config import thread_count
+
+    count = thread_count(requested)
+    if count is not None:
+        threads, why = count, f"threads={count}"
+    elif (budget := joblib_cpu_budget()) is not None:
+        threads, why = budget, "threads=auto: the joblib job's share"
     else:
+        cpus = os.cpu_count() or 1
         busy = busy_cores()
         threads = max(1, min(cpus, round(cpus - busy)))
-        why = f"auto: {cpus} cores, {busy:.1f} busy"
+        why = f"threads=auto: {cpus} cores, {busy:.1f} busy"
     torch.set_num_threads(threads)
     log.info("torch threads: %d (%s)", threads, why)
     return threads

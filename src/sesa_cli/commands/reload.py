@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from sesa_cli.commands.common import hydra_context, joblib_cpu_budget, torch_threads
+from sesa_cli.commands.common import hydra_context, torch_threads
 from sesa_cli.commands.compose import explain
 from sesa_cli.config import ConfigError, conf_dir, first_line, to_object
 from sesa_cli.deprecations import upgrade_config
@@ -69,7 +69,7 @@ def checkpoint_job(
     (:func:`command_config`), the torch threads, then ``run(config, run_dir, overrides)``; (run dir, its metrics)."""
     run_dir, overrides = hydra_context()
     config = command_config(config_name, cfg, overrides)
-    torch_threads(config.threads, joblib_cpu_budget())
+    torch_threads(config.threads)
     return run_dir, run(config, run_dir, overrides)
 
 

@@ -12,7 +12,6 @@ from omegaconf import DictConfig
 
 from sesa_cli.commands.common import (
     hydra_context,
-    joblib_cpu_budget,
     resolved_yaml,
     seed_everything,
     torch_threads,
@@ -174,7 +173,7 @@ def fit(trainer: Trainer, run_dir: Path, show_progress: bool = True, command: st
 def job(cfg: DictConfig) -> tuple[Path, dict[str, Any]]:
     """The command inside its Hydra job (``main`` and sesa_cli.api run it): (run dir, final metrics)."""
     config = to_object(cfg)
-    torch_threads(config.threads, joblib_cpu_budget())
+    torch_threads(config.threads)
     run_dir, overrides = hydra_context()
     return run_dir, run(config, run_dir, overrides, resolved_yaml(cfg))
 

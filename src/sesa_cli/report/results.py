@@ -425,7 +425,7 @@ def _claim_section(session: Session, claim: Claim, runs: list[Path], figures: Pa
     report = analyse(runs, claim.compare if n_groups > 1 else ())
     out = session.root / "reports" / claim.key
     files = write_report(report, out)
-    lines += [f"{report.intro()} Full report: `{out / 'report.html'}`.", ""]
+    lines += [f"{report.intro()} Full report: `{shown(out / 'report.html', session.root)}`.", ""]
     lines += [markdown_table(headline_table(report.groups, report.headline, report.labels), index=False), ""]
     if report.compare is not None and not report.compare.empty:
         difference = difference_table(report.compare, report.headline, report.labels)
@@ -444,6 +444,18 @@ def _group_key(run_dir: Path) -> tuple[str, ...]:
     """Overrides minus seed (and the ckpt of a revival): enough to count the groups before the report forms them."""
     overrides = _parse_overrides(yaml.safe_load((run_dir / ".hydra" / "overrides.yaml").read_text()))
     return tuple(sorted(f"{k}={v}" for k, v in overrides.items() if k not in ("seed", "ckpt")))
+
+
+def shown(path: Path, root: Path) -> str:
+    """A path as the page names it, never a directory of the machine that wrote it: relative to the repository (the
+    working directory the page is written from) when under it, else under the run root written ``<root>``."""
+    path, root = path.resolve(), root.resolve()
+    repository = Path.cwd().resolve()
+    if path.is_relative_to(repository):
+        return path.relative_to(repository).as_posix() or "."
+    if path.is_relative_to(root):
+        return "/".join(["<root>", *path.relative_to(root).parts])
+    return f"<outside the repository>/{path.name}"
 
 
 def _preamble(session: Session, runs: Sequence[Path], notes: Sequence[str]) -> list[str]:
@@ -466,7 +478,8 @@ def _preamble(session: Session, runs: Sequence[Path], notes: Sequence[str]) -> l
         "existing runs. Do not edit by hand."
     )
     where = (
-        f"Seeds {', '.join(map(str, session.seeds))}; runs under `{session.root}`; written "
+        f"Seeds {', '.join(map(str, session.seeds))}; runs under `{shown(session.root, session.root)}`"
+        f"{' (a --root outside the repository)' if shown(session.root, session.root) == '<root>' else ''}; written "
         f"{time.strftime('%Y-%m-%d %H:%M')} at commit {(git_commit() or 'unknown')[:7]}. {METHOD}"
     )
     compute = (
@@ -494,7 +507,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--claims", default=",".join(c.key for c in CLAIMS), help="which claims (default all)")
     parser.add_argument("--render", action="store_true", help="write the page from existing runs; run nothing")
     parser.add_argument("--smoke", action="store_true", help="tiny sweeps that check the machinery in minutes")
-    parser.add_argument("overrides", nargs="*", help="overrides for every job, e.g. model.cache_dir=/work/cache")
+    parser.add_argument("overrides", nargs="*", help="overrides for every job, e.g. model.cache_dir=DIR")
     args = parser.parse_args(argv)
     root = (args.root or Path("outputs/claims-smoke" if args.smoke else "outputs/claims")).resolve()
     docs = args.docs or (root / "docs" if args.smoke else Path("docs"))

@@ -1,0 +1,72 @@
+"""The torch thread count: fixed by default (the environment's OMP_NUM_THREADS is not read), ``threads=auto`` opt-in."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from sesa_cli.config import ConfigError, thread_count
+from tests.conftest import run_cli
+
+
+def _rows(run: Path) -> list[dict]:
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    return [{k: v for k, v in r.items() if not k.startswith("time/")} for r in rows]
+
+
+def test_the_same_command_gives_the_same_rows_whatever_omp_num_threads(tmp_path, tiny_overrides):
+    # The float sums of one torch thread differ from two threads' (a 10-step path run parts ways at step 10), so the
+    # rows are equal only if the environment does not pick the count.
+    runs = {}
+    for omp in ("1", "2"):
+        run = tmp_path / f"omp{omp}"
+        cmd = [sys.executable, "-m", "sesa_cli", "train", *tiny_overrides, "train.steps=3", "train.policy_every=1",
+               "eval.samples=8", "train.checkpoint_every=0", f"hydra.run.dir={run}"]  # fmt: skip
+        env = {**os.environ, "OMP_NUM_THREADS": omp}
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False, env=env)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert json.loads((run / "run.json").read_text())["torch_threads"] == 1
+        runs[omp] = _rows(run)
+    assert sorted({r["step"] for r in runs["1"] if "policy/effective_solutions" in r}) == [0, 1, 2, 3]
+    assert runs["1"] == runs["2"]
+
+
+def test_threads_is_a_count_or_auto():
+    assert thread_count("1") == 1
+    assert thread_count("4") == 4
+    assert thread_count("auto") is None
+    for bad in ("0", "-1", "two", ""):
+        with pytest.raises(ConfigError, match="thread count >= 1 or auto"):
+            thread_count(bad)
+
+
+def test_threads_0_says_auto_is_spelled_auto(monkeypatch, capsys, tmp_path, tiny_overrides):
+    assert run_cli(["train", *tiny_overrides, "threads=0", f"hydra.run.dir={tmp_path / 'run'}"], monkeypatch) == 2
+    assert not (tmp_path / "run").exists()
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1
+    assert "threads=0 must be a thread count >= 1 or auto (0 meant auto before: write threads=auto)" in err[0]
+
+
+def test_auto_takes_the_free_cores_and_a_count_ignores_the_environment(monkeypatch):
+    import torch
+
+    from sesa_cli.commands import common
+
+    before = torch.get_num_threads()
+    try:
+        monkeypatch.setenv("OMP_NUM_THREADS", "3")
+        assert common.torch_threads("1") == 1 == torch.get_num_threads()
+        monkeypatch.setattr(common, "joblib_cpu_budget", lambda: None)
+        monkeypatch.setattr(common, "busy_cores", lambda: 0.0)
+        monkeypatch.setattr(os, "cpu_count", lambda: 2)
+        assert common.torch_threads("auto") == 2
+        monkeypatch.setattr(common, "busy_cores", lambda: 1.7)
+        assert common.torch_threads("auto") == 1  # never fewer than one
+    finally:
+        torch.set_num_threads(before)

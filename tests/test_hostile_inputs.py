@@ -92,7 +92,11 @@ def test_infinity_is_refused_in_every_float_setting(value):
         ("train", "++optim.lrr=0.1", "unknown key 'optim.lrr'; valid keys under 'optim': lr, lr_schedule, "),
         ("train", "+lrr=0.1", "unknown key 'lrr'; valid keys at the top level: algo, collapse, "),
         ("train", "+task.foo=1", "unknown key 'task.foo'; valid keys under 'task': "),
-        ("eval", "+eval.sample=4", "unknown key 'eval.sample'; valid keys under 'eval': instances, samples"),
+        (
+            "eval",
+            "+eval.sample=4",
+            "unknown key 'eval.sample'; valid keys under 'eval': instances, policy_instances, samples",
+        ),
     ],
 )
 def test_adding_a_key_outside_the_schema_is_refused_like_an_unknown_key(command, override, expected, tmp_path,

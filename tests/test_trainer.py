@@ -45,7 +45,7 @@ def test_update_raises_the_logprob_of_rewarded_samples(path_setup, tmp_path, sam
     assert any(r.score.reward == 0 for r in rows)
     inputs = trainer.loss_inputs(groups)
     # The rows the loss pushes up and down: positive and negative advantages as the update applies them (with
-    # the default algo.off_policy=distinct_solutions an unrewarded chain row after the first gets 0).
+    # the default algo.off_policy=drop_negatives an unrewarded chain row after the first gets 0).
     assert not trainer.off_policy.needs_weights  # (no importance weights needed here)
     adv, _ = trainer.off_policy.rows(inputs.advantages, inputs.off_policy, None, inputs.n_solutions, inputs.solutions)
     good = [r for r, a in zip(rows, adv.tolist(), strict=True) if a > 0]

@@ -313,7 +313,7 @@ class AlgoConfig:
     """KL-Cov: fraction of tokens with the largest covariance that get the KL penalty."""
     kl_cov_coef: float = 1.0
     """KL-Cov: weight of that penalty."""
-    off_policy: str = "distinct_solutions"
+    off_policy: str = "drop_negatives"
     """Off-policy strategy (registry ``sesa_cli.algos.OFF_POLICY``, sesa_cli/algos/off_policy.py; the old key
     ``sampler.off_policy`` still works for one release): what the loss does with off-policy rows, solutions drawn in
     a context other than the one they are scored in (with ``sampler.loss_context=prompt`` or ``is``, every chain
@@ -322,12 +322,13 @@ class AlgoConfig:
     log pi(y|x) of a solution the plain policy would almost never draw, without bound (with one update per batch
     the PPO ratio is exactly 1), and with it the prefixes it shares with the targets the chain found: measured on
     the path task, discovered targets fell 8-26 nats under the plain prompt.
-    ``distinct_solutions`` (the default): as ``drop_negatives``, and the positive advantages of a prompt's rows
-    shared out per distinct rewarded solution (a solution drawn n times gets 1/n of each row's advantage, the
-    prompt's total positive push kept), so what the policy already draws often is not pushed n times as hard as
-    what the chain found once; measured on the path task from scratch (issue 30, docs/samplers.md) it keeps about
-    twice the targets of ``drop_negatives``. ``drop_negatives``: negative advantages of off-policy rows set to 0,
-    positives kept (docs/results.md, claims II and III). ``paper``: every advantage as computed (the paper's
+    ``drop_negatives`` (the default): negative advantages of off-policy rows set to 0, positives kept
+    (docs/results.md, claims II and III). ``distinct_solutions``: as ``drop_negatives``, and the positive
+    advantages of a prompt's rows shared out per distinct rewarded solution (a solution drawn n times gets 1/n of
+    each row's advantage, the prompt's total positive push kept), so what the policy already draws often is not
+    pushed n times as hard as what the chain found once; measured on the path task from scratch on seeds 0-4
+    (docs/samplers.md) it keeps about twice the targets of ``drop_negatives`` at a lower target mass; one process
+    only (it counts repeats over the whole batch, which data-parallel replicas split). ``paper``: every advantage as computed (the paper's
     loss). ``weight_negatives``: negative advantages of off-policy rows multiplied by the truncated importance
     weight min(sampler.is_clip, pi(y|x) / pi(y|ctx)) of the whole solution, positives kept (the negative push on y
     is bounded by how likely the plain policy is to draw it). ``on_policy_baseline``: the group baseline (the mean

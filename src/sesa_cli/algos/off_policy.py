@@ -43,6 +43,9 @@ class OffPolicy:
 
     needs_weights: ClassVar[bool] = False
     """Whether :meth:`rows` needs the importance weights of the off-policy rows."""
+    per_group: ClassVar[bool] = True
+    """Whether each row's treatment depends on its own group alone, so data-parallel replicas, each holding whole
+    groups, compute what one process computes on the global batch."""
 
     def __init__(self, algo: AlgoConfig) -> None:
         self.algo = algo
@@ -140,7 +143,11 @@ class DistinctSolutions(DropNegatives):
     changes: plain GRPO), negative ones are as ``drop_negatives`` leaves them.
 
     Logs ``loss/distinct_rewarded_frac``: distinct rewarded solutions per rewarded off-policy row (1 = no repeats).
+    It counts repeats over the whole batch (every group of a prompt), which data-parallel replicas split: one process
+    only.
     """
+
+    per_group: ClassVar[bool] = False
 
     def rows(
         self,

@@ -662,15 +662,8 @@ class EvalConfig:
     device: str = "cpu"
     """Torch device."""
     threads: str = "1"
-    """Torch intra-op threads (CPU): a count, or ``auto``. The default is one thread on every machine, whatever its
-    load and whatever ``OMP_NUM_THREADS`` says (the environment is not read): float sums split differently on other
-    counts, so runs of one seed on other counts part ways (a 10-step path run differs at step 10), and the same
-    command gives the same numbers only at a fixed count. run.json records the count a run used; set another one
-    yourself (``threads=2``) and its numbers are those of that count. On ``model=tiny`` a second thread gains little
-    or loses (docs/measurements.md, "Threads"). ``auto`` (opt-in, numbers then depend on the load): a joblib sweep
-    job's share of the cores, else the cores not busy when the command starts (cores minus the 1-minute load
-    average, or the tasks running now if fewer, rounded, at least 1; sesa_cli.commands.common.busy_cores); more
-    threads than free cores slow every step, as each parallel op waits for all its threads to get a core."""
+    """Torch intra-op threads (CPU): a count, or ``auto``; one thread by default whatever the machine's load, as for
+    ``sesa train`` (sesa_cli.config.TrainConfig's ``threads`` says why and what ``auto`` does)."""
 
     def __post_init__(self) -> None:
         thread_count(self.threads)

@@ -144,3 +144,18 @@ def run_cli(argv: list[str], monkeypatch: pytest.MonkeyPatch) -> int:
     except SystemExit as exc:
         return int(exc.code or 0)
     return 0
+
+
+@pytest.fixture(scope="module")
+def source_run(tmp_path_factory: pytest.TempPathFactory, tiny_overrides: list[str]) -> Path:
+    """One real short run (2 steps, a checkpoint at step 2, tests.test_damaged_inputs.SMALL), built once per module
+    and copied and damaged by each case of the damaged- and hostile-input tests."""
+    from tests.test_damaged_inputs import SMALL
+
+    run = tmp_path_factory.mktemp("source") / "run"
+    mp = pytest.MonkeyPatch()
+    try:
+        assert run_cli(["train", *tiny_overrides, *SMALL, f"hydra.run.dir={run}"], mp) == 0
+    finally:
+        mp.undo()
+    return run

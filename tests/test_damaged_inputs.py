@@ -29,18 +29,6 @@ SMALL = ["sampler=parallel", "train.batch_size=2", "sampler.group_size=4", "eval
          "train.checkpoint_every=0", "train.sample_every=0"]  # fmt: skip
 
 
-@pytest.fixture(scope="module")
-def source_run(tmp_path_factory, tiny_overrides) -> Path:
-    """One real short run (2 steps, a checkpoint at step 2), copied and damaged by each case."""
-    run = tmp_path_factory.mktemp("source") / "run"
-    mp = pytest.MonkeyPatch()
-    try:
-        assert run_cli(["train", *tiny_overrides, *SMALL, f"hydra.run.dir={run}"], mp) == 0
-    finally:
-        mp.undo()
-    return run
-
-
 # ------------------------------------------------------------------------------------------------ damage helpers
 def truncate(rel: str, size: int) -> Callable[[Path], None]:
     def damage(run: Path) -> None:

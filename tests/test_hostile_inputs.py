@@ -15,20 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import run_cli
-from tests.test_damaged_inputs import SMALL, check_one_line, snapshot
-
-
-@pytest.fixture(scope="module")
-def source_run(tmp_path_factory, tiny_overrides) -> Path:
-    """One real short run (2 steps, a checkpoint at step 2), copied and damaged by each case (as in
-    tests.test_damaged_inputs)."""
-    run = tmp_path_factory.mktemp("source") / "run"
-    mp = pytest.MonkeyPatch()
-    try:
-        assert run_cli(["train", *tiny_overrides, *SMALL, f"hydra.run.dir={run}"], mp) == 0
-    finally:
-        mp.undo()
-    return run
+from tests.test_damaged_inputs import check_one_line, snapshot
 
 
 # ------------------------------------------------------------------------ case 3: NaN and infinity in a float

@@ -15,6 +15,7 @@ import torch
 
 from sesa_cli import algos
 from sesa_cli.algos import off_policy_strategy
+from sesa_cli.algos.off_policy import distinct_shares
 from sesa_cli.config import OFF_POLICY_NAMES, AlgoConfig, ConfigError
 from sesa_cli.deprecations import rename_overrides
 from sesa_cli.rollout.engine import Completion
@@ -236,3 +237,54 @@ def test_distinct_solutions_moves_a_softmax_policy_off_its_dominant_solution(str
     assert float(after[1]) > 0.1  # both strategies raise the other two found solutions
     assert float(after[2]) > 0.1
     assert float(after[3]) < float(after[1])  # and the unrewarded one less than them
+
+
+def test_distinct_shares_counts_over_the_gathered_batch_and_applies_to_the_own_rows():
+    """Two replicas' rewarded off-policy rows (solution, advantage), two prompts: solution L of prompt 1 is drawn
+    twice by the first replica and once by the second. Each replica's shares, counted over the gathered batch, are
+    exactly what the batch's rows get in one process, and differ from counting its own shard alone."""
+    p, q = (1,), (2,)
+    first = [((p, "L"), 1.0), ((p, "L"), 0.5), ((p, "A"), 0.5), ((q, "M"), 2.0)]
+    second = [((p, "L"), 1.0), ((p, "B"), 1.0), ((q, "M"), 1.0)]
+    batch = first + second
+    whole = distinct_shares(batch, batch)
+    assert torch.equal(torch.cat([distinct_shares(first, batch), distinct_shares(second, batch)]), whole)
+    # prompt 1: L drawn 3 times -> (1 + 0.5 + 1) / 3 between its rows, A and B whole; the prompt's total 4.0 kept
+    split = torch.tensor([1 / 3, 0.5 / 3, 0.5, 1 / 3, 1.0])
+    scaled = split * 4.0 / float(split.sum())
+    # prompt 2: M drawn twice -> halves, rescaled to the prompt's total 3.0: the advantages as they were
+    torch.testing.assert_close(whole, torch.stack([*scaled[:3], torch.tensor(2.0), *scaled[3:], torch.tensor(1.0)]))
+    assert float(whole[[0, 1, 2, 4, 5]].sum()) == pytest.approx(4.0)
+    # the second replica alone sees L once and M once: nothing to share out, unlike the batch
+    assert torch.equal(distinct_shares(second, second), torch.tensor([1.0, 1.0, 1.0]))
+    assert not torch.allclose(distinct_shares(second, batch), torch.tensor([1.0, 1.0, 1.0]))
+
+
+def test_distinct_solutions_on_replicas_gives_each_its_rows_what_one_process_gives_them():
+    """Two replicas of DistinctSolutions, each holding four rows of the batch, their gather played by hand (what each
+    sends, concatenated in rank order): every replica's advantages and distinct_rewarded_frac are one process's on
+    the whole batch; counting its own shard alone, the second replica's would not be."""
+    key = [None if k is None else ((1,), k) for k in ("L", "L", "A", "B", "L", "C", None, "C")]
+    adv = torch.tensor([0.5, 1.0, -0.5, 0.25, 1.0, 0.75, 1.0, -1.0])
+    off = torch.tensor([True, True, True, False, True, True, True, True])
+    algo = AlgoConfig(off_policy="distinct_solutions")
+    whole, whole_stats = off_policy_strategy(algo).rows(adv, off, None, 8, key)
+    shards = (slice(0, 4), slice(4, 8))
+    sent: list[list] = []
+    for rows in shards:  # what each replica sends: its rewarded off-policy rows
+
+        def send(mine: list) -> list:
+            sent.append(mine)
+            return mine
+
+        off_policy_strategy(algo, gather=send).rows(adv[rows], off[rows], None, 4, key[rows])
+    # row 2's negative is dropped, row 3 is on-policy, row 6 has no solution key
+    assert sent == [[(key[0], 0.5), (key[1], 1.0)], [(key[4], 1.0), (key[5], 0.75)]]
+    for rows in shards:
+        replica = off_policy_strategy(algo, gather=lambda mine: [*sent[0], *sent[1]])
+        mine, stats = replica.rows(adv[rows], off[rows], None, 4, key[rows])
+        assert torch.equal(mine, whole[rows])
+        # rewarded off-policy rows of the batch: L three times, C once
+        assert stats["loss/distinct_rewarded_frac"] == whole_stats["loss/distinct_rewarded_frac"] == 2 / 4
+    alone, _ = off_policy_strategy(algo).rows(adv[4:], off[4:], None, 4, key[4:])
+    assert not torch.equal(alone, whole[4:])

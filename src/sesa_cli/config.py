@@ -327,13 +327,13 @@ class AlgoConfig:
     advantages of a prompt's rows shared out per distinct rewarded solution (a solution drawn n times gets 1/n of
     each row's advantage, the prompt's total positive push kept), so what the policy already draws often is not
     pushed n times as hard as what the chain found once; measured on the path task from scratch on seeds 0-4
-    (docs/samplers.md) it keeps about twice the targets of ``drop_negatives`` at a lower target mass; one process
-    only (it counts repeats over the whole batch, which data-parallel replicas split). ``paper``: every advantage as computed (the paper's
-    loss). ``weight_negatives``: negative advantages of off-policy rows multiplied by the truncated importance
-    weight min(sampler.is_clip, pi(y|x) / pi(y|ctx)) of the whole solution, positives kept (the negative push on y
-    is bounded by how likely the plain policy is to draw it). ``on_policy_baseline``: the group baseline (the mean
-    the advantage subtracts) from the group's on-policy rows only, the scale as the estimator has it; a group with
-    no on-policy row keeps the estimator's own baseline (counted)."""
+    (docs/samplers.md) it keeps about twice the targets of ``drop_negatives`` at a lower target mass; it counts
+    repeats over the whole batch, every data-parallel replica's rows. ``paper``: every advantage as computed (the
+    paper's loss). ``weight_negatives``: negative advantages of off-policy rows multiplied by the truncated
+    importance weight min(sampler.is_clip, pi(y|x) / pi(y|ctx)) of the whole solution, positives kept (the negative
+    push on y is bounded by how likely the plain policy is to draw it). ``on_policy_baseline``: the group baseline
+    (the mean the advantage subtracts) from the group's on-policy rows only, the scale as the estimator has it; a
+    group with no on-policy row keeps the estimator's own baseline (counted)."""
     ppo_epochs: int = 1
     """Optimisation passes over each batch; > 1 makes the ratio against the sampling-time log-probs matter."""
     minibatches: int = 1

@@ -12,6 +12,9 @@ Semantics (verl's convention: ``data.train_batch_size`` is global):
   the whole batch in one process for the per-sequence aggregations (``seq_mean_token_mean``, ``seq_sum_norm``),
   and for ``token_mean`` when the shards hold equally many tokens (otherwise it weighs each rank's tokens by
   1 / its token count, as DDP does).
+* A rule over the whole batch rather than over each group (``algo.off_policy=distinct_solutions`` counts a
+  prompt's repeated solutions across groups) gathers what it needs from every rank (:meth:`~SingleProcess.gather`)
+  and applies the result to its own rows, so each rank computes what one process computes for those rows.
 * Rank 0 alone writes the run dir, checkpoints and evaluations; logged training metrics are the mean over ranks.
 
 This is not DDP: the scorer calls the decoder directly (to apply the vocab projection in chunks), which DDP's
@@ -22,11 +25,13 @@ forward hooks would miss, so gradients are averaged explicitly. One process (no 
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 
 from sesa_cli.config import ConfigError
+
+T = TypeVar("T")
 
 
 class SingleProcess:
@@ -56,6 +61,10 @@ class SingleProcess:
 
     def all_finite(self, loss: torch.Tensor) -> bool:
         return bool(torch.isfinite(loss))
+
+    def gather(self, items: list[T]) -> list[T]:
+        """Every rank's ``items``, concatenated in rank order (rank 0's first); one process: its own."""
+        return items
 
     def mean_metrics(self, row: dict[str, Any]) -> dict[str, Any]:
         return row
@@ -121,12 +130,18 @@ class AccelerateReplicas(SingleProcess):
         dist.all_reduce(flag, op=dist.ReduceOp.MIN)
         return bool(flag.item() > 0)
 
-    def mean_metrics(self, row: dict[str, Any]) -> dict[str, Any]:
-        """Numeric values averaged over ranks (keys a rank lacks are averaged over the ranks that have them)."""
+    def gather(self, items: list[T]) -> list[T]:
+        """Every rank's ``items`` (picklable), concatenated in rank order (rank 0's first): one all_gather_object,
+        which every rank must call."""
         import torch.distributed as dist
 
-        rows: list[Any] = [None] * self.world
-        dist.all_gather_object(rows, row)
+        shards: list[Any] = [None] * self.world
+        dist.all_gather_object(shards, items)
+        return [item for shard in shards for item in shard]
+
+    def mean_metrics(self, row: dict[str, Any]) -> dict[str, Any]:
+        """Numeric values averaged over ranks (keys a rank lacks are averaged over the ranks that have them)."""
+        rows = self.gather([row])
         out = dict(row)
         for key, value in row.items():
             if key == "step" or isinstance(value, bool) or not isinstance(value, int | float):

@@ -21,7 +21,7 @@ import torch
 from sesa_cli import algos
 from sesa_cli import metrics as M
 from sesa_cli.collapse import CollapseMonitor
-from sesa_cli.config import ConfigError, TrainConfig
+from sesa_cli.config import TrainConfig
 from sesa_cli.distributed import SingleProcess
 from sesa_cli.evaluation import Evaluation, rollout_stats, sample_records
 from sesa_cli.models.lora import is_lora, reference
@@ -83,12 +83,8 @@ class Trainer:
         self.dist.broadcast_parameters(self.model)
         dtype = cfg.model.dtype
         self.sampler = make_sampler(cfg.sampler, task, policy, dtype)
-        self.off_policy = algos.off_policy_strategy(cfg.algo)
-        if self.dist.world > 1 and not self.off_policy.per_group:
-            raise ConfigError(
-                f"algo.off_policy={cfg.algo.off_policy} counts over the whole batch, which the {self.dist.world} "
-                "data-parallel processes split: run it on one process, or choose drop_negatives"
-            )
+        # the strategy sees the other replicas' rows through dist.gather (distinct_solutions counts over the batch)
+        self.off_policy = algos.off_policy_strategy(cfg.algo, self.dist.gather)
         self.trainable = [p for p in self.model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(
             self.trainable,

@@ -11,14 +11,20 @@ the three things it changes, with the ``loss/*`` statistics of each:
   min(c, pi(y|x)/pi(y|ctx)) of the off-policy rows for it;
 * :meth:`OffPolicy.rows`: the per-row treatment of the flattened advantages (given those weights).
 
+A strategy is built with a ``gather`` (:meth:`sesa_cli.distributed.SingleProcess.gather`, the identity on one
+process) for the one that counts over the whole batch (``distinct_solutions``): under data parallelism each replica
+holds a shard of the groups, and :meth:`OffPolicy.rows` must give its rows what one process gives them on the
+global batch.
+
 The field doc of ``algo.off_policy`` (sesa_cli/config.py) and docs/samplers.md say why each exists and what it
 measured. To add one, subclass :class:`OffPolicy` next to its neighbours with ``@register(OFF_POLICY, "name")``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
-from typing import ClassVar
+from collections import Counter
+from collections.abc import Callable, Hashable, Sequence
+from typing import Any, ClassVar
 
 import torch
 from torch import Tensor
@@ -33,8 +39,18 @@ __all__ = [
     "OffPolicy",
     "OnPolicyBaseline",
     "WeightNegatives",
+    "distinct_shares",
     "off_policy_strategy",
 ]
+
+Gather = Callable[[list[Any]], list[Any]]
+"""Every data-parallel replica's list, concatenated in rank order (:meth:`sesa_cli.distributed.SingleProcess.gather`,
+a collective every replica calls); on one process its own list."""
+
+
+def _own(items: list[Any]) -> list[Any]:
+    """The :data:`Gather` of one process: the batch is this process's."""
+    return items
 
 
 @register(OFF_POLICY, "paper")
@@ -43,12 +59,11 @@ class OffPolicy:
 
     needs_weights: ClassVar[bool] = False
     """Whether :meth:`rows` needs the importance weights of the off-policy rows."""
-    per_group: ClassVar[bool] = True
-    """Whether each row's treatment depends on its own group alone, so data-parallel replicas, each holding whole
-    groups, compute what one process computes on the global batch."""
 
-    def __init__(self, algo: AlgoConfig) -> None:
+    def __init__(self, algo: AlgoConfig, gather: Gather = _own) -> None:
+        """``gather``: how a replica sees the other replicas' rows (the default: one process, no other)."""
         self.algo = algo
+        self.gather = gather
 
     def advantages(self, rewards: Tensor, off_policy: Tensor) -> tuple[Tensor, dict[str, float]]:
         """rewards (n_groups, group) float, off_policy (n_groups, group) bool -> advantages (n_groups, group) and
@@ -142,12 +157,13 @@ class DistinctSolutions(DropNegatives):
     proportion to how often it was drawn. On-policy rows keep their advantages (with parallel sampling nothing
     changes: plain GRPO), negative ones are as ``drop_negatives`` leaves them.
 
-    Logs ``loss/distinct_rewarded_frac``: distinct rewarded solutions per rewarded off-policy row (1 = no repeats).
-    It counts repeats over the whole batch (every group of a prompt), which data-parallel replicas split: one process
-    only.
+    The counts and totals are the whole batch's, every data-parallel replica's rows (gathered with ``gather``: one
+    small collective per update), applied to this replica's rows: each replica gives its rows what one process
+    gives them on the global batch. Logs ``loss/distinct_rewarded_frac``: distinct rewarded solutions per rewarded
+    off-policy row of the whole batch (1 = no repeats; every replica logs the same value).
+    ``loss/adv_changed_frac`` is this replica's rows', as for the other strategies (its mean over the replicas'
+    equal shards is the batch's).
     """
-
-    per_group: ClassVar[bool] = False
 
     def rows(
         self,
@@ -165,23 +181,41 @@ class DistinctSolutions(DropNegatives):
         positive = [
             i for i in range(n_solutions) if solutions[i] is not None and bool(off_policy[i]) and float(dropped[i]) > 0
         ]
-        counts: dict[Hashable, int] = {}
-        for i in positive:
-            counts[solutions[i]] = counts.get(solutions[i], 0) + 1
+        mine = [(solutions[i], float(dropped[i])) for i in positive]
+        batch = self.gather(mine)  # every replica calls it, with or without rows of its own
         out = dropped.clone()
-        shared = torch.tensor([float(dropped[i]) / counts[solutions[i]] for i in positive], dtype=dropped.dtype)
         if positive:
-            # the total positive push of each prompt's rows is kept (the prompt is the first part of a solution)
-            prompts = [_prompt_of(solutions[i]) for i in positive]
-            for prompt in dict.fromkeys(prompts):
-                mine = torch.tensor([p == prompt for p in prompts])
-                idx = torch.tensor(positive)[mine]
-                shared[mine] *= dropped[idx].sum() / shared[mine].sum()
-            out[torch.tensor(positive)] = shared
+            out[torch.tensor(positive)] = distinct_shares(mine, batch)
         stats = _changed(out, advantages, n_solutions)
-        if positive:
-            stats["loss/distinct_rewarded_frac"] = len(counts) / len(positive)
+        if batch:
+            stats["loss/distinct_rewarded_frac"] = len({solution for solution, _ in batch}) / len(batch)
         return out, stats
+
+
+def distinct_shares(mine: Sequence[tuple[Hashable, float]], batch: Sequence[tuple[Hashable, float]]) -> Tensor:
+    """The advantages of the rewarded off-policy rows ``mine``, each a (solution, positive advantage) pair, shared out
+    per distinct solution of the whole batch's such rows ``batch`` (every replica's, in rank order; ``mine`` is among
+    them): each row's advantage divided by how many rows of ``batch`` drew its solution, then every prompt's shares
+    scaled so that its rows in ``batch`` keep their total advantage. -> (len(mine),) float32.
+
+    A replica applies what it counts over ``batch`` to its own rows only; one process passes its rows as both, and a
+    replica whose shards concatenate to that process's batch gets the same values for its rows (the same sums in
+    the same order)."""
+    counts = Counter(solution for solution, _ in batch)
+
+    def split(rows: Sequence[tuple[Hashable, float]]) -> Tensor:
+        return torch.tensor([adv / counts[solution] for solution, adv in rows], dtype=torch.float32)
+
+    # the total positive push of each prompt's rows is kept (the prompt is the first part of a solution)
+    prompts = [_prompt_of(solution) for solution, _ in batch]
+    totals = torch.tensor([adv for _, adv in batch], dtype=torch.float32)
+    shares = split(batch)
+    scale = {}
+    for prompt in dict.fromkeys(prompts):
+        of_prompt = torch.tensor([p == prompt for p in prompts])
+        scale[prompt] = totals[of_prompt].sum() / shares[of_prompt].sum()
+    factors = [scale[_prompt_of(solution)] for solution, _ in mine]
+    return split(mine) * torch.stack(factors) if factors else torch.zeros(0)
 
 
 def _prompt_of(solution: Hashable | None) -> Hashable | None:
@@ -189,7 +223,8 @@ def _prompt_of(solution: Hashable | None) -> Hashable | None:
     return solution[0] if isinstance(solution, tuple) and len(solution) == 2 else solution
 
 
-def off_policy_strategy(algo: AlgoConfig) -> OffPolicy:
-    """The strategy ``algo.off_policy`` names, for ``algo``; an unknown name raises ``ConfigError``."""
-    strategy: OffPolicy = get(OFF_POLICY, algo.off_policy, "algo.off_policy")(algo)
+def off_policy_strategy(algo: AlgoConfig, gather: Gather = _own) -> OffPolicy:
+    """The strategy ``algo.off_policy`` names, for ``algo``; an unknown name raises ``ConfigError``. ``gather``: the
+    data-parallel replicas' (:meth:`sesa_cli.distributed.SingleProcess.gather`); the default is one process's."""
+    strategy: OffPolicy = get(OFF_POLICY, algo.off_policy, "algo.off_policy")(algo, gather)
     return strategy

@@ -47,8 +47,8 @@ LR_SCHEDULES: dict[str, Callable[..., Any]] = {}
 fraction of the post-warm-up steps taken (see schedules.py)."""
 OFF_POLICY: dict[str, Callable[..., Any]] = {}
 """``algo.off_policy``: a subclass of :class:`sesa_cli.algos.off_policy.OffPolicy`, called with the
-:class:`~sesa_cli.config.AlgoConfig` to give the strategy (its baseline, importance-weight need, per-row treatment
-and their statistics; see off_policy.py)."""
+:class:`~sesa_cli.config.AlgoConfig` and the data-parallel replicas' gather to give the strategy (its baseline,
+importance-weight need, per-row treatment and their statistics; see off_policy.py)."""
 
 
 def register(

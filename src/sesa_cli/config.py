@@ -95,13 +95,19 @@ class ModelConfig:
     warm_start_steps: int = 600
     """tiny: supervised steps on the task's warm-start corpus (plays the role of pretraining). 0 = random init."""
     warm_start_batch_size: int = 8
-    """tiny: packed blocks per warm-start step."""
+    """tiny: a warm-start step trains on at most ``warm_start_batch_size * warm_start_block`` tokens: whole corpus
+    lines of similar length (more lines when they are short), each from position 0 as a rollout's prompt."""
     warm_start_block: int = 256
-    """tiny: tokens per packed warm-start block (corpus lines are concatenated, no padding)."""
+    """tiny: longest corpus line the warm start trains on, in tokens (a longer one is cut)."""
     warm_start_lr: float = 3e-3
     """tiny: peak AdamW learning rate of the warm start (cosine decay to 10%)."""
     warm_start_corpus_size: int = 20000
     """tiny: number of corpus lines the task generates for the warm start."""
+    tokenizer: str = "words"
+    """tiny: ``words``, one token per word of the task's compact language (a place name of the path task, a grid
+    row, an action pair; ``Task.vocabulary``) and per character elsewhere; or ``chars``, one token per character.
+    Words make sequences 2-4x shorter, so every forward pass and warm-start step covers more text, and a plan of one
+    turn is one token, which the base learns to copy (docs/measurements.md)."""
     cache_dir: str = "outputs/cache"
     """Where warm-started bases are cached, keyed by task + model config (relative paths are from the cwd)."""
     dtype: str = "float32"
@@ -163,6 +169,7 @@ class ModelConfig:
             ]
         )
         _choice(self.dtype, "model.dtype", ("float32", "bfloat16"))
+        _choice(self.tokenizer, "model.tokenizer", ("words", "chars"))
         _choice(self.prompt_style, "model.prompt_style", ("compact", "chat"))
         if self.max_batch_rows < 0:
             raise ConfigError("model.max_batch_rows must be >= 0 (0 = no limit)")

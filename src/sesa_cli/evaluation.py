@@ -116,9 +116,10 @@ class ExactPolicy:
     """The probability of every solution of an instance under the plain prompt, for tasks that can enumerate them
     (``Task.solution_space``): exact ``policy/*`` metrics instead of estimates from drawn samples.
 
-    Each solution y (its answer text, stop included) is scored log π(y | x) = Σ_j log π(y_j | x, y_<j) by teacher
-    forcing, at the sampling temperature, through the loss's own scoring code (sesa_cli.rollout.scoring), so any
-    token masking the sampler applies is applied identically. top_p/top_k truncation is not applied (the defaults
+    Each solution y (its answer text, stop included) is scored π(y | x) = Σ over its spellings in tokens
+    (``Policy.spellings``) of Π_j π(y_j | x, y_<j), by teacher forcing, at the sampling temperature, through the
+    loss's own scoring code (sesa_cli.rollout.scoring), so any token masking the sampler applies is applied
+    identically. top_p/top_k truncation is not applied (the defaults
     disable it). Instances whose task returns no solution space are skipped; :attr:`available` says whether any
     instance has one.
 
@@ -149,6 +150,9 @@ class ExactPolicy:
         task, policy = sampler.task, sampler.policy
         self.prompts: list[list[int]] = []
         self.solutions: list[list[list[int]]] = []
+        """Per instance, the token ids of every spelling of every solution (``Policy.spellings``)."""
+        self.owners: list[np.ndarray] = []
+        """Per instance, (spellings,) the solution (index into ``solution_space``) each spelling writes."""
         self.keys: list[list[str]] = []
         self.targets: list[np.ndarray] = []
         self.indices: list[int] = []
@@ -163,6 +167,7 @@ class ExactPolicy:
                     self.indices.append(index)
                     self.prompts.append(sampler.encode_prompt(task.prompt(inst)))
                     self.solutions.append([])
+                    self.owners.append(np.zeros(0, dtype=np.int64))
                     self.keys.append([])
                     self.targets.append(np.zeros(0, dtype=bool))
                 continue
@@ -172,7 +177,9 @@ class ExactPolicy:
                 raise ValueError(f"task {task.name!r}: solution_space holds answers it scores invalid: {invalid[:3]}")
             self.indices.append(index)
             self.prompts.append(sampler.encode_prompt(task.prompt(inst)))
-            self.solutions.append([policy.encode(text) for text in space])
+            spelled = [policy.spellings(text) for text in space]
+            self.solutions.append([ids for spellings in spelled for ids in spellings])
+            self.owners.append(np.array([s for s, spellings in enumerate(spelled) for _ in spellings], dtype=np.int64))
             self.keys.append([str(sc.key) for sc in scores])
             self.targets.append(np.array([sc.success for sc in scores], dtype=bool))
 
@@ -205,7 +212,8 @@ class ExactPolicy:
                     batch = build_batch([prompt] * len(rows), [solutions[i] for i in rows], pad)
                     token_logps, _ = completion_logps(policy.model, batch, temperature, dtype=dtype)  # (rows, T)
                     logps[rows] = (token_logps.double() * batch.response_mask.double()).sum(1)
-                out.append(logps.exp().numpy())
+                # a solution's probability is the sum over its spellings
+                out.append(np.bincount(self.owners[j], weights=logps.exp().numpy(), minlength=len(self.keys[j])))
         return out
 
     def _walk(self, j: int, prompt: list[int]) -> np.ndarray:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import random
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol, TypeVar
 
@@ -117,6 +117,15 @@ class Task(ABC):
     @abstractmethod
     def alphabet(self) -> str:
         """Every character compact-style text of this task can contain (the tiny model's vocabulary)."""
+
+    def vocabulary(self, corpus: Sequence[str]) -> list[str]:
+        """The tiny model's tokens with ``model.tokenizer=words``, given its warm-start ``corpus``: the words of the
+        task's compact language (one token each) and the characters of the rest. Text is cut greedily into the
+        longest token that matches (sesa_cli.models.tiny.build_tokenizer); every corpus line must be spelled without
+        <unk>. A text may have several spellings (an action pair as one token or as two): the model can sample
+        any of them, so the exact ``policy/*`` metrics sum over all (``Policy.spellings``). Default: the characters
+        of ``alphabet``."""
+        return sorted(set(self.alphabet()))
 
     def warm_start_key(self) -> dict[str, Any]:
         """What the warm-start corpus depends on (cache key). Must exclude anything secret, e.g. targets."""

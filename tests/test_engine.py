@@ -112,14 +112,15 @@ def test_chains_never_wait_and_draw_what_each_row_draws_alone(path_setup, monkey
     inner = session._forward
     monkeypatch.setattr(session, "_forward", lambda ids, mask: forwards.append(tuple(ids.shape)) or inner(ids, mask))
     gens = [torch.Generator().manual_seed(10 + i) for i in range(len(prompts))]
-    together = session.sample_chains(4, 14, stop, SamplingParams(), gens, between=between)
+    # 4 tokens: a path (6 tokens) is cut, a sketch (a region and its stop) is not
+    together = session.sample_chains(4, 4, stop, SamplingParams(), gens, between=between)
     lengths = [sum(len(item.ids) for _, item in chain) for chain in together]
     assert len(forwards) == max(lengths)  # every forward samples a token for every row still drawing
     assert min(lengths) < max(lengths)  # (the rows' chains do differ in length, so waiting would cost more)
     assert any(not item.stopped for chain in together for _, item in chain)  # (and some items were cut)
     for i, prompt in enumerate(prompts):
         alone = eng.start([prompt]).sample_chains(
-            4, 14, stop, SamplingParams(), [torch.Generator().manual_seed(10 + i)], between=between
+            4, 4, stop, SamplingParams(), [torch.Generator().manual_seed(10 + i)], between=between
         )[0]
         assert [(ctx, item.ids, item.stopped) for ctx, item in alone] == [
             (ctx, item.ids, item.stopped) for ctx, item in together[i]

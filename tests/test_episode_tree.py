@@ -50,7 +50,7 @@ def _bigram_policy(task: FrozenLakeTask, seed: int = 0, words: bool = False) -> 
     model's word vocabulary (action pairs are tokens too, so ``DR|`` has two spellings), else characters."""
     corpus = task.warm_start_corpus(random.Random(0), 50) if words else []
     tokenizer = build_tokenizer(task.vocabulary(corpus) if words else sorted(set(task.alphabet())))
-    vocab, hidden = len(tokenizer), 64
+    vocab, hidden = len(tokenizer), 128  # one-hot embeddings: hidden >= vocab
     config = LlamaConfig(
         vocab_size=vocab,
         hidden_size=hidden,

@@ -12,6 +12,7 @@ from sesa_cli.rollout.scoring import build_batch, completion_logps
 from sesa_cli.runs import RunDir
 from sesa_cli.tasks.path import PathTask
 from sesa_cli.trainer import Trainer, _select
+from tests.conftest import policy_objective
 from tests.levels import LEVELS
 
 
@@ -38,7 +39,10 @@ def _mean_logp(trainer, rows) -> float:
 @pytest.mark.parametrize("sampler", ["parallel", "sequential"])
 def test_update_raises_the_logprob_of_rewarded_samples(path_setup, tmp_path, sampler):
     # Half the (64-leaf test) world is a target so every batch has rewarded and unrewarded samples.
-    trainer = _trainer(path_setup, tmp_path, task_kw={"num_targets": 32}, name=sampler)
+    # sequential with whole-path chains: the first item of a chain is on-policy, so its negatives stay (every
+    # stage-II solution of the two-stage form is off-policy, and drop_negatives leaves it no negative advantage)
+    stage1 = {"stage1": "solution"} if sampler == "sequential" else {}
+    trainer = _trainer(path_setup, tmp_path, task_kw={"num_targets": 32}, name=sampler, **stage1)
     groups, _ = trainer._draw_batch()
     rows = [r for g in groups for r in g]
     LEVELS["rewarded_rows"].check(sum(r.score.reward > 0 for r in rows))
@@ -55,10 +59,12 @@ def test_update_raises_the_logprob_of_rewarded_samples(path_setup, tmp_path, sam
     assert all(r.score.reward > 0 for r in good)
     assert all(r.score.reward == 0 for r in bad)
     before_good, before_bad = _mean_logp(trainer, good), _mean_logp(trainer, bad)
+    before = policy_objective(trainer.model, rows, adv.tolist())
     stats = trainer.update(inputs)
     assert torch.isfinite(torch.tensor(stats["loss/total"]))
-    assert _mean_logp(trainer, good) > before_good
-    assert _mean_logp(trainer, bad) < before_bad
+    # the surrogate the update ascends goes up, and the rewarded rows gain on the unrewarded ones
+    assert policy_objective(trainer.model, rows, adv.tolist()) > before
+    assert _mean_logp(trainer, good) - before_good > _mean_logp(trainer, bad) - before_bad
 
 
 def test_identical_contexts_give_weight_one_and_equal_gradients(path_setup, tmp_path):

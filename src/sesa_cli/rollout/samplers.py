@@ -56,6 +56,9 @@ class Rollout:
     stop_forced: bool = False
     """Sequential chains: this item (stage1=sketch: its sketch) hit its length limit without its stop, so the sampler
     teacher-forced the task's stop after it: the next item's context holds it and starts clean."""
+    followed: bool | None = None
+    """stage1=sketch: whether this solution carries out its sketch (``Task.follows_sketch``); None elsewhere, or
+    where the task cannot tell."""
 
 
 def run_episodes(
@@ -332,13 +335,14 @@ class SequentialSampler(Sampler):
                     sketch_context_ids=sketch_ctx,
                     sketch_completion=sketch_comp,
                     stop_forced=forced,
+                    followed=task.follows_sketch(instances[g], sketch, ans[1], ans[2]),
                 )
             )
         return groups
 
     def chain_health(self, groups: Sequence[Sequence[Rollout]]) -> M.ChainHealth:
         """The health of every chain in ``groups`` (issue 16): the items are the sketches (stage1=sketch, judged by
-        ``task.sketch_key`` and ``task.follows_sketch``) or the solutions (keys from their scores). A group holds one
+        ``task.sketch_key`` and each solution's ``Rollout.followed``) or the solutions (keys from their scores). A group holds one
         chain of G items (G x m rollouts with m solutions per sketch), or several in a row (evaluation draws n
         samples); an incomplete chain at a group's end is left out. An evaluation of fewer samples than one chain
         (``eval.samples`` < G x m) measures the first n // m items of each chain."""
@@ -359,13 +363,5 @@ class SequentialSampler(Sampler):
                     continue
                 keys.append([task.sketch_key(r.inst, r.sketch or "") for r in firsts])
                 cut.append([r.sketch_completion is not None and not r.sketch_completion.stopped for r in firsts])
-                followed.append(
-                    [
-                        [
-                            task.follows_sketch(r.inst, r.sketch or "", r.text, r.score)
-                            for r in chain[k * m : (k + 1) * m]
-                        ]
-                        for k in range(g)
-                    ]
-                )
+                followed.append([[r.followed for r in chain[k * m : (k + 1) * m]] for k in range(g)])
         return M.chain_health(keys, cut, followed if self.stage1 == "sketch" else None)

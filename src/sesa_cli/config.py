@@ -469,7 +469,7 @@ class EvalProtocolConfig:
     policy_instances: int | None = 8
     """The first ``policy_instances`` validation instances get the exact ``policy/*`` metrics (where the task can
     enumerate its solutions); null = every one. An agent task's instance is a walk over every episode the policy can
-    play (about 1.5 s of one core per non-slippery FrozenLake map at the tiny base), so the default keeps an
+    play (about 0.3 s of one core per non-slippery FrozenLake map at the tiny base), so the default keeps an
     evaluation's walk to a fixed set of 8 maps; the path task has one instance."""
 
     def __post_init__(self) -> None:

@@ -81,6 +81,7 @@ def run_episodes(
     ents: list[list[float]] = [[] for _ in range(n)]
     mask: list[list[bool]] = [[] for _ in range(n)]
     stopped = [False] * n
+    encoded: dict[str, list[int]] = {}  # feedback text -> ids: the same observations recur across rows and turns
     while True:
         live = [not env.done for env in envs]
         if not any(live):
@@ -97,7 +98,9 @@ def run_episodes(
             mask[i] += [True] * len(comp.ids)
             stopped[i] = comp.stopped
             if not turn.done:
-                feedback[i] = policy.encode(turn.feedback)
+                if turn.feedback not in encoded:
+                    encoded[turn.feedback] = policy.encode(turn.feedback)
+                feedback[i] = encoded[turn.feedback]
                 ids[i] += feedback[i]
                 logps[i] += [0.0] * len(feedback[i])
                 ents[i] += [0.0] * len(feedback[i])

@@ -16,7 +16,7 @@ TINY = ["task=path", *SMALL_PATH_WORLD]
 FROZENLAKE = [
     "task=frozenlake",
     "task.is_slippery=false",
-    "model.warm_start_steps=150",
+    "model.warm_start_steps=300",
     "model.warm_start_corpus_size=4000",
 ]
 

@@ -325,7 +325,8 @@ class Evaluation:
     """The evaluation protocol of one policy: ``eval.samples`` samples on each of the ``eval.instances`` validation
     instances drawn by ``sampler`` (default: i.i.d. from the plain prompt, what the run's own evaluations do) with
     the generator of :func:`eval_generator`, one greedy answer each, and the exact ``policy/*`` metrics
-    (:class:`ExactPolicy`) where the task can enumerate its solutions.
+    (:class:`ExactPolicy`) where the task can enumerate its solutions, else (when the samples are the plain prompt's
+    i.i.d. draws) ``estimate/effective_solutions`` with its interval over the instances.
 
     ``Trainer.evaluate`` and ``sesa eval`` both call :meth:`run`; built from the same config (``sesa eval ckpt=``
     reloads the run's) they draw the same samples and give the same row."""
@@ -373,4 +374,9 @@ class Evaluation:
             probs = self.exact.probs() if probs is None else probs
             row.update(self.exact.summary(probs, self.samples))
             record = self.exact.record(step, probs)
+        elif self.sampler is self.plain:
+            # no exact policy: the plain-prompt samples' estimate of it, named as one (their i.i.d. draws only)
+            keys = [[r.score.key for r in g] for g in groups]
+            correct = [[r.score.success for r in g] for g in groups]
+            row.update({f"estimate/{k}": v for k, v in M.policy_estimate(keys, correct).items()})
         return EvalResult(row, groups, record)

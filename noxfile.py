@@ -91,6 +91,7 @@ def bench(session: nox.Session) -> None:
             "python", "bench/rollout.py", *extra, "--page", MEASUREMENTS, what, *session.posargs, env=one_thread
         )
     session.run("python", "bench/trl_compare.py", "--page", MEASUREMENTS)  # 1 and 2 threads, set in-process
+    session.run("python", "bench/time_to_result.py", "--page", MEASUREMENTS)  # the default run from an empty cache
     session.run("python", "bench/memory.py")
     session.run("python", "bench/smollm2.py")
 

@@ -115,15 +115,16 @@ def test_chains_never_wait_and_draw_what_each_row_draws_alone(path_setup, monkey
     inner = session._forward
     monkeypatch.setattr(session, "_forward", lambda ids, mask: forwards.append(tuple(ids.shape)) or inner(ids, mask))
     gens = [torch.Generator().manual_seed(10 + i) for i in range(len(prompts))]
-    # 4 tokens: a path (6 tokens) is cut, a sketch (a region and its stop) is not
-    together = session.sample_chains(4, 4, stop, SamplingParams(), gens, between=between)
+    # a budget one token longer than a sketch (a region and its stop): a sketch fits, a whole path (three names) is cut
+    budget = len(policy.encode(next(iter(task.tree)) + task.stop)) + 1
+    together = session.sample_chains(4, budget, stop, SamplingParams(), gens, between=between)
     lengths = [sum(len(item.ids) for _, item in chain) for chain in together]
     assert len(forwards) == max(lengths)  # every forward samples a token for every row still drawing
     assert min(lengths) < max(lengths)  # (the rows' chains do differ in length, so waiting would cost more)
     assert any(not item.stopped for chain in together for _, item in chain)  # (and some items were cut)
     for i, prompt in enumerate(prompts):
         alone = eng.start([prompt]).sample_chains(
-            4, 4, stop, SamplingParams(), [torch.Generator().manual_seed(10 + i)], between=between
+            4, budget, stop, SamplingParams(), [torch.Generator().manual_seed(10 + i)], between=between
         )[0]
         assert [(ctx, item.ids, item.stopped) for ctx, item in alone] == [
             (ctx, item.ids, item.stopped) for ctx, item in together[i]
@@ -161,7 +162,8 @@ def test_a_shared_prompt_is_prefilled_once_and_copied(path_setup, monkeypatch):
     for row, single in enumerate(alone):
         own = single.sample(12, stop, SamplingParams(), [torch.Generator().manual_seed(row)])[0]
         assert own.ids == drawn[row].ids
-        assert max((abs(x - y) for x, y in zip(own.logps, drawn[row].logps, strict=True)), default=0.0) < 1e-5
+        # float32 sums over a batch of 6 rows against 1: the same draws, log-probs equal to rounding
+        assert max((abs(x - y) for x, y in zip(own.logps, drawn[row].logps, strict=True)), default=0.0) < 1e-4
 
 
 def test_rows_with_the_same_tokens_share_a_cache_row_and_change_no_number(frozenlake_setup, monkeypatch):

@@ -35,8 +35,8 @@ PINNED = {
         "56a9c7e5bb99acfd",
         "b15bedd6157f53ce",
     ),
-    "sokoban": (["task=sokoban"], "5da85911aa6a9efe", "b49251c51ee2b364"),
-    "sokoban_chat": (["task=sokoban", "task.style=chat"], "142649a8ae3b81ff", "f6f70c3170815053"),
+    "sokoban": (["task=sokoban"], "a6bd551b40d96fd3", "a3e3f9de866cb07f"),
+    "sokoban_chat": (["task=sokoban", "task.style=chat"], "625255e35692741b", "32df92d7d40844fc"),
     "sudoku": (["task=sudoku"], "887446284e4da58f", "ba1ead0e96aa8ab4"),
     "sudoku_chat": (["task=sudoku", "task.style=chat"], "f3466338e9c594e3", "3663aa10b19d8883"),
 }

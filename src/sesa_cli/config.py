@@ -301,11 +301,13 @@ class AlgoConfig:
     """Weight of an entropy bonus (subtracted from the loss)."""
     follow_coef: float = 0.0
     """Two-stage sampling (``sampler=sequential``, sketches): weight of a supervised term that keeps stage II
-    carrying out its sketches, -log pi(first token | solve prompt) of every stage-II solution that followed its sketch
-    (``Rollout.followed``; its first token is the one that carries out the sketch: the plan's turn, the sketched
-    region), averaged over those rows and added to every mini-batch's loss as ``loss/follow_nll``. Under the
-    plain-prompt loss nothing trains the solve prompts, and the tiny model's base forgot them: FrozenLake tiny,
-    stage II followed 0.99 of its sketches at the base and 0.3 after 25 steps. 0 = off."""
+    carrying out its sketches, -log pi(t | solve prompt) of every stage-II solution row, t the first token of the text
+    that carries out its sketch (``Task.sketch_response``: the plan's first turn, the sketched region; for a task
+    that does not fix that text, the first token of the rows that did follow), averaged over those rows and added to
+    every mini-batch's loss as ``loss/follow_nll``. Under the plain-prompt loss nothing trains the solve prompts, and
+    the tiny model's base forgot them: FrozenLake tiny, stage II followed 0.99 of its sketches at the base and 0.3
+    after 25 steps. Trained on every row, not only on those that followed, so a run whose stage II stopped following
+    is pulled back (on followed rows only, one seed in six went to 0 and stayed there). 0 = off."""
     adv_eps: float = 1e-6
     """Added to the group std before dividing (GRPO)."""
     norm_constant: int = 0

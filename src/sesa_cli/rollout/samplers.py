@@ -59,6 +59,10 @@ class Rollout:
     followed: bool | None = None
     """stage1=sketch: whether this solution carries out its sketch (``Task.follows_sketch``); None elsewhere, or
     where the task cannot tell."""
+    follow_token: int | None = None
+    """stage1=sketch: the first token of the text that carries out the sketch (``Task.sketch_response``); where the
+    task does not fix that text, the first token of a solution that followed its sketch; else None. The target of
+    ``algo.follow_coef``'s term."""
 
 
 def run_episodes(
@@ -327,6 +331,7 @@ class SequentialSampler(Sampler):
         groups: list[list[Rollout]] = [[] for _ in instances]
         for r, ans in enumerate(answers):
             g, sketch, sketch_ctx, sketch_comp, forced = meta[r]
+            followed = task.follows_sketch(instances[g], sketch, ans[1], ans[2])
             groups[g].append(
                 self._rollout(
                     g,
@@ -338,10 +343,19 @@ class SequentialSampler(Sampler):
                     sketch_context_ids=sketch_ctx,
                     sketch_completion=sketch_comp,
                     stop_forced=forced,
-                    followed=task.follows_sketch(instances[g], sketch, ans[1], ans[2]),
+                    followed=followed,
+                    follow_token=self._follow_token(instances[g], sketch, ans[0], followed),
                 )
             )
         return groups
+
+    def _follow_token(self, inst: Any, sketch: str, completion: Completion, followed: bool | None) -> int | None:
+        """``Rollout.follow_token`` of a stage-II solution of ``sketch``."""
+        response = self.task.sketch_response(inst, sketch)
+        if response is not None:
+            ids = self.policy.encode(response)
+            return ids[0] if ids else None
+        return completion.ids[0] if followed and completion.ids else None
 
     def chain_health(self, groups: Sequence[Sequence[Rollout]]) -> M.ChainHealth:
         """The health of every chain in ``groups`` (issue 16): the items are the sketches (stage1=sketch, judged by

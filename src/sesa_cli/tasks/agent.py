@@ -352,6 +352,11 @@ class AgentTask(RagenTask):
         actions = self.plan_actions(sketch)
         return None if actions is None else ",".join(actions)
 
+    def sketch_response(self, inst: Any, sketch: str) -> str | None:
+        """The first turn that plays the plan (its first ``max_actions_per_turn`` actions)."""
+        plan = self.plan_actions(sketch)
+        return None if plan is None else self.response(plan[: self.cfg.max_actions_per_turn])
+
     def follows_sketch(self, inst: Any, sketch: str, completion: str, score: Score) -> bool:
         """The episode executed the plan: its first actions are the plan's (all of them, or as many as were played
         before the episode ended)."""

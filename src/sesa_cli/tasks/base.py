@@ -186,6 +186,12 @@ class Task(ABC):
         well-formed sketch of ``inst``. Every task that defines a sketch implements it. Never raises."""
         raise NotImplementedError(f"task {self.name!r} does not say which sketches are valid")
 
+    def sketch_response(self, inst: Any, sketch: str) -> str | None:
+        """The text a solution that carries out ``sketch`` starts with (an agent task's first turn, the path task's
+        first hop), or None where the sketch does not fix it (the default) or is not valid. ``algo.follow_coef``
+        trains its first token after the solve prompt. Never raises."""
+        return None
+
     def follows_sketch(self, inst: Any, sketch: str, completion: str, score: Score) -> bool | None:
         """Chain health: whether a stage-II solution (its text and Score) carries out ``sketch`` (False when the
         sketch is not valid); None where the task cannot tell (e.g. a free-text method). Never raises."""

@@ -179,6 +179,11 @@ class PathTask(Task):
         region = self.sketch_content(sketch).strip()
         return region if region in self.tree else None
 
+    def sketch_response(self, inst: Any, sketch: str) -> str | None:
+        """The sketched region and its separator: a path's first hop."""
+        region = self.sketch_key(inst, sketch)
+        return None if region is None else region + "/"
+
     def follows_sketch(self, inst: Any, sketch: str, completion: str, score: Score) -> bool:
         """The solution's first hop is the sketched region."""
         region = self.sketch_key(inst, sketch)

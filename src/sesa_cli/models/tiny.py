@@ -143,12 +143,12 @@ def pack_lines(tokenizer: PreTrainedTokenizerFast, lines: Sequence[str], block: 
     rows: list[list[list[int]]] = [[]]
     used = 0
     for line in lines:
-        ids = [bos, *tokenizer(line, add_special_tokens=False)["input_ids"]][:block]
-        if used + len(ids) > block:
+        encoded = [bos, *tokenizer(line, add_special_tokens=False)["input_ids"]][:block]
+        if used + len(encoded) > block:
             rows.append([])
             used = 0
-        rows[-1].append(ids)
-        used += len(ids)
+        rows[-1].append(encoded)
+        used += len(encoded)
     ids = torch.full((len(rows), block), pad, dtype=torch.long)
     labels = torch.full((len(rows), block), -100, dtype=torch.long)
     positions = torch.zeros((len(rows), block), dtype=torch.long)

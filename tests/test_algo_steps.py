@@ -64,7 +64,15 @@ def test_dapo_dynamic_sampling_keeps_the_batch_size(path_setup, tiny_overrides, 
 def test_kl_to_the_reference_policy(path_setup, tiny_overrides, tmp_path, estimator):
     _, _, policy = path_setup
     cfg = compose_train(
-        [*tiny_overrides, *SMALL, "sampler=parallel", "algo.kl_coef=0.1", f"algo.kl_estimator={estimator}"]
+        # every leaf a target: the reward is validity, so the first batch has something to learn and moves the policy
+        [
+            *tiny_overrides,
+            *SMALL,
+            "sampler=parallel",
+            "algo.kl_coef=0.1",
+            f"algo.kl_estimator={estimator}",
+            "task.num_targets=64",
+        ]
     )
     trainer = Trainer(cfg, make_task(cfg.task, cfg.seed), copy.deepcopy(policy), RunDir(tmp_path))
     assert trainer.ref_model is not None

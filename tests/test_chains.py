@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from sesa_cli.models.special import banned_ids, stop_ids_for, suppressed_ids
-from sesa_cli.models.tiny import build_char_tokenizer
+from sesa_cli.models.tiny import build_tokenizer
 from sesa_cli.rollout.engine import Engine, SamplingParams
 from sesa_cli.rollout.samplers import make_sampler
 from sesa_cli.rollout.scoring import build_batch, completion_logps
@@ -26,7 +26,7 @@ from tests.test_agent_tasks import make as make_agent
 
 # ------------------------------------------------------------------------------------------------ banned tokens
 def test_banned_ids_are_bos_pad_unk_but_never_a_stop_id():
-    tok = build_char_tokenizer("ab|")
+    tok = build_tokenizer("ab|")
     stops = [tok.convert_tokens_to_ids("|"), tok.eos_token_id]
     assert banned_ids(tok, stops) == sorted([tok.bos_token_id, tok.pad_token_id, tok.unk_token_id])
     # a tokenizer whose PAD is its EOS (common for real models): EOS ends answers, so it is never banned
@@ -137,7 +137,7 @@ def test_a_cut_solution_is_followed_by_the_stop_before_the_next_one(path_setup):
 
 
 def test_a_cut_sketch_is_followed_by_the_stop_before_the_next_one(path_setup):
-    sampler, task, policy = _sampler(path_setup, name="sequential", stage1="sketch", group_size=4, sketch_max_tokens=2)
+    sampler, task, policy = _sampler(path_setup, name="sequential", stage1="sketch", group_size=4, sketch_max_tokens=1)
     stop = policy.encode(task.stop)
     head = sampler.encode_prompt(task.sketch_head(None))
     for group in sampler.sample([None, None], torch.Generator().manual_seed(0)):
@@ -146,7 +146,7 @@ def test_a_cut_sketch_is_followed_by_the_stop_before_the_next_one(path_setup):
             assert r.sketch_context_ids == expected
             assert r.sketch_completion is not None
             cut = not r.sketch_completion.stopped
-            assert cut  # no region name fits in 2 tokens
+            assert cut  # no sketch fits in 1 token (a region name is one, its stop another)
             assert r.stop_forced == (k < 3)
             expected = expected + r.sketch_completion.ids + stop
 

@@ -136,7 +136,8 @@ def test_frozenlake_train_both_samplers_then_eval(monkeypatch, tmp_path, cache_d
         assert 1 <= rows[-1]["eval/turns"] <= 10
         assert all(1 <= r["rollout/turns"] <= 10 for r in rows if "rollout/turns" in r)
         dump = _read_jsonl(sweep / job / "samples" / "step_000002.jsonl")
-        assert all("\n:" in r["context"] for r in dump)  # compact FrozenLake turn layout
+        # compact FrozenLake turn layout: a map, then ":" (a plain prompt) or "!<plan>:" (stage II's solve prompt)
+        assert all(r["context"].endswith(":") and "_" in r["context"] for r in dump)
     out = tmp_path / "eval"
     argv = ["eval", f"ckpt={sweep / '1'}", "eval.samples=4", "eval.instances=2", f"hydra.run.dir={out}"]
     assert run_cli(argv, monkeypatch) == 0

@@ -8,7 +8,7 @@ import torch
 
 from sesa_cli.rollout.samplers import make_sampler
 from sesa_cli.rollout.scoring import build_batch, completion_logps
-from tests.conftest import chained_context
+from tests.conftest import chained_context, policy_objective
 from tests.levels import LEVELS
 
 
@@ -131,36 +131,37 @@ def test_agent_sketches_are_plans_placed_in_the_first_turn(frozenlake_setup):
 
 
 def test_update_raises_the_logprob_of_successful_episodes(frozenlake_setup, tmp_path):
-    """The RL signal through multi-turn episodes: one update makes the policy tokens of successful episodes more
-    likely and those of failed episodes in the same groups less likely (observations never enter the loss)."""
+    """The RL signal through multi-turn episodes: one update raises the surrogate it ascends and makes the policy
+    tokens of rewarded episodes more likely relative to those of unrewarded ones (observations never enter the loss).
+    The rewards are set by hand (half of each group), so the test does not depend on how often the base succeeds."""
     import copy
 
-    from sesa_cli.rollout.scoring import completion_logps
     from sesa_cli.runs import RunDir
+    from sesa_cli.tasks.base import Score
     from sesa_cli.trainer import Trainer
 
     cfg, task, policy = frozenlake_setup
     cfg = replace(cfg, sampler=replace(cfg.sampler, name="parallel"), optim=replace(cfg.optim, lr=1e-4))
     trainer = Trainer(cfg, task, copy.deepcopy(policy), RunDir(tmp_path / "run"))
-    groups, _ = trainer._draw_batch()
-    mixed = [g for g in groups if any(r.score.success for r in g) and not all(r.score.success for r in g)]
-    good = [r for g in mixed for r in g if r.score.success]
-    bad = [r for g in mixed for r in g if not r.score.success]
-    assert good
-    assert bad
+    drawn, _ = trainer._draw_batch()
+    groups = [
+        [
+            replace(r, score=Score(reward=float(i % 2 == 0), success=i % 2 == 0, key=r.score.key))
+            for i, r in enumerate(g)
+        ]
+        for g in drawn
+    ]
+    rows = [r for g in groups for r in g]
+    good = [r for r in rows if r.score.success]
+    bad = [r for r in rows if not r.score.success]
+    assert any(r.completion.mask is not None and not all(r.completion.mask) for r in rows)  # observations present
+    inputs = trainer.loss_inputs(groups)
+    adv = inputs.advantages.tolist()
 
     def mean_logp(rows) -> float:
-        batch = build_batch(
-            [r.prompt_ids for r in rows],
-            [r.completion.ids for r in rows],
-            policy.tokenizer.pad_token_id,
-            [r.completion.mask for r in rows],
-        )
-        with torch.no_grad():
-            logps, _ = completion_logps(trainer.model, batch)
-        return float((logps * batch.response_mask).sum(1).mean())
+        return policy_objective(trainer.model, rows, [1.0] * len(rows))
 
-    before_good, before_bad = mean_logp(good), mean_logp(bad)
-    trainer.update(trainer.loss_inputs(groups))
-    assert mean_logp(good) > before_good
-    assert mean_logp(bad) < before_bad
+    before_good, before_bad, before = mean_logp(good), mean_logp(bad), policy_objective(trainer.model, rows, adv)
+    trainer.update(inputs)
+    assert policy_objective(trainer.model, rows, adv) > before
+    assert mean_logp(good) - before_good > mean_logp(bad) - before_bad

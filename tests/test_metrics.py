@@ -489,3 +489,27 @@ def test_collapse_monitor_rejects_bad_window():
 def test_metrics_import_does_not_pull_torch():
     code = "import sys, sesa_cli.metrics; assert 'torch' not in sys.modules, 'torch imported'"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_the_estimated_effective_solutions_are_the_plug_in_exp_entropy_of_the_correct_keys():
+    from sesa_cli.metrics import estimated_effective_solutions
+
+    assert estimated_effective_solutions(["a", "b", "a", "b"], [True] * 4) == pytest.approx(2.0)
+    assert estimated_effective_solutions(["a", "a", "b", "c"], [True, True, False, False]) == pytest.approx(1.0)
+    assert estimated_effective_solutions(["a", "b"], [False, False]) == 0.0
+    assert estimated_effective_solutions([None, "a"], [True, True]) == pytest.approx(1.0)  # no key: not a solution
+    # at most the number of correct samples, whatever the policy's true spread: an estimate biased low
+    assert estimated_effective_solutions([str(i) for i in range(16)], [True] * 16) == pytest.approx(16.0)
+    with pytest.raises(ValueError, match="one entry per sample"):
+        estimated_effective_solutions(["a"], [True, False])
+
+
+def test_the_policy_estimate_is_the_mean_over_instances_with_its_bootstrap_interval():
+    from sesa_cli.metrics import policy_estimate
+
+    keys = [["a", "b"], ["a", "a"], ["a", "b"], ["c", "c"]]
+    est = policy_estimate(keys, [[True, True]] * 4)
+    assert est["effective_solutions"] == pytest.approx(1.5)
+    assert 1.0 <= est["effective_solutions_low"] <= 1.5 <= est["effective_solutions_high"] <= 2.0
+    same = policy_estimate([["a", "b"]] * 3, [[True, True]] * 3)
+    assert same["effective_solutions_low"] == same["effective_solutions_high"] == pytest.approx(2.0)

@@ -13,7 +13,8 @@ def test_tiny_frozenlake_gets_the_settings_it_learns_with() -> None:
     cfg = compose_train([])  # sesa train with no overrides: frozenlake, tiny, sequential
     assert (cfg.task.name, cfg.model.name, cfg.sampler.name) == ("frozenlake", "tiny", "sequential")
     assert (cfg.task.is_slippery, cfg.task.random_start_goal, cfg.task.max_actions_per_turn) == (False, False, 2)
-    assert (cfg.task.sketch_max_actions, cfg.sampler.stage1, cfg.algo.off_policy) == (2, "sketch", "drop_negatives")
+    assert (cfg.task.sketch_max_actions, cfg.sampler.stage1, cfg.algo.off_policy) == (2, "sketch", "weight_negatives")
+    assert (cfg.algo.follow_coef, cfg.sampler.train_sketches, cfg.task.warm_start_plan_lines) == (0.1, True, 0.5)
     assert (cfg.algo.minibatches, cfg.optim.lr, cfg.optim.lr_schedule) == (4, 3e-4, "linear")
     assert (cfg.eval.instances, cfg.eval.samples) == (64, 16)
 
@@ -41,3 +42,27 @@ def test_sketch_max_actions_bounds_the_plans() -> None:
     assert task.sketch_head(inst)[-1] != task.solve_prompt(inst, "LD|")[len(task.sketch_head(inst)) - 1]
     with pytest.raises(ConfigError, match=r"task\.sketch_max_actions=11"):
         compose_train(["task.sketch_max_actions=11"])
+
+
+def test_tiny_sokoban_gets_first_turn_plans_in_train_and_eval() -> None:
+    from hydra import compose, initialize_config_dir
+
+    from sesa_cli.commands.schemas import register_configs
+    from sesa_cli.config import conf_dir, to_object
+    from sesa_cli.tasks.base import make_task
+
+    trained = compose_train(["task=sokoban"])
+    register_configs()
+    with initialize_config_dir(version_base="1.3", config_dir=str(conf_dir())):
+        evaluated = to_object(compose("eval", overrides=["task=sokoban"]))
+    for cfg in (trained, evaluated):
+        task = cfg.task
+        assert (task.max_actions_per_turn, task.sketch_max_actions, task.warm_start_plan_lines) == (2, 2, 0.5)
+        assert (task.dim_room, task.num_boxes) == ([6, 6], 1)  # RAGEN's SimpleSokoban rooms
+        assert (cfg.eval.instances, cfg.eval.samples) == (64, 16)
+    assert trained.task == evaluated.task  # one cached base for both commands
+    # a plan of one turn is quoted as one token of the word vocabulary: its first response follows it as a bigram
+    sokoban = make_task(trained.task, 0)
+    assert "!UR:" in sokoban.vocabulary([])
+    real = compose_train(["task=sokoban", "model=smollm2-135m"])
+    assert (real.task.max_actions_per_turn, real.task.sketch_max_actions, real.task.warm_start_plan_lines) == (5, 0, 0)

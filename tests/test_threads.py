@@ -1,9 +1,12 @@
-"""The torch thread count: fixed by default (the environment's OMP_NUM_THREADS is not read), ``threads=auto`` opt-in."""
+"""The torch thread count: fixed by default (the environment's OMP_NUM_THREADS is not read), ``threads=auto`` opt-in;
+and the freed tensor memory a command's process keeps for reuse."""
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
+import platform
 import subprocess
 import sys
 from pathlib import Path
@@ -70,3 +73,25 @@ def test_auto_takes_the_free_cores_and_a_count_ignores_the_environment(monkeypat
         assert common.torch_threads("auto") == 1  # never fewer than one
     finally:
         torch.set_num_threads(before)
+
+
+class _Mallinfo2(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks",
+                                                      "fsmblks", "uordblks", "fordblks", "keepcost")]  # fmt: skip
+
+
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="glibc's mallopt only")
+def test_a_large_tensor_comes_from_the_heap_not_a_mapping_of_its_own():
+    """keep_freed_memory (called by torch_threads): a 64 MB tensor, above glibc's own largest mmap threshold (32 MB),
+    is served from the heap (whose freed memory the next tensors reuse) instead of being mapped on its own and
+    unmapped when freed (glibc's mallinfo2: bytes in mapped blocks)."""
+    import torch
+
+    from sesa_cli.commands import common
+
+    libc = ctypes.CDLL(None)
+    libc.mallinfo2.restype = _Mallinfo2
+    common.keep_freed_memory()
+    before = libc.mallinfo2().hblkhd
+    tensor = torch.ones(16 << 20)
+    assert libc.mallinfo2().hblkhd - before < tensor.nbytes

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 from dataclasses import replace
 
 import pytest
@@ -12,6 +13,7 @@ from sesa_cli.rollout.scoring import build_batch, completion_logps
 from sesa_cli.runs import RunDir
 from sesa_cli.tasks.path import PathTask
 from sesa_cli.trainer import Trainer, _select
+from tests.conftest import policy_objective
 from tests.levels import LEVELS
 
 
@@ -38,7 +40,10 @@ def _mean_logp(trainer, rows) -> float:
 @pytest.mark.parametrize("sampler", ["parallel", "sequential"])
 def test_update_raises_the_logprob_of_rewarded_samples(path_setup, tmp_path, sampler):
     # Half the (64-leaf test) world is a target so every batch has rewarded and unrewarded samples.
-    trainer = _trainer(path_setup, tmp_path, task_kw={"num_targets": 32}, name=sampler)
+    # sequential with whole-path chains: the first item of a chain is on-policy, so its negatives stay (every
+    # stage-II solution of the two-stage form is off-policy, and drop_negatives leaves it no negative advantage)
+    stage1 = {"stage1": "solution"} if sampler == "sequential" else {}
+    trainer = _trainer(path_setup, tmp_path, task_kw={"num_targets": 32}, name=sampler, **stage1)
     groups, _ = trainer._draw_batch()
     rows = [r for g in groups for r in g]
     LEVELS["rewarded_rows"].check(sum(r.score.reward > 0 for r in rows))
@@ -55,10 +60,12 @@ def test_update_raises_the_logprob_of_rewarded_samples(path_setup, tmp_path, sam
     assert all(r.score.reward > 0 for r in good)
     assert all(r.score.reward == 0 for r in bad)
     before_good, before_bad = _mean_logp(trainer, good), _mean_logp(trainer, bad)
+    before = policy_objective(trainer.model, rows, adv.tolist())
     stats = trainer.update(inputs)
     assert torch.isfinite(torch.tensor(stats["loss/total"]))
-    assert _mean_logp(trainer, good) > before_good
-    assert _mean_logp(trainer, bad) < before_bad
+    # the surrogate the update ascends goes up, and the rewarded rows gain on the unrewarded ones
+    assert policy_objective(trainer.model, rows, adv.tolist()) > before
+    assert _mean_logp(trainer, good) - before_good > _mean_logp(trainer, bad) - before_bad
 
 
 def test_identical_contexts_give_weight_one_and_equal_gradients(path_setup, tmp_path):
@@ -238,3 +245,57 @@ def test_a_sequential_step_logs_chain_health_and_a_parallel_one_does_not(path_se
     assert "chain/followed" not in row
     row = _trainer(path_setup, tmp_path / "par", name="parallel").train_step()
     assert not [k for k in row if k.startswith("chain/")]
+
+
+def test_follow_term_targets_every_stage_two_row_and_raises_its_logprob(path_setup, tmp_path):
+    """algo.follow_coef: every stage-II row whose sketch names a region is trained towards that region's first token
+    after its solve prompt, whether or not it followed (a run whose stage II stopped following is pulled back); with
+    every advantage 0, the term alone moves the policy, and it raises those log-probs."""
+    trainer = _trainer(path_setup, tmp_path, name="sequential", stage1="sketch")
+    trainer.cfg = replace(trainer.cfg, algo=replace(trainer.cfg.algo, follow_coef=1.0))
+    task, policy = trainer.task, trainer.policy
+    groups, _ = trainer._draw_batch()
+    rows = [r for g in groups for r in g]
+    inputs = trainer.loss_inputs(groups)
+    targets = {i: (ctx, tok) for i, ctx, tok in inputs.follow}
+    for i, r in enumerate(rows):
+        region = task.sketch_key(r.inst, r.sketch)
+        if region is None:
+            assert i not in targets
+            continue
+        ctx, tok = targets[i]
+        assert ctx == r.context_ids
+        assert tok == policy.encode(region + "/")[0]
+        if r.followed:  # a row that followed starts with that token
+            assert r.completion.ids[0] == tok
+    assert targets
+    inputs = replace(inputs, advantages=torch.zeros_like(inputs.advantages))
+    batch = build_batch([ctx for ctx, _ in targets.values()], [[tok] for _, tok in targets.values()], 0)
+
+    def follow_logp() -> float:
+        with torch.no_grad():
+            logps, _ = completion_logps(trainer.model, batch)
+        return float(logps[:, 0].mean())
+
+    before = follow_logp()
+    stats = trainer.update(inputs)
+    assert stats["loss/follow_nll"] > 0
+    assert follow_logp() > before
+
+
+def test_sketch_response_is_what_a_followed_solution_starts_with(frozenlake_setup, path_setup):
+    """Task.sketch_response: FrozenLake's is the first turn that plays the plan, the path task's the region's hop
+    (a path that starts with it follows the sketch); none for a sketch that is not valid."""
+    _, lake, _ = frozenlake_setup
+    inst = lake.instance("val", 0)
+    plan = lake.random_plan(inst, random.Random(0))
+    m = lake.cfg.max_actions_per_turn
+    assert lake.sketch_response(inst, lake.sketch(plan)) == lake.response(plan[:m])
+    assert lake.sketch_response(inst, "not a plan") is None
+    _, path, _ = path_setup
+    inst = path.instance("val", 0)
+    region = next(iter(path.tree))
+    response = path.sketch_response(inst, region + path.stop)
+    assert response == region + "/"
+    assert path.follows_sketch(inst, region + path.stop, response + "x/y" + path.stop, None)
+    assert path.sketch_response(inst, "nowhere" + path.stop) is None

@@ -28,17 +28,17 @@ PINNED = {
     "path": (["task=path"], "28ac31493c138610", "fc5417a8fcd9d592"),
     "countdown": (["task=countdown"], "e12f2e0bf7a4102a", "167d6b6dc01c8ff5"),
     "math": (["task=math"], "20febfae2d0b4489", "e09aea3316d3812e"),
-    "frozenlake": (["task=frozenlake", *RAGEN_ON_TINY], "6747377d3df98db3", "1196630d04e9f00b"),
-    "frozenlake_tiny": (["experiment=frozenlake_tiny"], "3cc1e1f4fbc6f571", "30a444554d5564b9"),
+    "frozenlake": (["task=frozenlake", *RAGEN_ON_TINY], "1d7d17936154bac1", "1e75d6a5fbd54fcd"),
+    "frozenlake_tiny": (["experiment=frozenlake_tiny"], "68c5158eb70b9824", "627769c7e338d511"),
     "frozenlake_chat": (
         ["task=frozenlake", "task.style=chat", *RAGEN_ON_TINY],
-        "76298010ea3856f8",
-        "a94d8113e75929e6",
+        "56a9c7e5bb99acfd",
+        "b15bedd6157f53ce",
     ),
-    "sokoban": (["task=sokoban"], "7e875fccce5070f7", "52d15b04bbbd0192"),
-    "sokoban_chat": (["task=sokoban", "task.style=chat"], "012777530effd965", "034126f948d80c52"),
-    "sudoku": (["task=sudoku"], "50afce21ac56eca8", "2359a53f74374388"),
-    "sudoku_chat": (["task=sudoku", "task.style=chat"], "48ac8adebcf4d512", "d20ece41be400591"),
+    "sokoban": (["task=sokoban"], "a6bd551b40d96fd3", "a3e3f9de866cb07f"),
+    "sokoban_chat": (["task=sokoban", "task.style=chat"], "625255e35692741b", "32df92d7d40844fc"),
+    "sudoku": (["task=sudoku"], "887446284e4da58f", "ba1ead0e96aa8ab4"),
+    "sudoku_chat": (["task=sudoku", "task.style=chat"], "f3466338e9c594e3", "3663aa10b19d8883"),
 }
 
 

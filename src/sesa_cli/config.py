@@ -95,13 +95,19 @@ class ModelConfig:
     warm_start_steps: int = 600
     """tiny: supervised steps on the task's warm-start corpus (plays the role of pretraining). 0 = random init."""
     warm_start_batch_size: int = 8
-    """tiny: packed blocks per warm-start step."""
+    """tiny: a warm-start step trains on at most ``warm_start_batch_size * warm_start_block`` tokens: whole corpus
+    lines of similar length (more lines when they are short), each from position 0 as a rollout's prompt."""
     warm_start_block: int = 256
-    """tiny: tokens per packed warm-start block (corpus lines are concatenated, no padding)."""
+    """tiny: longest corpus line the warm start trains on, in tokens (a longer one is cut)."""
     warm_start_lr: float = 3e-3
     """tiny: peak AdamW learning rate of the warm start (cosine decay to 10%)."""
     warm_start_corpus_size: int = 20000
     """tiny: number of corpus lines the task generates for the warm start."""
+    tokenizer: str = "words"
+    """tiny: ``words``, one token per word of the task's compact language (a place name of the path task, a grid
+    row, an action pair; ``Task.vocabulary``) and per character elsewhere; or ``chars``, one token per character.
+    Words make sequences 2-4x shorter, so every forward pass and warm-start step covers more text, and a plan of one
+    turn is one token, which the base learns to copy (docs/measurements.md)."""
     cache_dir: str = "outputs/cache"
     """Where warm-started bases are cached, keyed by task + model config (relative paths are from the cwd)."""
     dtype: str = "float32"
@@ -163,6 +169,7 @@ class ModelConfig:
             ]
         )
         _choice(self.dtype, "model.dtype", ("float32", "bfloat16"))
+        _choice(self.tokenizer, "model.tokenizer", ("words", "chars"))
         _choice(self.prompt_style, "model.prompt_style", ("compact", "chat"))
         if self.max_batch_rows < 0:
             raise ConfigError("model.max_batch_rows must be >= 0 (0 = no limit)")
@@ -292,6 +299,15 @@ class AlgoConfig:
     """KL estimator per token: k1, k2 or k3 (Schulman's approximations)."""
     entropy_coef: float = 0.0
     """Weight of an entropy bonus (subtracted from the loss)."""
+    follow_coef: float = 0.0
+    """Two-stage sampling (``sampler=sequential``, sketches): weight of a supervised term that keeps stage II
+    carrying out its sketches, -log pi(t | solve prompt) of every stage-II solution row, t the first token of the text
+    that carries out its sketch (``Task.sketch_response``: the plan's first turn, the sketched region; for a task
+    that does not fix that text, the first token of the rows that did follow), averaged over those rows and added to
+    every mini-batch's loss as ``loss/follow_nll``. Under the plain-prompt loss nothing trains the solve prompts, and
+    the tiny model's base forgot them: FrozenLake tiny, stage II followed 0.99 of its sketches at the base and 0.3
+    after 25 steps. Trained on every row, not only on those that followed, so a run whose stage II stopped following
+    is pulled back (on followed rows only, one seed in six went to 0 and stayed there). 0 = off."""
     adv_eps: float = 1e-6
     """Added to the group std before dividing (GRPO)."""
     norm_constant: int = 0
@@ -348,7 +364,7 @@ class AlgoConfig:
         if not 0 < self.rollout_filter_ratio <= 1:
             raise ConfigError("algo.rollout_filter_ratio must be in (0, 1]")
         problems = at_least(
-            self, "algo", 0, "kl_coef", "adv_eps", "norm_constant", "max_resample_rounds", "kl_cov_coef"
+            self, "algo", 0, "kl_coef", "follow_coef", "adv_eps", "norm_constant", "max_resample_rounds", "kl_cov_coef"
         )
         problems += [
             f"algo.{n}={getattr(self, n)} must be in [0, 1]"
@@ -455,7 +471,7 @@ class EvalProtocolConfig:
     policy_instances: int | None = 8
     """The first ``policy_instances`` validation instances get the exact ``policy/*`` metrics (where the task can
     enumerate its solutions); null = every one. An agent task's instance is a walk over every episode the policy can
-    play (about 1.5 s of one core per non-slippery FrozenLake map at the tiny base), so the default keeps an
+    play (about 0.3 s of one core per non-slippery FrozenLake map at the tiny base), so the default keeps an
     evaluation's walk to a fixed set of 8 maps; the path task has one instance."""
 
     def __post_init__(self) -> None:

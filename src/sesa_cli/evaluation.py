@@ -116,9 +116,10 @@ class ExactPolicy:
     """The probability of every solution of an instance under the plain prompt, for tasks that can enumerate them
     (``Task.solution_space``): exact ``policy/*`` metrics instead of estimates from drawn samples.
 
-    Each solution y (its answer text, stop included) is scored log π(y | x) = Σ_j log π(y_j | x, y_<j) by teacher
-    forcing, at the sampling temperature, through the loss's own scoring code (sesa_cli.rollout.scoring), so any
-    token masking the sampler applies is applied identically. top_p/top_k truncation is not applied (the defaults
+    Each solution y (its answer text, stop included) is scored π(y | x) = Σ over its spellings in tokens
+    (``Policy.spellings``) of Π_j π(y_j | x, y_<j), by teacher forcing, at the sampling temperature, through the
+    loss's own scoring code (sesa_cli.rollout.scoring), so any token masking the sampler applies is applied
+    identically. top_p/top_k truncation is not applied (the defaults
     disable it). Instances whose task returns no solution space are skipped; :attr:`available` says whether any
     instance has one.
 
@@ -140,8 +141,10 @@ class ExactPolicy:
         """``sampler`` gives the policy, the prompt rendering and the temperature; ``rows`` bounds the rows scored in
         one forward pass (a real model's vocabulary makes each row's logits large). An agent task's episode tree is
         pruned below ``min_prob`` and to the ``max_branches`` most probable branches live at once (0 = no cap): 32
-        cost ~1.5 s of one core per FrozenLake map at the near-uniform base (64 branches: 3 s), whose mass is then mostly
-        pruned."""
+        cost ~0.3 s of one core per FrozenLake map at the near-uniform base (64 branches: 0.55 s; 2026-11-26,
+        bench/evaluation.py's machine), whose mass is then mostly pruned. The cost is the forward passes' arithmetic:
+        a turn's end feeds its feedback, so nearly every pass is branches x 23 columns, and walking several maps in
+        one batch costs the same per row (32, 64 and 256 rows x 23 columns: 1.11, 1.11 and 1.14 ms a row)."""
         self.sampler = sampler
         self.rows = rows
         self.min_prob = min_prob
@@ -149,6 +152,9 @@ class ExactPolicy:
         task, policy = sampler.task, sampler.policy
         self.prompts: list[list[int]] = []
         self.solutions: list[list[list[int]]] = []
+        """Per instance, the token ids of every spelling of every solution (``Policy.spellings``)."""
+        self.owners: list[np.ndarray] = []
+        """Per instance, (spellings,) the solution (index into ``solution_space``) each spelling writes."""
         self.keys: list[list[str]] = []
         self.targets: list[np.ndarray] = []
         self.indices: list[int] = []
@@ -163,6 +169,7 @@ class ExactPolicy:
                     self.indices.append(index)
                     self.prompts.append(sampler.encode_prompt(task.prompt(inst)))
                     self.solutions.append([])
+                    self.owners.append(np.zeros(0, dtype=np.int64))
                     self.keys.append([])
                     self.targets.append(np.zeros(0, dtype=bool))
                 continue
@@ -172,7 +179,9 @@ class ExactPolicy:
                 raise ValueError(f"task {task.name!r}: solution_space holds answers it scores invalid: {invalid[:3]}")
             self.indices.append(index)
             self.prompts.append(sampler.encode_prompt(task.prompt(inst)))
-            self.solutions.append([policy.encode(text) for text in space])
+            spelled = [policy.spellings(text) for text in space]
+            self.solutions.append([ids for spellings in spelled for ids in spellings])
+            self.owners.append(np.array([s for s, spellings in enumerate(spelled) for _ in spellings], dtype=np.int64))
             self.keys.append([str(sc.key) for sc in scores])
             self.targets.append(np.array([sc.success for sc in scores], dtype=bool))
 
@@ -205,7 +214,8 @@ class ExactPolicy:
                     batch = build_batch([prompt] * len(rows), [solutions[i] for i in rows], pad)
                     token_logps, _ = completion_logps(policy.model, batch, temperature, dtype=dtype)  # (rows, T)
                     logps[rows] = (token_logps.double() * batch.response_mask.double()).sum(1)
-                out.append(logps.exp().numpy())
+                # a solution's probability is the sum over its spellings
+                out.append(np.bincount(self.owners[j], weights=logps.exp().numpy(), minlength=len(self.keys[j])))
         return out
 
     def _walk(self, j: int, prompt: list[int]) -> np.ndarray:
@@ -315,7 +325,8 @@ class Evaluation:
     """The evaluation protocol of one policy: ``eval.samples`` samples on each of the ``eval.instances`` validation
     instances drawn by ``sampler`` (default: i.i.d. from the plain prompt, what the run's own evaluations do) with
     the generator of :func:`eval_generator`, one greedy answer each, and the exact ``policy/*`` metrics
-    (:class:`ExactPolicy`) where the task can enumerate its solutions.
+    (:class:`ExactPolicy`) where the task can enumerate its solutions, else (when the samples are the plain prompt's
+    i.i.d. draws) ``estimate/effective_solutions`` with its interval over the instances.
 
     ``Trainer.evaluate`` and ``sesa eval`` both call :meth:`run`; built from the same config (``sesa eval ckpt=``
     reloads the run's) they draw the same samples and give the same row."""
@@ -363,4 +374,9 @@ class Evaluation:
             probs = self.exact.probs() if probs is None else probs
             row.update(self.exact.summary(probs, self.samples))
             record = self.exact.record(step, probs)
+        elif self.sampler is self.plain:
+            # no exact policy: the plain-prompt samples' estimate of it, named as one (their i.i.d. draws only)
+            keys = [[r.score.key for r in g] for g in groups]
+            correct = [[r.score.success for r in g] for g in groups]
+            row.update({f"estimate/{k}": v for k, v in M.policy_estimate(keys, correct).items()})
         return EvalResult(row, groups, record)

@@ -8,7 +8,8 @@ current). Renamed keys map to their current name in :data:`RENAMED`, so run dirs
 The prefix says what a number describes (one name per concept): ``rollout/`` what a sampler drew at a
 training step (with a sequential sampler, the chain, not the plain-prompt policy), ``eval/`` validation samples drawn
 i.i.d. from the plain prompt (or by the sampler ``sesa eval`` was given), ``policy/`` the plain-prompt policy itself,
-computed exactly, ``chain/`` the chains of a sequential sampler, ``loss/`` the update's objective and its
+computed exactly, ``estimate/`` a plug-in estimate of a ``policy/`` quantity from drawn samples (named so: it is
+not exact), ``chain/`` the chains of a sequential sampler, ``loss/`` the update's objective and its
 off-policy handling, ``optim/`` the optimizer step, ``train/`` the training procedure, ``time/`` wall time.
 
 Torch-free: the report and ``sesa --help`` import it.
@@ -183,6 +184,23 @@ METRIC_KEYS: tuple[MetricKey, ...] = (
     ),
     MetricKey("policy/solutions_above_1pct", "Targets with probability >= 0.01.", f"{_M}.policy_metrics"),
     MetricKey(
+        "estimate/effective_solutions",
+        "Where the solution space cannot be enumerated (Countdown, slippery maps): a plug-in estimate, from the "
+        "evaluation's i.i.d. plain-prompt samples, of the effective number of correct solutions per instance, averaged "
+        "over instances; biased low (at most the correct samples per instance). Not policy/effective_solutions.",
+        f"{_M}.estimated_effective_solutions",
+    ),
+    MetricKey(
+        "estimate/effective_solutions_low",
+        "Lower end of the 95% percentile-bootstrap interval of estimate/effective_solutions over the instances.",
+        f"{_M}.policy_estimate",
+    ),
+    MetricKey(
+        "estimate/effective_solutions_high",
+        "Upper end of that interval.",
+        f"{_M}.policy_estimate",
+    ),
+    MetricKey(
         "policy/pruned_mass",
         "Agent tasks walked episode by episode: probability of the branches cut below the walk's threshold "
         "(policy/valid_mass is exact up to it).",
@@ -221,6 +239,12 @@ METRIC_KEYS: tuple[MetricKey, ...] = (
         "loss/entropy", "Token mean of the policy's entropy (algo.entropy_coef > 0).", "sesa_cli.algos.compute_loss"
     ),
     MetricKey(
+        "loss/follow_nll",
+        "algo.follow_coef > 0: mean -log pi(first token | solve prompt) of the stage-II solutions that carried out their "
+        "sketch (the supervised term that keeps stage II following its sketches).",
+        "sesa_cli.trainer.Trainer",
+    ),
+    MetricKey(
         "loss/off_policy_frac",
         "Share of solution rows scored in a context other than the one that drew them.",
         "sesa_cli.update.loss_inputs",
@@ -247,7 +271,7 @@ METRIC_KEYS: tuple[MetricKey, ...] = (
     ),
     MetricKey(
         "loss/distinct_rewarded_frac",
-        "distinct_solutions: distinct rewarded solutions per rewarded solution row (1 = no repeats).",
+        "distinct_solutions: distinct rewarded solutions per rewarded off-policy row of the whole batch (1 = no repeats).",
         "sesa_cli.algos.off_policy.DistinctSolutions",
     ),
     MetricKey(

@@ -49,6 +49,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from sesa_cli.intervals import mean_interval
+
 __all__ = [
     "ChainHealth",
     "chain_health",
@@ -461,6 +463,37 @@ def policy_metrics(
 
 
 # --------------------------------------------------------------------------------------------------- chain health
+def estimated_effective_solutions(keys: Sequence[str | None], correct: Sequence[bool]) -> float:
+    """A plug-in estimate, from n i.i.d. plain-prompt samples of one instance, of the policy's effective number of
+    correct solutions (``policy_metrics``' ``effective_solutions``, where the solution space cannot be enumerated):
+    exp(-Σ_s f_s ln f_s) with f_s the share of the correct samples whose solution key is s; 0 with no correct sample.
+
+    An estimate, biased low: a solution the n samples missed counts 0, and with c correct samples it is at most c
+    (n = 16 cannot show more than 16). Compare it between runs of the same protocol, not with the exact value.
+    """
+    if len(keys) != len(correct):
+        raise ValueError(f"keys ({len(keys)}) and correct ({len(correct)}) must have one entry per sample")
+    counts = Counter(k for k, c in zip(keys, correct, strict=True) if c and k is not None)
+    total = sum(counts.values())
+    if total == 0:
+        return 0.0
+    shares = np.asarray(list(counts.values()), dtype=np.float64) / total
+    return float(np.exp(-(shares * np.log(shares)).sum()))
+
+
+def policy_estimate(keys: Sequence[Sequence[str | None]], correct: Sequence[Sequence[bool]]) -> dict[str, float]:
+    """``estimate/effective_solutions`` (:func:`estimated_effective_solutions` averaged over instances) with the 95%
+    percentile-bootstrap interval of that mean over the instances (sesa_cli.intervals), as ``..._low`` and
+    ``..._high``; ``keys[i]``/``correct[i]``: instance i's i.i.d. samples."""
+    per_instance = [estimated_effective_solutions(k, c) for k, c in zip(keys, correct, strict=True)]
+    mean, low, high = mean_interval(per_instance)
+    return {
+        "effective_solutions": mean,
+        "effective_solutions_low": low,
+        "effective_solutions_high": high,
+    }
+
+
 @dataclass(frozen=True)
 class ChainHealth:
     """What the chains of a sequential sampler looked like, per chain position (index k = the (k+1)-th item).

@@ -165,6 +165,7 @@ class Trainer:
         batch = build_batch(inputs.contexts, inputs.completions, int(self.policy.tokenizer.pad_token_id), inputs.masks)
         old, seq_weights, advantages, stats = self._off_policy_terms(inputs, batch)
         ref = self._ref_logps(batch) if algo.kl_coef > 0 else None
+        follow = self._follow_batch(inputs) if algo.follow_coef > 0 and inputs.follow else None
         several = updates_per_batch(algo) > 1
         # With no KL or entropy term, the rows a zero-at-zero-advantage loss gives nothing (every row of a zero-std
         # group) need no forward pass; they still count in the aggregation.
@@ -191,6 +192,11 @@ class Trainer:
                     seq_weights=None if seq_weights is None else seq_weights[chunk],
                     norm_constant=self.norm_constant,
                 )
+                if follow is not None:
+                    nll = self._follow_nll(*follow, chunk)
+                    if nll is not None:
+                        loss = loss + algo.follow_coef * nll
+                        m["follow_nll"] = float(nll.detach())
                 if not self._finite(loss):
                     continue
                 lr = optim.lr * self.lr_scale()
@@ -205,6 +211,23 @@ class Trainer:
         if norms:
             stats["optim/grad_norm"] = float(np.mean(norms))
         return stats
+
+    def _follow_batch(self, inputs: LossInputs) -> tuple[torch.Tensor, ScoringBatch]:
+        """``algo.follow_coef``'s rows: (the (n,) solution rows they belong to, a scoring batch of each one's solve
+        prompt and the first token of its solution)."""
+        rows, contexts, firsts = zip(*inputs.follow, strict=True)
+        pad = int(self.policy.tokenizer.pad_token_id)
+        return torch.tensor(rows), build_batch(list(contexts), [[t] for t in firsts], pad)
+
+    def _follow_nll(self, rows: torch.Tensor, batch: ScoringBatch, chunk: torch.Tensor) -> torch.Tensor | None:
+        """Mean -log pi(first token | solve prompt) over the follow rows among the mini-batch's rows ``chunk``;
+        None when it holds none."""
+        picked = torch.isin(rows, chunk).nonzero().flatten()
+        if picked.numel() == 0:
+            return None
+        logps, _ = completion_logps(self.model, _select(batch, picked), self.cfg.sampler.temperature,
+                                    dtype=self.cfg.model.dtype)  # fmt: skip
+        return -logps[:, 0].mean()
 
     def _off_policy_terms(
         self, inputs: LossInputs, batch: ScoringBatch

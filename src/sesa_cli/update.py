@@ -52,6 +52,9 @@ class LossInputs:
     alike are draws of the same solution for the same prompt."""
     stats: dict[str, float]
     """``loss/*`` statistics of the advantage computation (the off-policy strategy's baseline)."""
+    follow: list[tuple[int, list[int], int]]
+    """Two-stage sampling: (row, solve-prompt ids, ``Rollout.follow_token``) of every solution row that has one, for
+    ``algo.follow_coef``'s term."""
 
 
 def loss_inputs(groups: Sequence[Sequence[Rollout]], strategy: OffPolicy, sampler: SamplerConfig) -> LossInputs:
@@ -94,6 +97,7 @@ def loss_inputs(groups: Sequence[Sequence[Rollout]], strategy: OffPolicy, sample
         n_solutions=len(rows),
         solutions=[None if r.score.key is None else (tuple(r.prompt_ids), r.score.key) for r in rows],
         stats=stats,
+        follow=[(i, r.context_ids, r.follow_token) for i, r in enumerate(rows) if r.follow_token is not None],
     )
 
 

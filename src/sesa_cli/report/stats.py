@@ -1,123 +1,34 @@
-"""Intervals over seeds and the number formats of a report.
-
-A group's value of a metric is the mean over its seeds; its interval is the 95% **percentile bootstrap** of that
-mean: resample the seeds with replacement :data:`RESAMPLES` times, take the 2.5th and 97.5th percentiles of the
-resampled means. The generator is local and seeded (:data:`BOOTSTRAP_SEED`), fresh for every call, so a report is
-the same every time it is built and no global random state is read or moved. With few seeds the percentile
-bootstrap is too narrow (with 2 seeds it is their range, with 5 it misses the true mean more often than 5% of the
-time): the report says so next to every interval.
-
-The difference of two groups (``B - A``) is bootstrapped the same way: **paired by seed** when both groups have a
-value at the same seeds (the seed fixes the task's targets and the base model, and a revival's checkpoint, so the
-seed-to-seed spread cancels), else **unpaired** (each group resampled on its own).
-"""
+"""The number formats of a report; its intervals are :mod:`sesa_cli.intervals`' (re-exported here)."""
 
 from __future__ import annotations
 
-import functools
 import math
-from collections.abc import Sequence
 
-import numpy as np
-
-RESAMPLES = 10_000
-"""Bootstrap resamples for tables (curves use :data:`CURVE_RESAMPLES`)."""
-CURVE_RESAMPLES = 2_000
-"""Bootstrap resamples per step of a curve's band (a band needs less precision than a table cell)."""
-BOOTSTRAP_SEED = 0
-"""Seed of the local generator (``numpy.random.default_rng``) of every bootstrap."""
-LEVEL = 0.95
-
-METHOD = (
-    f"{LEVEL:.0%} intervals: percentile bootstrap of the mean over seeds ({RESAMPLES:,} resamples, numpy generator "
-    f"seeded {BOOTSTRAP_SEED}); differences are paired by seed when both groups ran the same seeds. With few seeds "
-    "the bootstrap interval is narrower than the true uncertainty (with 2 seeds it is their range)."
+from sesa_cli.intervals import (
+    BOOTSTRAP_SEED,
+    CURVE_RESAMPLES,
+    LEVEL,
+    METHOD,
+    RESAMPLES,
+    bootstrap_interval,
+    difference_interval,
+    is_missing,
+    mean_interval,
 )
 
-
-def bootstrap_interval(
-    values: np.ndarray, resamples: int = RESAMPLES, seed: int = BOOTSTRAP_SEED
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Mean over seeds and its bootstrap interval, per column of ``values`` (seeds, columns); NaN = no value there.
-
-    Returns (mean, low, high), each (columns,). Every column is resampled over its own non-NaN seeds; columns that
-    share the same seeds share the resampled seed indices (one draw per pattern of missing values, cached per number
-    of seeds), so a column's interval does not depend on the other columns. Columns with fewer than two values get
-    NaN bounds (and a NaN mean when empty).
-    """
-    values = np.asarray(values, dtype=np.float64)
-    if values.ndim != 2:
-        raise ValueError(f"values must be (seeds, columns), got shape {values.shape}")
-    columns = values.shape[1]
-    mean, low, high = np.full(columns, np.nan), np.full(columns, np.nan), np.full(columns, np.nan)
-    present = ~np.isnan(values)
-    patterns: dict[bytes, list[int]] = {}
-    for column in range(columns):
-        patterns.setdefault(present[:, column].tobytes(), []).append(column)
-    tail = 100 * (1 - LEVEL) / 2
-    for cols in patterns.values():
-        rows = np.flatnonzero(present[:, cols[0]])
-        if len(rows) == 0:
-            continue
-        block = values[np.ix_(rows, np.asarray(cols))]  # (n, c)
-        mean[cols] = block.mean(axis=0)
-        if len(rows) < 2:
-            continue
-        means = _resample_counts(len(rows), resamples, seed) @ block / len(rows)  # (resamples, c)
-        low[cols], high[cols] = np.percentile(means, [tail, 100 - tail], axis=0)
-    return mean, low, high
-
-
-@functools.lru_cache(maxsize=64)
-def _resample_counts(n: int, resamples: int, seed: int) -> np.ndarray:
-    """(resamples, n): how often each of n seeds is drawn in each resample of size n (cached: a report asks for the
-    same few n many times, and the draw depends on nothing else)."""
-    rng = np.random.default_rng(seed)
-    draws = rng.integers(0, n, size=(resamples, n))
-    flat = (np.arange(resamples)[:, None] * n + draws).ravel()
-    counts = np.bincount(flat, minlength=resamples * n).reshape(resamples, n).astype(np.float64)
-    counts.flags.writeable = False
-    return counts
-
-
-def mean_interval(values: Sequence[float], resamples: int = RESAMPLES) -> tuple[float, float, float]:
-    """(mean, low, high) of one group's per-seed values; NaN bounds for fewer than two seeds."""
-    column = np.asarray([v for v in values if not _nan(v)], dtype=np.float64)[:, None]
-    mean, low, high = bootstrap_interval(column, resamples)
-    return float(mean[0]), float(low[0]), float(high[0])
-
-
-def difference_interval(
-    a: dict[str, float], b: dict[str, float], resamples: int = RESAMPLES
-) -> tuple[float, float, float, bool]:
-    """(mean(b) - mean(a), low, high, paired) for per-seed values ``{seed: value}`` of two groups.
-
-    Paired (bootstrap of the per-seed differences) when both have values at the same two or more seeds; else
-    unpaired (each group resampled on its own, the difference of the resampled means). NaN bounds when either group
-    has fewer than two seeds; NaN throughout when either has none.
-    """
-    a = {s: v for s, v in a.items() if not _nan(v)}
-    b = {s: v for s, v in b.items() if not _nan(v)}
-    if not a or not b:
-        return math.nan, math.nan, math.nan, False
-    diff = float(np.mean(list(b.values())) - np.mean(list(a.values())))
-    if set(a) == set(b) and len(a) >= 2:
-        per_seed = np.asarray([b[s] - a[s] for s in sorted(a)])[:, None]
-        _, low, high = bootstrap_interval(per_seed, resamples)
-        return diff, float(low[0]), float(high[0]), True
-    if len(a) < 2 or len(b) < 2:
-        return diff, math.nan, math.nan, False
-    # Different seeds: two independent resamplings (different generator seeds, or they would move in lockstep).
-    va, vb = np.asarray(list(a.values())), np.asarray(list(b.values()))
-    means_a = _resample_counts(len(va), resamples, BOOTSTRAP_SEED) @ va / len(va)
-    means_b = _resample_counts(len(vb), resamples, BOOTSTRAP_SEED + 1) @ vb / len(vb)
-    tail = 100 * (1 - LEVEL) / 2
-    low, high = np.percentile(means_b - means_a, [tail, 100 - tail])
-    return diff, float(low), float(high), False
-
-
-def _nan(value: object) -> bool:
-    return value is None or (isinstance(value, float) and math.isnan(value))
+__all__ = [
+    "BOOTSTRAP_SEED",
+    "CURVE_RESAMPLES",
+    "LEVEL",
+    "METHOD",
+    "RESAMPLES",
+    "bootstrap_interval",
+    "decimals_for",
+    "difference_interval",
+    "format_interval",
+    "format_value",
+    "mean_interval",
+]
 
 
 # ------------------------------------------------------------------------------------------------ formatting
@@ -133,7 +44,7 @@ def decimals_for(*values: float, significant: int = 3) -> int:
 def format_value(value: float, decimals: int | None = None) -> str:
     """A number that reads: 3 significant digits by default (``0.0001`` for 1e-4, not ``0.000``; ``12.9``;
     ``1,234``), or ``decimals`` fixed decimals; ``–`` for NaN."""
-    if _nan(value) or not math.isfinite(value):
+    if is_missing(value) or not math.isfinite(value):
         return "–"
     if value == 0:
         return "0"
@@ -150,12 +61,12 @@ def format_value(value: float, decimals: int | None = None) -> str:
 def format_interval(mean: float, low: float, high: float, sign: bool = False) -> str:
     """``0.512 [0.41, 0.63]``: the mean with 3 significant digits and the bounds at the same decimals; the mean
     alone when there is no interval (one seed). ``sign``: a leading ``+`` on positive means (differences)."""
-    if _nan(mean):
+    if is_missing(mean):
         return "–"
     decimals = decimals_for(mean, low, high)
     text = format_value(mean, decimals)
     if sign and mean > 0 and text.strip("0.") != "":
         text = "+" + text
-    if _nan(low) or _nan(high):
+    if is_missing(low) or is_missing(high):
         return text
     return f"{text} [{format_value(low, decimals)}, {format_value(high, decimals)}]"

@@ -11,6 +11,13 @@ the recorded log-probs and entropies are those of that masked distribution, as t
 Rows are right-padded inside each chunk: a row with fewer tokens in a chunk leaves masked "holes" in the cache
 that later tokens skip (position ids count only real tokens). No row ever starts with padding, so no query is
 fully masked. The log-prob and entropy of every sampled token come from the sampling pass itself.
+
+Rows whose tokens are the same so far (the n samples of one prompt until they first differ; two instances with the same
+prompt; the episodes of a policy that plays one path) share one row of the cache, a *physical* row: the model runs
+once per distinct row (:class:`Session`). Sharing changes no number: a row's cache and logits are computed from its
+own tokens in the same columns (holes included), and the forward of a row does not depend on which other rows are in
+its batch, as long as it has at least :data:`MIN_ROWS` (tests/test_engine.py checks draws, log-probs and an
+episode tree's probabilities bit for bit against the same calls unshared).
 """
 
 from __future__ import annotations
@@ -77,38 +84,53 @@ def filter_logits(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tenso
     return logits
 
 
+MIN_ROWS = 4
+"""Fewest rows a forward of a shared session runs. A row's numbers do not depend on the other rows of its batch
+(each output of a matrix product sums its own row's products in a fixed order), except where the BLAS takes another
+path for tiny products: MKL's sgemm computes 1-3 rows differently from 4 or more (measured on this project's CPU,
+bit for bit). So a batch of at least this many rows is never run on fewer physical rows (duplicates fill it up), and a
+smaller batch is not shared at all: its forwards run exactly the rows they ran before sharing existed."""
+
+
 class Session:
-    """A batch of growing sequences sharing one KV cache. Create with :meth:`Engine.start`."""
+    """A batch of growing sequences sharing one KV cache. Create with :meth:`Engine.start`.
+
+    ``batch`` logical rows (what callers index: ``tokens``, ``last_logits``, the rows of ``extend`` and ``sample``)
+    map onto physical rows of the cache: logical rows with the same tokens so far share one, and the forward runs
+    each physical row once. Rows stay shared while they are fed the same tokens and part when they are not
+    (:meth:`_feed`); :meth:`select` only remaps, and the cache is reordered at the next forward.
+    """
 
     def __init__(self, engine: Engine, batch: int) -> None:
         self.engine = engine
         self.batch = batch
         self.state = engine.backend.new_state(batch)
-        self.pos = torch.zeros(batch, dtype=torch.long, device=engine.device)
-        self.last_logits: torch.Tensor | None = None  # (batch, vocab): next-token logits of every row
+        self.physical: list[int] = list(range(batch))  # logical row -> its physical row in the cache
+        self.physical_pos = torch.zeros(batch, dtype=torch.long, device=engine.device)  # real tokens per physical row
+        self.last_logits: torch.Tensor | None = None  # (batch, vocab): next-token logits of every logical row
         self.tokens: list[list[int]] = [[] for _ in range(batch)]  # every real token of each row, in order
+
+    @property
+    def pos(self) -> torch.Tensor:
+        """(batch,) real tokens of each logical row."""
+        return self.physical_pos[torch.as_tensor(self.physical, dtype=torch.long, device=self.physical_pos.device)]
 
     # ------------------------------------------------------------------ forward
     def _forward(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        """Run a chunk (batch, L) through the model, appending to the cache; return logits at each row's last real
-        token of the chunk (batch, vocab) (rows with no real token keep their previous logits)."""
+        """Run a chunk (physical rows, L) through the model, appending to the cache; return the logits at each
+        physical row's last real token of the chunk (physical rows, vocab), garbage for a row with no real token."""
         eng = self.engine
-        position_ids = (self.pos[:, None] + mask.cumsum(1) - 1).clamp(min=0)
+        position_ids = (self.physical_pos[:, None] + mask.cumsum(1) - 1).clamp(min=0)
         with torch.no_grad(), eng.autocast():
-            hidden = eng.backend.forward(self.state, ids, mask, position_ids)  # (batch, L, hidden)
+            hidden = eng.backend.forward(self.state, ids, mask, position_ids)  # (rows, L, hidden)
             if ids.shape[1] == 1:
                 picked = hidden[:, 0]
             else:
                 last = (mask.cumsum(1) * mask).argmax(1)  # index of the last real token per row
-                picked = hidden[torch.arange(self.batch, device=ids.device), last]
-            logits = eng.backend.logits(picked).float()
-        self.pos += mask.sum(1)
-        if self.last_logits is None:
-            self.last_logits = logits
-        else:
-            has = mask.sum(1) > 0
-            self.last_logits = torch.where(has[:, None], logits, self.last_logits)
-        return self.last_logits
+                picked = hidden[torch.arange(ids.shape[0], device=ids.device), last]
+            logits: torch.Tensor = eng.backend.logits(picked).float()
+        self.physical_pos = self.physical_pos + mask.sum(1)
+        return logits
 
     def extend(self, rows: Sequence[Sequence[int]]) -> None:
         """Teacher-force ``rows[i]`` onto row i (lengths may differ, may be empty)."""
@@ -220,24 +242,53 @@ class Session:
         return chains
 
     def _feed(self, rows: list[list[int]]) -> torch.Tensor:
-        """Teacher-force ``rows[i]`` onto row i (a chunk with per-row lengths) and return the next-token logits."""
+        """Teacher-force ``rows[i]`` onto logical row i (a chunk with per-row lengths) and return the next-token
+        logits of every logical row (a row fed nothing keeps its previous ones).
+
+        Logical rows of one physical row fed the same tokens stay on one row; fed different tokens, they part (the
+        cache row is copied). Every physical row gets the chunk's full width, as each logical row did unshared."""
         width = max(len(r) for r in rows)
         pad, dev = self.engine.pad_id, self.engine.device
+        if self.batch < MIN_ROWS:  # unshared: one physical row per logical row (see MIN_ROWS)
+            parents, feeds, rows_after = list(self.physical), rows, list(range(self.batch))
+        else:
+            distinct: dict[tuple[int, tuple[int, ...]], int] = {}
+            rows_after = [
+                distinct.setdefault((p, tuple(r)), len(distinct)) for p, r in zip(self.physical, rows, strict=True)
+            ]
+            parents = [p for p, _ in distinct]
+            feeds = [list(r) for _, r in distinct]
+            while len(parents) < MIN_ROWS:  # a duplicate no logical row reads keeps the product on MKL's main path
+                parents.append(parents[0])
+                feeds.append(feeds[0])
+        if parents != list(range(int(self.physical_pos.shape[0]))):
+            index = torch.as_tensor(parents, dtype=torch.long, device=dev)
+            self.engine.backend.select(self.state, index)
+            self.physical_pos = self.physical_pos[index]
         # one tensor from nested lists: a copy per row cost ~1.4 ms of a 64-row decode step (issue 20's profile)
-        ids = torch.tensor([[*r, *[pad] * (width - len(r))] for r in rows], dtype=torch.long, device=dev)
-        mask = torch.tensor([[1] * len(r) + [0] * (width - len(r)) for r in rows], dtype=torch.long, device=dev)
+        ids = torch.tensor([[*r, *[pad] * (width - len(r))] for r in feeds], dtype=torch.long, device=dev)
+        mask = torch.tensor([[1] * len(r) + [0] * (width - len(r)) for r in feeds], dtype=torch.long, device=dev)
         for tokens, r in zip(self.tokens, rows, strict=True):
             tokens.extend(r)
-        return self._forward(ids, mask)
+        logits = self._forward(ids, mask)
+        self.physical = rows_after
+        fresh = logits[torch.as_tensor(rows_after, dtype=torch.long, device=dev)]
+        if self.last_logits is None:
+            self.last_logits = fresh
+        else:
+            has = torch.tensor([len(r) > 0 for r in rows], device=dev)
+            self.last_logits = torch.where(has[:, None], fresh, self.last_logits)
+        return self.last_logits
 
     def select(self, rows: Sequence[int]) -> None:
         """Keep (and repeat) the given rows, in that order: row j becomes a copy of old row ``rows[j]``, its KV cache
-        included (shared prompts are prefilled once and copied, :meth:`Engine.start`)."""
-        index = torch.as_tensor(list(rows), dtype=torch.long, device=self.engine.device)
-        self.engine.backend.select(self.state, index)
-        self.pos = self.pos[index]
+        included (shared prompts are prefilled once and copied, :meth:`Engine.start`). Only the map to the physical
+        rows changes here; the next forward reorders the cache."""
+        self.physical = [self.physical[i] for i in rows]
         if self.last_logits is not None:
-            self.last_logits = self.last_logits[index]
+            self.last_logits = self.last_logits[
+                torch.as_tensor(list(rows), dtype=torch.long, device=self.engine.device)
+            ]
         self.tokens = [list(self.tokens[i]) for i in rows]
         self.batch = len(rows)
 

@@ -56,6 +56,13 @@ class Rollout:
     stop_forced: bool = False
     """Sequential chains: this item (stage1=sketch: its sketch) hit its length limit without its stop, so the sampler
     teacher-forced the task's stop after it: the next item's context holds it and starts clean."""
+    followed: bool | None = None
+    """stage1=sketch: whether this solution carries out its sketch (``Task.follows_sketch``); None elsewhere, or
+    where the task cannot tell."""
+    follow_token: int | None = None
+    """stage1=sketch: the first token of the text that carries out the sketch (``Task.sketch_response``); where the
+    task does not fix that text, the first token of a solution that followed its sketch; else None. The target of
+    ``algo.follow_coef``'s term."""
 
 
 def run_episodes(
@@ -78,6 +85,7 @@ def run_episodes(
     ents: list[list[float]] = [[] for _ in range(n)]
     mask: list[list[bool]] = [[] for _ in range(n)]
     stopped = [False] * n
+    encoded: dict[str, list[int]] = {}  # feedback text -> ids: the same observations recur across rows and turns
     while True:
         live = [not env.done for env in envs]
         if not any(live):
@@ -94,7 +102,9 @@ def run_episodes(
             mask[i] += [True] * len(comp.ids)
             stopped[i] = comp.stopped
             if not turn.done:
-                feedback[i] = policy.encode(turn.feedback)
+                if turn.feedback not in encoded:
+                    encoded[turn.feedback] = policy.encode(turn.feedback)
+                feedback[i] = encoded[turn.feedback]
                 ids[i] += feedback[i]
                 logps[i] += [0.0] * len(feedback[i])
                 ents[i] += [0.0] * len(feedback[i])
@@ -321,6 +331,7 @@ class SequentialSampler(Sampler):
         groups: list[list[Rollout]] = [[] for _ in instances]
         for r, ans in enumerate(answers):
             g, sketch, sketch_ctx, sketch_comp, forced = meta[r]
+            followed = task.follows_sketch(instances[g], sketch, ans[1], ans[2])
             groups[g].append(
                 self._rollout(
                     g,
@@ -332,13 +343,23 @@ class SequentialSampler(Sampler):
                     sketch_context_ids=sketch_ctx,
                     sketch_completion=sketch_comp,
                     stop_forced=forced,
+                    followed=followed,
+                    follow_token=self._follow_token(instances[g], sketch, ans[0], followed),
                 )
             )
         return groups
 
+    def _follow_token(self, inst: Any, sketch: str, completion: Completion, followed: bool | None) -> int | None:
+        """``Rollout.follow_token`` of a stage-II solution of ``sketch``."""
+        response = self.task.sketch_response(inst, sketch)
+        if response is not None:
+            ids = self.policy.encode(response)
+            return ids[0] if ids else None
+        return completion.ids[0] if followed and completion.ids else None
+
     def chain_health(self, groups: Sequence[Sequence[Rollout]]) -> M.ChainHealth:
         """The health of every chain in ``groups`` (issue 16): the items are the sketches (stage1=sketch, judged by
-        ``task.sketch_key`` and ``task.follows_sketch``) or the solutions (keys from their scores). A group holds one
+        ``task.sketch_key`` and each solution's ``Rollout.followed``) or the solutions (keys from their scores). A group holds one
         chain of G items (G x m rollouts with m solutions per sketch), or several in a row (evaluation draws n
         samples); an incomplete chain at a group's end is left out. An evaluation of fewer samples than one chain
         (``eval.samples`` < G x m) measures the first n // m items of each chain."""
@@ -359,13 +380,5 @@ class SequentialSampler(Sampler):
                     continue
                 keys.append([task.sketch_key(r.inst, r.sketch or "") for r in firsts])
                 cut.append([r.sketch_completion is not None and not r.sketch_completion.stopped for r in firsts])
-                followed.append(
-                    [
-                        [
-                            task.follows_sketch(r.inst, r.sketch or "", r.text, r.score)
-                            for r in chain[k * m : (k + 1) * m]
-                        ]
-                        for k in range(g)
-                    ]
-                )
+                followed.append([[r.followed for r in chain[k * m : (k + 1) * m]] for k in range(g)])
         return M.chain_health(keys, cut, followed if self.stage1 == "sketch" else None)

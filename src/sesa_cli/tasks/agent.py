@@ -24,7 +24,7 @@ Two renderings (``task.style``):
       <state>\\n:<actions>|\\n<state>\\n:<actions>|...
 
   A sketch (SESA stage I) is a plan in the same action syntax: sketches are drafted as
-  ``<state>\\n?<plan>|<plan>|...`` (``between`` = "") and a sketch is followed from ``<state>\\n!<plan>|\\n:``. The
+  ``<state>\\n?<plan>|<plan>|...`` (``between`` = "") and a sketch is followed from ``<state>\\n!<plan>:``. The
   two marks differ so that after a plan the model knows whether another plan (``?``) or the episode (``!``) follows.
 * ``chat`` (instruction-tuned models): RAGEN's format (sesa_cli.tasks.ragen): its system text with the symbol
   legend and action list, ``Turn i:`` / ``State:`` blocks and ``Reward:`` lines as plain text; a response reads
@@ -264,7 +264,7 @@ class AgentTask(RagenTask):
             del fields["warm_start_plan_lines"]  # likewise
         # The corpus is played on seed 0's training instances whatever the run's seed, so every seed of a sweep
         # starts from the same cached base (as runs of a pretrained model do).
-        return {"name": self.name, "cfg": fields, "v": 3}
+        return {"name": self.name, "cfg": fields, "v": 4}
 
     # ---------------------------------------------------------------- layouts
     def prompt(self, inst: Any) -> str:
@@ -352,6 +352,11 @@ class AgentTask(RagenTask):
         actions = self.plan_actions(sketch)
         return None if actions is None else ",".join(actions)
 
+    def sketch_response(self, inst: Any, sketch: str) -> str | None:
+        """The first turn that plays the plan (its first ``max_actions_per_turn`` actions)."""
+        plan = self.plan_actions(sketch)
+        return None if plan is None else self.response(plan[: self.cfg.max_actions_per_turn])
+
     def follows_sketch(self, inst: Any, sketch: str, completion: str, score: Score) -> bool:
         """The episode executed the plan: its first actions are the plan's (all of them, or as many as were played
         before the episode ended)."""
@@ -370,7 +375,13 @@ class AgentTask(RagenTask):
         if self.chat:
             turn = ragen.turn_text(1, state, self.cfg.max_actions, self.chat_max_words, plan=f"Plan: {plan}\n")
             return self.chat_header() + turn
-        return f"{state}\n!{plan}{self.stop}\n:"
+        return f"{state}\n{self.solve_prompt_plan(plan)}"
+
+    def solve_prompt_plan(self, plan: str) -> str:
+        """How the compact ``solve_prompt`` quotes a plan: ``!<plan>:``, the turn's ``:`` right after it, so that the
+        first response starts after the plan (with the word vocabulary, a plan of one turn and its marks are one
+        token: ``GridTask.vocabulary``)."""
+        return f"!{plan}:"
 
     # ---------------------------------------------------------------- warm start
     def _turn_size(self, rng: random.Random) -> int:
@@ -379,16 +390,18 @@ class AgentTask(RagenTask):
         return min(k, self.cfg.max_actions_per_turn)
 
     def _random_responses(self, inst: Any, rng: random.Random, plan: Sequence[str] = ()) -> list[str]:
-        """Responses of an unskilled episode: first the ``plan`` in short turns, then random actions."""
+        """Responses of an unskilled episode: first the ``plan``, ``max_actions_per_turn`` actions a turn (so a plan
+        of one turn is always the first response, which the base then learns to copy), then random actions in
+        short turns."""
         env = self.make_env(inst)
         todo = list(plan)
         out: list[str] = []
         while not env.done:
-            k = self._turn_size(rng)
             if todo:
-                acts, todo = todo[:k], todo[k:]
+                m = self.cfg.max_actions_per_turn
+                acts, todo = todo[:m], todo[m:]
             else:
-                acts = self.random_actions(env, rng, k)
+                acts = self.random_actions(env, rng, self._turn_size(rng))
             out.append(self.response(acts))
             env.step(out[-1])
         return out
@@ -417,8 +430,10 @@ class AgentTask(RagenTask):
 
         * 40% full episodes ``transcript(inst, responses)`` with random actions, mostly 1-3 per turn;
         * 20% lists of 1..sketch_list_max distinct random plans ``sketch_head + s1 + between + s2 ...``;
-        * 40% sketch -> solution: ``solve_prompt(inst, s)`` + the episode that plays the plan, then random moves
-          (as the path task's warm start: with a quarter of the lines, stage II did not learn to copy its plan);
+        * 40% sketch -> solution: ``solve_prompt(inst, s)`` + the episode that plays the plan, ``max_actions_per_turn``
+          actions a turn, then random moves (as the path task's warm start: with a quarter of the lines, stage II
+          did not learn to copy its plan; with the plan played in turns of random size, the first response after a
+          plan of one turn was its first action as often as the plan, and the base copied neither);
 
         with ``task.warm_start_plan_lines`` of the lines first replaced by plan -> its turns only (``_plan_line``).
         """

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import random
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol, TypeVar
 
@@ -118,6 +118,15 @@ class Task(ABC):
     def alphabet(self) -> str:
         """Every character compact-style text of this task can contain (the tiny model's vocabulary)."""
 
+    def vocabulary(self, corpus: Sequence[str]) -> list[str]:
+        """The tiny model's tokens with ``model.tokenizer=words``, given its warm-start ``corpus``: the words of the
+        task's compact language (one token each) and the characters of the rest. Text is cut greedily into the
+        longest token that matches (sesa_cli.models.tiny.build_tokenizer); every corpus line must be spelled without
+        <unk>. A text may have several spellings (an action pair as one token or as two): the model can sample
+        any of them, so the exact ``policy/*`` metrics sum over all (``Policy.spellings``). Default: the characters
+        of ``alphabet``."""
+        return sorted(set(self.alphabet()))
+
     def warm_start_key(self) -> dict[str, Any]:
         """What the warm-start corpus depends on (cache key). Must exclude anything secret, e.g. targets."""
         return {"name": self.name}
@@ -176,6 +185,12 @@ class Task(ABC):
         """Chain health: the identity of a drafted sketch (equal keys = the same sketch), or None if it is not a
         well-formed sketch of ``inst``. Every task that defines a sketch implements it. Never raises."""
         raise NotImplementedError(f"task {self.name!r} does not say which sketches are valid")
+
+    def sketch_response(self, inst: Any, sketch: str) -> str | None:
+        """The text a solution that carries out ``sketch`` starts with (an agent task's first turn, the path task's
+        first hop), or None where the sketch does not fix it (the default) or is not valid. ``algo.follow_coef``
+        trains its first token after the solve prompt. Never raises."""
+        return None
 
     def follows_sketch(self, inst: Any, sketch: str, completion: str, score: Score) -> bool | None:
         """Chain health: whether a stage-II solution (its text and Score) carries out ``sketch`` (False when the

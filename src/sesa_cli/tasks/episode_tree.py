@@ -7,7 +7,9 @@ the probability that one plain-prompt episode executes the action sequence a is
     π(a | x) = Σ over the response sequences r_1..r_T whose play executes a of  Π_t π(r_t | x, r_1, o_1, ..., r_{t-1},
                o_{t-1})
 
-where o_t is the environment's feedback to r_t (teacher-forced, as the rollout runner feeds it). :func:`episode_tree`
+where o_t is the environment's feedback to r_t (teacher-forced, as the rollout runner feeds it) and r_t runs over
+every spelling of a response in tokens (``Policy.spellings``: the tiny model can write ``DR|`` as ``DR`` ``|`` or as
+``D`` ``R`` ``|``, and the later turns see whichever it wrote). :func:`episode_tree`
 walks that tree token by token with one KV cache per live branch (sesa_cli.rollout.engine.Session): at every node the
 model's next-token distribution (at the sampling temperature, the never-sampled ids masked exactly as the engine masks
 them) is split over the tokens that continue a well-formed response; a completed response is played on the episode's
@@ -66,7 +68,8 @@ class _Branch:
 
 
 class _Trie:
-    """The token-id sequences of one turn's listed responses: which tokens continue a prefix, and which end one."""
+    """The token-id sequences of one turn's listed responses (every spelling of each, ``Policy.spellings``): which
+    tokens continue a prefix, and which end one."""
 
     def __init__(self, sequences: dict[tuple[int, ...], str]) -> None:
         self.complete = sequences
@@ -92,9 +95,11 @@ def episode_tree(
     """Every episode of ``inst`` under the plain prompt ``prompt_ids``, to probability ``min_prob`` and with at most
     ``max_branches`` branches live at once (0 = no cap).
 
-    ``policy`` encodes text (``policy.encode``, as the rollout runner encodes feedback); ``engine`` runs the model;
+    ``policy`` encodes text (``policy.encode``, as the rollout runner encodes feedback) and spells the listed
+    responses (``policy.spellings``: a response the model can spell in several ways is reached by each); ``engine``
+    runs the model;
     ``responses`` overrides the listed responses (default ``task.turn_responses()``, which must not be None).
-    Raises ValueError when the task cannot list its responses, or a listed response does not fit
+    Raises ValueError when the task cannot list its responses, or a listed response has no spelling that fits
     ``task.cfg.max_new_tokens`` tokens.
     """
     listed = task.turn_responses() if responses is None else list(responses)
@@ -102,10 +107,13 @@ def episode_tree(
         raise ValueError(f"task {task.name!r}: its responses cannot be listed (see AgentTask.turn_responses)")
     sequences: dict[tuple[int, ...], str] = {}
     for text in listed:
-        ids = tuple(policy.encode(text))
-        if not ids or len(ids) > task.cfg.max_new_tokens:
-            raise ValueError(f"listed response {text!r} has {len(ids)} tokens; 1..task.max_new_tokens allowed")
-        sequences[ids] = text
+        for spelling in policy.spellings(text):
+            ids = tuple(spelling)
+            if not ids or len(ids) > task.cfg.max_new_tokens:
+                continue  # a spelling the engine would cut before its stop: its mass is "other"
+            sequences[ids] = text
+        if not any(seq_text == text for seq_text in sequences.values()):
+            raise ValueError(f"listed response {text!r} has no spelling of 1..task.max_new_tokens tokens")
     trie = _Trie(sequences)
     out = EpisodeTree()
     session = engine.start([list(prompt_ids)])

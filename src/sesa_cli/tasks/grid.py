@@ -10,11 +10,17 @@ Sudoku is a grid too, but its actions are placements (``r1c2=3``), so it derives
 from __future__ import annotations
 
 import random
+import re
+from collections import Counter
 from collections.abc import Callable, Sequence
 
 from sesa_cli.tasks import ragen
 from sesa_cli.tasks.agent import COMPACT_LAYOUT, AgentTask, Env
 
+ACTION_WORD_MAX = 2
+"""The longest run of action letters that is one token of the tiny model (``model.tokenizer=words``)."""
+ROW_MIN_COUNT = 2
+"""A row of a state is one token of the tiny model when the warm-start corpus holds it at least this often."""
 MAX_TURN_RESPONSES = 2000
 """The longest list of one turn's responses ``GridTask.turn_responses`` returns (4 actions, up to 5 per turn: 1364)."""
 
@@ -31,6 +37,33 @@ class GridTask(AgentTask):
     def alphabet(self) -> str:
         symbols = "".join(symbol for symbol, _ in self.chat_vocab)
         return symbols + "".join(a[0] for a in self.action_names) + COMPACT_LAYOUT
+
+    def vocabulary(self, corpus: Sequence[str]) -> list[str]:
+        """The characters; every run of 1..``ACTION_WORD_MAX`` action letters (``DR``: a turn of two actions is one
+        token; the letters of a longer run are cut into pairs); each such run as a plan where ``solve_prompt`` quotes
+        it, ``!DR:``, one token (see below); and every row of a state (a run of two or more state symbols) that the
+        corpus holds at least ``ROW_MIN_COUNT`` times (a rarer row is spelled by its symbols, so the base has read
+        rows that way too).
+
+        Why a quoted plan is one token: the first response of the episode then follows a token that names its plan,
+        so carrying out the plan is a bigram, which the warm start teaches within a few hundred steps. Quoted as
+        ``!`` ``DR`` ``:``, the base had to copy an earlier token, which the 1M-parameter model learned late and
+        unreliably: in paired warm starts (FrozenLake tiny, the same corpus) the copy appeared after 400 steps for
+        one initialisation and not within 800 for another (docs/samplers.md)."""
+        letters = [a[0] for a in self.action_names]
+        symbols = "".join(symbol for symbol, _ in self.chat_vocab)
+        if set(letters) & set(symbols):
+            raise ValueError(f"task {self.name!r}: action letters {letters} are also state symbols {symbols!r}")
+        runs = [""]
+        actions: list[str] = []
+        for _ in range(ACTION_WORD_MAX):
+            runs = [run + letter for run in runs for letter in letters]
+            actions += runs
+        row = re.compile(f"[{re.escape(symbols)}]{{2,}}")
+        counts = Counter(word for line in corpus for word in row.findall(line))
+        rows = sorted(word for word, n in counts.items() if n >= ROW_MIN_COUNT)
+        quoted = [self.solve_prompt_plan(a) for a in actions]
+        return super().vocabulary(corpus) + [a for a in actions if len(a) > 1] + quoted + rows
 
     def compact_tokens(self, body: str) -> list[str]:
         """One letter per action (whitespace ignored)."""

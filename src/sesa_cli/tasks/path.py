@@ -13,6 +13,7 @@ the hinted prompt ``Pkanu:`` into a whole path ``kanu/tebo/rila|``.
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
@@ -22,6 +23,8 @@ from sesa_cli.tasks.base import Score, Task, register_task
 
 _ONSETS = "bdfgklmnprstvz"
 _VOWELS = "aeiou"
+_LAYOUT = "/|:PS"
+"""The compact layout's characters: separators, the stop, the prompt marks."""
 
 
 @dataclass
@@ -98,7 +101,22 @@ class PathTask(Task):
         return frozenset(rng.sample(self.leaves, self.cfg.num_targets))
 
     def alphabet(self) -> str:
-        return _ONSETS + _VOWELS + "/|:PS"
+        return _ONSETS + _VOWELS + _LAYOUT
+
+    def vocabulary(self, corpus: Sequence[str]) -> list[str]:
+        """Every name of the world, the layout's characters (no letters) and each region's hinted prompt
+        (``Pkanu:``, the solve prompt of a sketch: its path then starts with the token that follows it, a bigram
+        the base learns at once, where copying the region from an earlier token was learned late). The world is
+        closed, so every text the task writes is spelled by them, and an answer in one way only (a name has two or
+        three syllables, so none is two others run together; no answer holds a hinted prompt): the exact policy of
+        a path is that of its one spelling."""
+        names = {
+            name
+            for region, cities in self.tree.items()
+            for name in (region, *cities, *(d for ds in cities.values() for d in ds))
+        }
+        hints = [self.hinted_prompt(region) for region in self.tree]
+        return sorted(set(_LAYOUT)) + sorted(names) + hints
 
     def warm_start_key(self) -> dict[str, Any]:
         c = self.cfg
@@ -146,7 +164,11 @@ class PathTask(Task):
         return "S:"
 
     def solve_prompt(self, inst: Any, sketch: str) -> str:
-        region = "".join(ch for ch in self.sketch_content(sketch) if ch in _ONSETS + _VOWELS)
+        return self.hinted_prompt("".join(ch for ch in self.sketch_content(sketch) if ch in _ONSETS + _VOWELS))
+
+    def hinted_prompt(self, region: str) -> str:
+        """The prompt that asks for a path in ``region``: ``Pkanu:`` (with the word vocabulary one token for a
+        region of the world, so the path's first hop follows it as a bigram; see ``vocabulary``)."""
         return f"P{region}:"
 
     def sketch_max_tokens(self) -> int:
@@ -156,6 +178,11 @@ class PathTask(Task):
         """The region a sketch names, if it is one of the world's."""
         region = self.sketch_content(sketch).strip()
         return region if region in self.tree else None
+
+    def sketch_response(self, inst: Any, sketch: str) -> str | None:
+        """The sketched region and its separator: a path's first hop."""
+        region = self.sketch_key(inst, sketch)
+        return None if region is None else region + "/"
 
     def follows_sketch(self, inst: Any, sketch: str, completion: str, score: Score) -> bool:
         """The solution's first hop is the sketched region."""

@@ -1,0 +1,107 @@
+"""Time to result (issue 32): `nox -s bench` or `python bench/time_to_result.py [--page docs/measurements.md]`.
+
+Prints each wall-time goal of issue 32 beside the figure it was set against and today's:
+
+* the default ``sesa train`` (README's first command, after installation) from an empty warm-start cache to its final
+  evaluation, run here as a subprocess with a fresh ``model.cache_dir`` and run dir (its own final
+  ``eval/success`` printed too, so a faster run that learns less shows);
+* the wall time of ``nox -s results``' sweeps as docs/results.md records it (``Compute: the sweeps took ...``): the
+  sweeps take an hour or more, so this bench reads the figure of the last ``nox -s results`` rather than rerunning
+  them.
+
+The ratio goals (two-stage step against the parallel one, sesa's step against TRL's) are printed by bench/rollout.py
+and bench/trl_compare.py, measured against their peer in the same run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from docs_block import write_block
+
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_GOAL_S = 120.0
+DEFAULT_BEFORE = "5 min 48 s"
+RESULTS_GOAL_S = 30 * 60.0
+RESULTS_BEFORE = "1 h 26 min"
+
+
+def minutes(seconds: float) -> str:
+    """``5 min 48 s`` / ``1 h 26 min``."""
+    s = round(seconds)
+    if s >= 3600:
+        return f"{s // 3600} h {s % 3600 // 60} min"
+    return f"{s // 60} min {s % 60} s"
+
+
+def parse_took(text: str) -> float | None:
+    """Seconds of ``the sweeps took 1 h 26 min`` (or ``12 min 5 s``) in docs/results.md; None when absent."""
+    m = re.search(r"the sweeps took ((?:\d+ h ?)?(?:\d+ min ?)?(?:\d+ s)?) of wall time", text)
+    if not m:
+        return None
+    units = {"h": 3600, "min": 60, "s": 1}
+    return float(sum(int(n) * units[u] for n, u in re.findall(r"(\d+) (h|min|s)\b", m.group(1))))
+
+
+def default_run(extra: list[str]) -> tuple[float, float | None]:
+    """Wall seconds of the default ``sesa train`` from an empty cache, and its final ``eval/success``."""
+    with tempfile.TemporaryDirectory(prefix="sesa-ttr-") as tmp:
+        run_dir = Path(tmp) / "run"
+        cmd = [sys.executable, "-m", "sesa_cli", "train", f"model.cache_dir={tmp}/cache", f"hydra.run.dir={run_dir}"]
+        start = time.perf_counter()
+        subprocess.run([*cmd, *extra], check=True, stdout=subprocess.DEVNULL)
+        took = time.perf_counter() - start
+        rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+        evals = [r["eval/success"] for r in rows if "eval/success" in r]
+        return took, (evals[-1] if evals else None)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--page", help="also write the figures into this Markdown file's bench:time_to_result block")
+    parser.add_argument("--results", default=str(ROOT / "docs" / "results.md"), help="the page nox -s results wrote")
+    parser.add_argument("overrides", nargs="*", help="added to the default sesa train (e.g. train.steps=2 to try)")
+    args = parser.parse_args()
+
+    took, success = default_run(args.overrides)
+    verdict = "holds" if took <= DEFAULT_GOAL_S else "not met"
+    cmd = "sesa train" + "".join(f" {o}" for o in args.overrides)
+    print(
+        f"`{cmd}` from an empty cache: {minutes(took)} (goal <= {minutes(DEFAULT_GOAL_S)}: {verdict}; "
+        f"before issue 32: {DEFAULT_BEFORE}), final eval/success {success}"
+    )
+    lines = [
+        "| goal (issue 32) | before | today | holds? |",
+        "|---|---|---|---|",
+        (
+            f"| `{cmd}` from an empty cache <= {minutes(DEFAULT_GOAL_S)} | {DEFAULT_BEFORE} | {minutes(took)} "
+            f"(final eval/success {success}) | {verdict} |"
+        ),
+    ]
+    results = Path(args.results)
+    swept = parse_took(results.read_text()) if results.is_file() else None
+    if swept is None:
+        print(f"{results}: no sweep wall time recorded")
+    else:
+        verdict = "holds" if swept <= RESULTS_GOAL_S else "not met"
+        print(
+            f"nox -s results' sweeps, as {results.name} records them: {minutes(swept)} (goal <= "
+            f"{minutes(RESULTS_GOAL_S)}: {verdict}; before issue 32: {RESULTS_BEFORE})"
+        )
+        lines.append(
+            f"| `nox -s results`' sweeps <= {minutes(RESULTS_GOAL_S)} (as docs/results.md records them) | "
+            f"{RESULTS_BEFORE} | {minutes(swept)} | {verdict} |"
+        )
+    if args.page:
+        write_block(Path(args.page), "time_to_result", lines)
+
+
+if __name__ == "__main__":
+    main()

@@ -144,3 +144,34 @@ def test_frozenlake_train_both_samplers_then_eval(monkeypatch, tmp_path, cache_d
     samples = _read_jsonl(out / "samples.jsonl")
     assert len(samples) == 8
     assert all(s["key"] is None or set(s["key"].split(",")) <= {"Left", "Down", "Right", "Up"} for s in samples)
+
+
+def test_a_sequential_run_names_its_parallel_baseline_and_the_report(monkeypatch, tmp_path, capsys, cache_dir,
+                                                                     frozenlake_setup):  # fmt: skip
+    """The ending of a sequential sesa train: the same settings with sampler=parallel into <run dir>-parallel, then
+    the report over both; both commands run as printed."""
+    import shlex
+
+    from tests.conftest import FROZENLAKE
+
+    seq = tmp_path / "seq run"
+    argv = ["train", *FROZENLAKE, f"model.cache_dir={cache_dir}", *SMALL, "train.steps=1", "train.eval_every=0",
+            "eval.instances=2", "sampler.train_sketches=true", f"hydra.run.dir={seq}"]  # fmt: skip
+    assert run_cli(argv, monkeypatch) == 0
+    lines = [line.strip() for line in capsys.readouterr().out.splitlines()]
+    at = lines.index("# its parallel baseline: the same settings with sampler=parallel")
+    train, report = lines[at + 1], lines[at + 3]
+    assert lines[at + 2] == "# then compare the two runs"
+    words = shlex.split(train)[2:]
+    assert "sampler=parallel" in words
+    assert not any(w.startswith("sampler.") for w in words)
+    assert f"model.cache_dir={cache_dir}" in words
+    assert run_cli(["train", *words], monkeypatch) == 0
+    parallel = Path(f"{seq}-parallel")
+    assert (parallel / "metrics.jsonl").is_file()
+    assert "parallel" in (parallel / "config.yaml").read_text()
+    assert run_cli(["diversity-report", *shlex.split(report)[2:], f"hydra.run.dir={tmp_path / 'report'}"],
+                   monkeypatch) == 0  # fmt: skip
+    assert (tmp_path / "report" / "groups.csv").is_file()
+    # a parallel run's ending names no baseline
+    assert "# its parallel baseline" not in capsys.readouterr().out

@@ -97,10 +97,12 @@ def base_row(rows: list[dict[str, Any]], start: int) -> dict[str, Any] | None:
 
 
 def train_summary(command: str, final: dict[str, Any], base: dict[str, Any] | None, protocol: str, run_dir: Path,
-                  remaining: int = 100, ran: int | None = None) -> None:  # fmt: skip
+                  remaining: int = 100, ran: int | None = None, baseline_of: list[str] | None = None) -> None:  # fmt: skip
     """The ending of ``sesa train``/``revive``: base (a revival's checkpoint) -> trained for the headline metrics,
     the run dir on a line of its own (never wrapped, so it copies whole) and the commands a user runs next.
-    ``ran``: the steps this command ran (a revival's ``more_steps``; None = ``final``'s step)."""
+    ``ran``: the steps this command ran (a revival's ``more_steps``; None = ``final``'s step). ``baseline_of``: the
+    overrides of a sequential ``sesa train``, whose ending then also names its parallel baseline
+    (:func:`parallel_baseline`)."""
     step = final.get("step")
     ran = step if ran is None else ran
     first = None if base is None else base.get("step", 0)
@@ -120,14 +122,31 @@ def train_summary(command: str, final: dict[str, Any], base: dict[str, Any] | No
     console.print(f"eval/*, policy/*: {protocol}; every metric is in metrics.jsonl", soft_wrap=True, markup=False,
                   highlight=False)  # fmt: skip
     console.print(f"run dir: {shown_path(run_dir)}", soft_wrap=True, markup=False, highlight=False)
-    next_commands(run_dir, more_steps=remaining)
+    next_commands(run_dir, more_steps=remaining, baseline_of=baseline_of)
 
 
-def next_commands(run_dir: Path, more_steps: int = 100) -> None:
-    """The commands that take a training run's dir, each under a comment line saying what it does."""
+def parallel_baseline(run_dir: Path, overrides: list[str]) -> tuple[str, str]:
+    """The ``sesa train`` of a sequential run's parallel baseline (its overrides without the sampler's, plus
+    ``sampler=parallel``, into ``<run dir>-parallel``) and the report that compares the two runs."""
+    kept = [o for o in overrides if not re.match(r"[+~]*(sampler[.=]|hydra\.)", o)]
+    other = Path(f"{run_dir}-parallel")
+    train = " ".join(["sesa train", *map(shlex.quote, kept), "sampler=parallel", arg("hydra.run.dir", other)])
+    runs = shlex.quote(f"runs=[{hydra_value(shown_path(run_dir))},{hydra_value(shown_path(other))}]")
+    return train, f"sesa diversity-report {runs}"
+
+
+def next_commands(run_dir: Path, more_steps: int = 100, baseline_of: list[str] | None = None) -> None:
+    """The commands that take a training run's dir, each under a comment line saying what it does; with
+    ``baseline_of`` (a sequential run's overrides) its parallel baseline and the report comparing the two first."""
     ckpt = arg("ckpt", run_dir)
+    baseline = []
+    if baseline_of is not None:
+        train, report = parallel_baseline(run_dir, baseline_of)
+        baseline = [("its parallel baseline: the same settings with sampler=parallel", train),
+                    ("then compare the two runs", report)]  # fmt: skip
     _print_next(
         [
+            *baseline,
             ("evaluate its last checkpoint (the same protocol)", f"sesa eval {ckpt}"),
             (
                 "continue training from its last checkpoint (add overrides to change settings, e.g. sampler=sequential)",

@@ -80,7 +80,7 @@ def run(
             trainer.load_checkpoint(ckpt)
             trainer.resumed = True
             log.info("resuming %s from its checkpoint at step %d (train.resume=auto)", run_dir, trainer.step)
-        return fit(trainer, run_dir, show_progress and dist.is_main)
+        return fit(trainer, run_dir, show_progress and dist.is_main, overrides=overrides)
 
 
 def previous_resumes(run_dir: Path) -> list[int]:
@@ -102,9 +102,11 @@ def last_checkpoint(run_dir: Path) -> Path | None:
     return ckpts[-1][1] if ckpts else None
 
 
-def fit(trainer: Trainer, run_dir: Path, show_progress: bool = True, command: str = "train") -> dict[str, Any]:
+def fit(trainer: Trainer, run_dir: Path, show_progress: bool = True, command: str = "train",
+        overrides: list[str] | None = None) -> dict[str, Any]:  # fmt: skip
     """Run a prepared trainer with the live display; print the ending (base -> trained, the run dir, what to run
-    next), or after Ctrl-C how to continue."""
+    next; for a sequential ``sesa train`` given its ``overrides``, its parallel baseline too), or after Ctrl-C how to
+    continue."""
     from sesa_cli.commands.ending import base_row, resume_hint, train_summary
     from sesa_cli.progress import TrainProgress, phase
 
@@ -165,8 +167,9 @@ def fit(trainer: Trainer, run_dir: Path, show_progress: bool = True, command: st
         trainer.run.mark_ended("finished")
         protocol = trainer.evaluation.describe()
         base = base_row(trainer.run.read_metrics(), 0 if trainer.resumed else start)
+        sequential = command == "train" and cfg.sampler.name == "sequential" and overrides is not None
         train_summary(command, final, base, protocol, run_dir, remaining=cfg.train.steps - start,
-                      ran=trainer.step - start)  # fmt: skip
+                      ran=trainer.step - start, baseline_of=overrides if sequential else None)  # fmt: skip
     return final
 
 

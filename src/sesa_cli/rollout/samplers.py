@@ -323,15 +323,18 @@ class SequentialSampler(Sampler):
             for sketch_ctx, sketch_comp, forced in chain:
                 sketch = self.policy.decode(sketch_comp.ids)
                 solve_ids = self.encode_prompt(task.solve_prompt(instances[g], sketch))
+                target = self._response_token(instances[g], sketch)
                 for _ in range(m):
                     rows.append(solve_ids)
                     row_inst.append(instances[g])
-                    meta.append((g, sketch, sketch_ctx, sketch_comp, forced))
+                    meta.append((g, sketch, sketch_ctx, sketch_comp, forced, target))
         answers = self.answer(self.engine.start(rows), row_inst, generator)
         groups: list[list[Rollout]] = [[] for _ in instances]
         for r, ans in enumerate(answers):
-            g, sketch, sketch_ctx, sketch_comp, forced = meta[r]
+            g, sketch, sketch_ctx, sketch_comp, forced, target = meta[r]
             followed = task.follows_sketch(instances[g], sketch, ans[1], ans[2])
+            if target is None and followed and ans[0].ids:  # the task does not fix the text: a follower's own start
+                target = ans[0].ids[0]
             groups[g].append(
                 self._rollout(
                     g,
@@ -344,24 +347,23 @@ class SequentialSampler(Sampler):
                     sketch_completion=sketch_comp,
                     stop_forced=forced,
                     followed=followed,
-                    follow_token=self._follow_token(instances[g], sketch, ans[0], followed),
+                    follow_token=target,
                 )
             )
         return groups
 
-    def _follow_token(self, inst: Any, sketch: str, completion: Completion, followed: bool | None) -> int | None:
-        """``Rollout.follow_token`` of a stage-II solution of ``sketch``."""
+    def _response_token(self, inst: Any, sketch: str) -> int | None:
+        """The first token of the text that carries out ``sketch`` (``Task.sketch_response``), once per sketch: the
+        ``Rollout.follow_token`` of each of its stage-II solutions; None where the task does not fix that text."""
         response = self.task.sketch_response(inst, sketch)
-        if response is not None:
-            ids = self.policy.encode(response)
-            return ids[0] if ids else None
-        return completion.ids[0] if followed and completion.ids else None
+        ids = self.policy.encode(response) if response is not None else []
+        return ids[0] if ids else None
 
     def chain_health(self, groups: Sequence[Sequence[Rollout]]) -> M.ChainHealth:
         """The health of every chain in ``groups`` (issue 16): the items are the sketches (stage1=sketch, judged by
-        ``task.sketch_key`` and each solution's ``Rollout.followed``) or the solutions (keys from their scores). A group holds one
-        chain of G items (G x m rollouts with m solutions per sketch), or several in a row (evaluation draws n
-        samples); an incomplete chain at a group's end is left out. An evaluation of fewer samples than one chain
+        ``task.sketch_key`` and each solution's ``Rollout.followed``) or the solutions (keys from their scores). A
+        group holds one chain of G items (G x m rollouts with m solutions per sketch), or several in a row (evaluation
+        draws n samples); an incomplete chain at a group's end is left out. An evaluation of fewer samples than one chain
         (``eval.samples`` < G x m) measures the first n // m items of each chain."""
         task, m = self.task, self.cfg.solutions_per_sketch if self.stage1 == "sketch" else 1
         keys: list[list[str | None]] = []

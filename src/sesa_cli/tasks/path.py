@@ -185,9 +185,9 @@ class PathTask(Task):
         return None if region is None else region + "/"
 
     def follows_sketch(self, inst: Any, sketch: str, completion: str, score: Score) -> bool:
-        """The solution's first hop is the sketched region."""
-        region = self.sketch_key(inst, sketch)
-        return region is not None and isinstance(completion, str) and completion.startswith(region + "/")
+        """The solution's first hop is the sketched region (it starts with ``sketch_response``)."""
+        response = self.sketch_response(inst, sketch)
+        return response is not None and isinstance(completion, str) and completion.startswith(response)
 
     # ---------------------------------------------------------------- warm start
     def warm_start_corpus(self, rng: random.Random, n: int) -> list[str]:

@@ -63,6 +63,15 @@ def default_run(extra: list[str]) -> tuple[float, float | None]:
         return took, (evals[-1] if evals else None)
 
 
+def goal_row(what: str, goal_s: float, before: str, today_s: float, note: str = "") -> str:
+    """Print one wall-time goal beside its before-figure and today's, and return it as a row of the page's table."""
+    verdict = "holds" if today_s <= goal_s else "not met"
+    extra = f", {note}" if note else ""
+    print(f"{what}: {minutes(today_s)} (goal <= {minutes(goal_s)}: {verdict}; before issue 32: {before}){extra}")
+    today = minutes(today_s) + (f" ({note})" if note else "")
+    return f"| {what} <= {minutes(goal_s)} | {before} | {today} | {verdict} |"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--page", help="also write the figures into this Markdown file's bench:time_to_result block")
@@ -71,18 +80,12 @@ def main() -> None:
     args = parser.parse_args()
 
     took, success = default_run(args.overrides)
-    verdict = "holds" if took <= DEFAULT_GOAL_S else "not met"
     cmd = "sesa train" + "".join(f" {o}" for o in args.overrides)
-    print(
-        f"`{cmd}` from an empty cache: {minutes(took)} (goal <= {minutes(DEFAULT_GOAL_S)}: {verdict}; "
-        f"before issue 32: {DEFAULT_BEFORE}), final eval/success {success}"
-    )
     lines = [
         "| goal (issue 32) | before | today | holds? |",
         "|---|---|---|---|",
-        (
-            f"| `{cmd}` from an empty cache <= {minutes(DEFAULT_GOAL_S)} | {DEFAULT_BEFORE} | {minutes(took)} "
-            f"(final eval/success {success}) | {verdict} |"
+        goal_row(
+            f"`{cmd}` from an empty cache", DEFAULT_GOAL_S, DEFAULT_BEFORE, took, f"final eval/success {success}"
         ),
     ]
     results = Path(args.results)
@@ -90,15 +93,8 @@ def main() -> None:
     if swept is None:
         print(f"{results}: no sweep wall time recorded")
     else:
-        verdict = "holds" if swept <= RESULTS_GOAL_S else "not met"
-        print(
-            f"nox -s results' sweeps, as {results.name} records them: {minutes(swept)} (goal <= "
-            f"{minutes(RESULTS_GOAL_S)}: {verdict}; before issue 32: {RESULTS_BEFORE})"
-        )
-        lines.append(
-            f"| `nox -s results`' sweeps <= {minutes(RESULTS_GOAL_S)} (as docs/results.md records them) | "
-            f"{RESULTS_BEFORE} | {minutes(swept)} | {verdict} |"
-        )
+        lines.append(goal_row(f"`nox -s results`' sweeps (as {results.name} records them)", RESULTS_GOAL_S,
+                              RESULTS_BEFORE, swept))  # fmt: skip
     if args.page:
         write_block(Path(args.page), "time_to_result", lines)
 

@@ -252,9 +252,9 @@ def main() -> None:
             shares = (statistics.median(s.gen_share() for s in sesa), statistics.median(p.gen_share() for p in peer))
             verdict = "holds" if step <= GOAL else "not met"
             print(
-                f"threads {threads}: sesa/TRL per step {step:.2f}x (goal <= {GOAL}x: {verdict}; before issue 32: 0.68x on 1 thread), per completion "
-                f"token {token:.2f}x; sesa {s_med:.3f} s/step, TRL {p_med:.3f}; generation {shares[0]:.0%} of "
-                f"sesa's step, {shares[1]:.0%} of TRL's",
+                f"threads {threads}: sesa/TRL per step {step:.2f}x (goal <= {GOAL}x: {verdict}; before issue 32: "
+                f"0.68x on 1 thread), per completion token {token:.2f}x; sesa {s_med:.3f} s/step, TRL {p_med:.3f}; "
+                f"generation {shares[0]:.0%} of sesa's step, {shares[1]:.0%} of TRL's",
                 flush=True,
             )
             lines.append(

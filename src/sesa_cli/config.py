@@ -106,8 +106,8 @@ class ModelConfig:
     tokenizer: str = "words"
     """tiny: ``words``, one token per word of the task's compact language (a place name of the path task, a grid
     row, an action pair; ``Task.vocabulary``) and per character elsewhere; or ``chars``, one token per character.
-    Words make sequences 2-4x shorter, so every forward pass and warm-start step covers more text, and a plan of one
-    turn is one token, which the base learns to copy (docs/measurements.md)."""
+    Words make sequences 2-4x shorter, so every forward pass and warm-start step covers more text, and a quoted plan of
+    one turn is one token, which the first response follows as a bigram the base learns (docs/samplers.md)."""
     cache_dir: str = "outputs/cache"
     """Where warm-started bases are cached, keyed by task + model config (relative paths are from the cwd)."""
     dtype: str = "float32"

@@ -240,8 +240,8 @@ METRIC_KEYS: tuple[MetricKey, ...] = (
     ),
     MetricKey(
         "loss/follow_nll",
-        "algo.follow_coef > 0: mean -log pi(first token | solve prompt) of the stage-II solutions that carried out their "
-        "sketch (the supervised term that keeps stage II following its sketches).",
+        "algo.follow_coef > 0: mean -log pi(t | solve prompt) over the stage-II solution rows, t the first token of "
+        "the text that carries out the row's sketch (the supervised term that keeps stage II following its sketches).",
         "sesa_cli.trainer.Trainer",
     ),
     MetricKey(

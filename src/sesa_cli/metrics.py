@@ -462,7 +462,6 @@ def policy_metrics(
     }
 
 
-# --------------------------------------------------------------------------------------------------- chain health
 def estimated_effective_solutions(keys: Sequence[str | None], correct: Sequence[bool]) -> float:
     """A plug-in estimate, from n i.i.d. plain-prompt samples of one instance, of the policy's effective number of
     correct solutions (``policy_metrics``' ``effective_solutions``, where the solution space cannot be enumerated):
@@ -494,6 +493,7 @@ def policy_estimate(keys: Sequence[Sequence[str | None]], correct: Sequence[Sequ
     }
 
 
+# --------------------------------------------------------------------------------------------------- chain health
 @dataclass(frozen=True)
 class ChainHealth:
     """What the chains of a sequential sampler looked like, per chain position (index k = the (k+1)-th item).

@@ -214,13 +214,13 @@ class Trainer:
 
     def _follow_batch(self, inputs: LossInputs) -> tuple[torch.Tensor, ScoringBatch]:
         """``algo.follow_coef``'s rows: (the (n,) solution rows they belong to, a scoring batch of each one's solve
-        prompt and the first token of its solution)."""
+        prompt and its target token, ``Rollout.follow_token``)."""
         rows, contexts, firsts = zip(*inputs.follow, strict=True)
         pad = int(self.policy.tokenizer.pad_token_id)
         return torch.tensor(rows), build_batch(list(contexts), [[t] for t in firsts], pad)
 
     def _follow_nll(self, rows: torch.Tensor, batch: ScoringBatch, chunk: torch.Tensor) -> torch.Tensor | None:
-        """Mean -log pi(first token | solve prompt) over the follow rows among the mini-batch's rows ``chunk``;
+        """Mean -log pi(target token | solve prompt) over the follow rows among the mini-batch's rows ``chunk``;
         None when it holds none."""
         picked = torch.isin(rows, chunk).nonzero().flatten()
         if picked.numel() == 0:

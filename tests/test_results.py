@@ -54,8 +54,8 @@ def test_recipe_headers_give_the_claims_report_commands(claim: R.Claim) -> None:
 def test_the_comparison_sweeps_every_variant_explicitly() -> None:
     for name in ("discovery", "revive_sequential"):
         argv = R.recipe_command(R._sweep(name))
-        assert "algo.off_policy=paper,drop_negatives,weight_negatives,on_policy_baseline,distinct_solutions" in argv
-        assert "sampler.stage1=solution,sketch" in argv
+        assert "algo.off_policy=paper,drop_negatives,distinct_solutions" in argv
+        assert "sampler.stage1=sketch" in argv
     assert "seed=0,1,2,3,4" in R.recipe_command(R._sweep("collapse"))
 
 

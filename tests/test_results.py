@@ -65,8 +65,8 @@ def fake_claims(root: Path, seeds: tuple[int, ...] = SEEDS) -> None:
     for job, seed in enumerate(seeds):
         write_run(root / "collapse" / str(job), {"experiment": "collapse_revival", "seed": seed}, policy=True)
     job = 0
-    for variant in ("paper", "drop_negatives", "weight_negatives", "on_policy_baseline", "distinct_solutions"):
-        for stage1 in ("solution", "sketch"):
+    for variant in ("paper", "drop_negatives", "distinct_solutions"):
+        for stage1 in ("sketch",):
             for seed in seeds:
                 overrides = {
                     "experiment": "discovery",
@@ -84,18 +84,19 @@ def fake_claims(root: Path, seeds: tuple[int, ...] = SEEDS) -> None:
             root / "revive_sequential" / str(job),
             parent,
             at=6,
-            overrides={"sampler": "sequential", "algo.off_policy": "drop_negatives", "sampler.stage1": "solution"},
+            overrides={"sampler": "sequential", "algo.off_policy": "drop_negatives", "sampler.stage1": "sketch"},
         )
-    job = 0
-    for sampler in ("parallel", "sequential"):
-        for seed in seeds:
-            write_run(
-                root / "frozenlake" / str(job),
-                {"experiment": "frozenlake_tiny", "sampler": sampler, "seed": seed},
-                task="frozenlake",
-                coverage=False,
-            )
-            job += 1
+    for task in ("frozenlake", "sokoban"):
+        job = 0
+        for sampler in ("parallel", "sequential"):
+            for seed in seeds:
+                write_run(
+                    root / task / str(job),
+                    {"experiment": f"{task}_tiny", "sampler": sampler, "seed": seed},
+                    task=task,
+                    coverage=False,
+                )
+                job += 1
 
 
 def test_page_from_a_fake_sweep(tmp_path: Path) -> None:
@@ -106,17 +107,25 @@ def test_page_from_a_fake_sweep(tmp_path: Path) -> None:
     text = page.read_text()
     for claim in R.CLAIMS:
         assert f"## {claim.key}. {claim.title}" in text
-    # claim II: parallel vs the eight sequential settings; the difference in target mass is -0.102 at every seed
+    # claim II: parallel vs the three sequential variants; the difference in target mass is -0.102 at every seed
     # (sequential 0.3 + 0.3 + 0.2 + 0.05, parallel 0.9 + 0.001 + 0.001 + 0.05, the same seed offset): paired, a point
     section = text[text.index("## II.") : text.index("## III.")]
     assert "| [1] parallel | 2 |" in section
-    assert section.count("| [") == 11 + 10  # headline rows, difference rows
+    assert section.count("| [") == 4 + 3  # headline rows, difference rows
     assert (
-        "| [2] sequential off_policy=paper stage1=solution | +2.23 [2.21, 2.24] | -0.102 [-0.102, -0.102] |" in section
+        "| [2] sequential off_policy=paper | +2.23 [2.21, 2.24] | -0.102 [-0.102, -0.102] |" in section
     )
     # claim III: only one sequential setting was revived in this fake sweep; IV: the agent task's headline
     assert "Difference to [1] parallel" in text[text.index("## III.") : text.index("## IV.")]
     assert "| group | n | eval/success |" in text[text.index("## IV.") :]
+    # IV and V in the paper's form: the fabricated eval/success is (0.1 + slope * step + 0.01 * seed) / 2, slope 0.03
+    # (parallel) or 0.05 (sequential), 10 steps: both start at 0.0525 (seeds 0, 1), gain 0.15 and 0.25, and
+    # 0.25 / 0.15 - 1 = +67%
+    for key, end in (("IV", "## V."), ("V", None)):
+        section = text[text.index(f"## {key}.") : text.index(end) if end else None]
+        assert "| [1] parallel | 0.0525 [0.0500, 0.0550] | 0.203 [0.200, 0.205] | +0.150 [0.150, 0.150] | baseline |" in section
+        assert "| [2] sequential | 0.0525 [0.0500, 0.0550] | 0.302 [0.300, 0.305] | +0.250 [0.250, 0.250] | +67% |" in section
+    assert "The paper's form" not in text[: text.index("## IV.")]
     for key, plots in (("I", ("heatmap", "policy")), ("II", ("heatmap", "policy")), ("IV", ("sampling",))):
         for name in plots:
             assert (docs / "results" / key / f"{name}.png").is_file()
@@ -145,9 +154,9 @@ def test_missing_runs_are_said_not_invented(tmp_path: Path) -> None:
     write_run(root / "collapse" / "0", {"experiment": "collapse_revival", "seed": 0}, policy=True)
     text = R.render(R.Session(root, SEEDS), tmp_path / "docs").read_text()
     assert "Task path · 1 runs in 1 group · seeds 0." in text
-    assert text.count("Not run yet.") == 2  # claims III and IV; II shows the parallel runs it has
+    assert text.count("Not run yet.") == 3  # claims III, IV and V; II shows the parallel runs it has
     assert "- **Incomplete:** 1 of the 2 jobs of sweep `collapse` have finished." in text
-    assert "- **Incomplete:** 0 of the 20 jobs of sweep `discovery` have finished." in text
+    assert "- **Incomplete:** 0 of the 6 jobs of sweep `discovery` have finished." in text
 
 
 # ------------------------------------------------------------------------------------------------- resuming
@@ -159,15 +168,13 @@ def test_resume_runs_only_what_is_missing(tmp_path: Path, monkeypatch: pytest.Mo
     session = R.Session(root, SEEDS)
     for sweep in R.SWEEPS:
         R.run_sweep(session, sweep, root / "session.log")
-    # complete sweeps are not rerun; revive_sequential has 1 of its 10 settings for both checkpoints: the 9 others
-    # are not a Cartesian product, so they run as 9 multiruns over the two checkpoints
-    assert [argv[1] for argv in calls] == ["revive"] * 9
+    # complete sweeps are not rerun; revive_sequential has 1 of its 3 variants for both checkpoints: the 2 others
+    # run as one multirun over the two checkpoints
+    assert [argv[1] for argv in calls] == ["revive"]
     ckpts = f"ckpt={root / 'collapse' / '0'},{root / 'collapse' / '1'}"
-    assert all(ckpts in argv for argv in calls)
-    assert {a for argv in calls for a in argv if a.startswith("sampler.stage1=")} == {
-        "sampler.stage1=solution",
-        "sampler.stage1=sketch",
-    }
+    assert ckpts in calls[0]
+    assert "algo.off_policy=paper,distinct_solutions" in calls[0]
+    assert "sampler.stage1=sketch" in calls[0]
     assert [a for a in calls[0] if a.startswith("hydra.sweep.dir")] == [
         f"hydra.sweep.dir={root}/revive_sequential.retry1"
     ]
@@ -177,14 +184,14 @@ def test_resume_runs_only_what_is_missing(tmp_path: Path, monkeypatch: pytest.Mo
     metrics.write_text("".join(metrics.read_text().splitlines(keepends=True)[:5]))
     notes = R.run_sweep(session, R._sweep("discovery"), root / "session.log")
     assert len(calls) == 1
-    # job 3 of the fake sweep: off_policy=paper, stage1=sketch, seed 1
+    # job 3 of the fake sweep: off_policy=drop_negatives, seed 1
     assert sorted(calls[0][3:-3]) == sorted(
-        ["experiment=discovery", "algo.off_policy=paper", "sampler.stage1=sketch", "seed=1"]
+        ["experiment=discovery", "algo.off_policy=drop_negatives", "sampler.stage1=sketch", "seed=1"]
     )
     assert calls[0][-1] == f"hydra.sweep.dir={root / 'discovery.retry1'}"
     assert not (root / "discovery" / "3").exists()
     assert len(list((root / "discovery").glob(".3.incomplete.*"))) == 1
-    job = "{'algo.off_policy': 'paper', 'sampler.stage1': 'sketch', 'seed': '1'}"
+    job = "{'algo.off_policy': 'drop_negatives', 'seed': '1'}"
     assert notes == [f"discovery: job {job} did not finish"]
 
 

@@ -34,13 +34,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import pandas as pd
 import yaml
 
 from sesa_cli.config import ConfigError
 from sesa_cli.metric_keys import key
-from sesa_cli.report.document import analyse, write_report
+from sesa_cli.report.document import Report, analyse, write_report
 from sesa_cli.report.runs import METRICS_JSONL, _parse_overrides
-from sesa_cli.report.stats import METHOD
+from sesa_cli.report.stats import METHOD, difference_interval, format_interval, mean_interval
 from sesa_cli.report.tables import difference_table, headline_table, markdown_table
 from sesa_cli.runs import git_commit, read_metrics
 
@@ -137,7 +138,23 @@ class Claim:
     text: str
     plots: tuple[str, ...] = ("heatmap", "policy")
     """The report's PNGs the page shows (copied under docs/results/<key>/)."""
+    headline: tuple[str, ...] = ()
+    """The headline metrics of the claim's tables, those the runs logged (empty: the report's own choice)."""
+    gains: bool = False
+    """Also the paper's form (an agent claim): each group's gain in success over the base, and relative to the
+    baseline's gain (:func:`gains_table`)."""
 
+
+# An agent claim's headline: success per sample and in k samples, and the diversity of what wins, drawn (distinct
+# winning episodes in 16 samples) and of the exact plain-prompt policy (docs/metrics.md)
+AGENT_HEADLINE = (
+    key("eval/success"),
+    key("eval/pass@{k}", k=4),
+    key("eval/pass@{k}", k=16),
+    key("eval/distinct_correct@{k}", k=16),
+    key("policy/target_mass"),
+    key("policy/effective_solutions"),
+)
 
 CLAIMS = (
     Claim(
@@ -153,7 +170,8 @@ CLAIMS = (
         "Sequential sampling keeps discovering, from scratch",
         ("collapse", "discovery"),
         ("parallel", "*"),
-        "The same training with the sequential sampler, each off-policy loss variant and both stage-1 forms, "
+        "The same training with the sequential sampler (first-hop sketches), with the paper's loss and two off-policy "
+        "variants (distinct_solutions is the path task's default on model=tiny), "
         "against the parallel runs of claim I (paired by seed: a seed fixes the targets and the base).",
     ),
     Claim(
@@ -162,7 +180,7 @@ CLAIMS = (
         ("revive_parallel", "revive_sequential"),
         ("parallel", "*"),
         "60 more steps from each seed's first checkpoint the collapse monitor flagged (claim I's runs), with "
-        "parallel sampling or with the sequential sampler (each variant and form); paired by seed.",
+        "parallel sampling or with the sequential sampler (each loss of claim II); paired by seed.",
     ),
     Claim(
         "IV",
@@ -171,8 +189,13 @@ CLAIMS = (
         ("parallel", "sequential"),
         "The default `sesa train` run (experiment=frozenlake_tiny names it: non-slippery corner maps, 150 steps) "
         "with parallel sampling and with the sequential sampler's default settings (first-turn sketches that stage "
-        "II follows, weight_negatives, follow_coef 0.1, trained sketches); validation on 64 maps x 16 samples.",
+        "II follows, weight_negatives, follow_coef 0.1, trained sketches); validation on 64 maps x 16 samples, the "
+        "exact plain-prompt policy on the first 8 of them (`eval.policy_instances`). Why sequential sampling trails "
+        "in success per sample, with seeds 0-9 and what was tried: docs/samplers.md, \"FrozenLake: sequential against "
+        "parallel\".",
         ("agent", "sampling"),
+        AGENT_HEADLINE,
+        gains=True,
     ),
     Claim(
         "V",
@@ -181,8 +204,11 @@ CLAIMS = (
         ("parallel", "sequential"),
         "`sesa train task=sokoban` (experiment=sokoban_tiny names it: RAGEN's 6x6 room with one box, 2 actions per "
         "turn, the agent tasks' optimizer recipe, 150 steps) with parallel sampling and with the sequential sampler's "
-        "default settings (as in IV); validation on 64 rooms x 16 samples.",
+        "default settings (as in IV); validation on 64 rooms x 16 samples, the exact plain-prompt policy on the first 8 "
+        "of them.",
         ("agent", "sampling"),
+        AGENT_HEADLINE,
+        gains=True,
     ),
 )
 
@@ -443,6 +469,8 @@ def _claim_section(session: Session, claim: Claim, runs: list[Path], figures: Pa
         return [*lines, "Not run yet.", ""]
     n_groups = len({_group_key(p) for p in runs})
     report = analyse(runs, claim.compare if n_groups > 1 else ())
+    logged = set(report.per_run["metric"])
+    report.headline = [m for m in claim.headline if m in logged] or report.headline
     out = session.root / "reports" / claim.key
     files = write_report(report, out)
     lines += [f"{report.intro()} Full report: `{shown(out / 'report.html', session.root)}`.", ""]
@@ -450,6 +478,8 @@ def _claim_section(session: Session, claim: Claim, runs: list[Path], figures: Pa
     if report.compare is not None and not report.compare.empty:
         difference = difference_table(report.compare, report.headline, report.labels)
         lines += [f"{report.difference_title()}:", "", markdown_table(difference, index=False), ""]
+    if claim.gains and report.baseline is not None:
+        lines += gains_table(report)
     target = figures / claim.key
     target.mkdir(parents=True, exist_ok=True)
     for name in claim.plots:
@@ -458,6 +488,50 @@ def _claim_section(session: Session, claim: Claim, runs: list[Path], figures: Pa
             lines += [f"![{name}]({(target / f'{name}.png').relative_to(docs)})", ""]
     lines += [f"- {note}" for note in files["notes"]]
     return [*lines, ""]
+
+
+def gains_table(report: Report, metric: str = "eval/success") -> list[str]:
+    """The paper's form of an agent claim ("+0.25 absolute over the base model, an additional N% relative
+    improvement over baseline RL"): per group the base model's value (each run's evaluation at step 0, before any
+    update: the seed's warm-started base), the final value, the gain (paired by seed) and the gain relative to the
+    baseline group's gain, gain / baseline gain - 1 (a ratio of means, no interval; undefined when the baseline did
+    not gain)."""
+    column = key(metric)
+    start: dict[str, dict[str, float]] = {}
+    end: dict[str, dict[str, float]] = {}
+    for run in report.runs:
+        values = run.own[column].dropna() if column in run.own else None
+        if values is None or 0 not in values.index or run.seed is None:
+            continue
+        start.setdefault(run.group, {})[run.seed] = float(values.loc[0])
+        end.setdefault(run.group, {})[run.seed] = float(values.iloc[-1])
+    if report.baseline not in start:
+        return []
+    gains = {g: difference_interval(start[g], end[g]) for g in start}
+    reference = gains[report.baseline][0]
+    rows = []
+    for group in [g for g in report.labels if g in start]:
+        gain = gains[group]
+        if group == report.baseline:
+            relative = "baseline"
+        elif reference > 0:
+            relative = f"{gain[0] / reference - 1:+.0%}"
+        else:
+            relative = f"undefined ({report.labels[report.baseline]} did not gain)"
+        rows.append(
+            {
+                "group": report.labels[group],
+                f"base {metric}": format_interval(*mean_interval(list(start[group].values()))),
+                f"final {metric}": format_interval(*mean_interval(list(end[group].values()))),
+                "gain over the base (paired by seed)": format_interval(*gain[:3], sign=True),
+                f"gain relative to {report.labels[report.baseline]}'s": relative,
+            }
+        )
+    title = (
+        f"The paper's form: {metric} gained over the base model (the evaluation at step 0) and that gain relative to "
+        f"{report.labels[report.baseline]}'s (gain / its gain - 1)"
+    )
+    return [f"{title}:", "", markdown_table(pd.DataFrame(rows), index=False), ""]
 
 
 def _group_key(run_dir: Path) -> tuple[str, ...]:

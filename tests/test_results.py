@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -112,9 +113,7 @@ def test_page_from_a_fake_sweep(tmp_path: Path) -> None:
     section = text[text.index("## II.") : text.index("## III.")]
     assert "| [1] parallel | 2 |" in section
     assert section.count("| [") == 4 + 3  # headline rows, difference rows
-    assert (
-        "| [2] sequential off_policy=paper | +2.23 [2.21, 2.24] | -0.102 [-0.102, -0.102] |" in section
-    )
+    assert "| [2] sequential off_policy=paper | +2.23 [2.21, 2.24] | -0.102 [-0.102, -0.102] |" in section
     # claim III: only one sequential setting was revived in this fake sweep; IV: the agent task's headline
     assert "Difference to [1] parallel" in text[text.index("## III.") : text.index("## IV.")]
     assert "| group | n | eval/success |" in text[text.index("## IV.") :]
@@ -123,8 +122,14 @@ def test_page_from_a_fake_sweep(tmp_path: Path) -> None:
     # 0.25 / 0.15 - 1 = +67%
     for key, end in (("IV", "## V."), ("V", "## VI."), ("VI", None)):
         section = text[text.index(f"## {key}.") : text.index(end) if end else None]
-        assert "| [1] parallel | 0.0525 [0.0500, 0.0550] | 0.203 [0.200, 0.205] | +0.150 [0.150, 0.150] | baseline |" in section
-        assert "| [2] sequential | 0.0525 [0.0500, 0.0550] | 0.302 [0.300, 0.305] | +0.250 [0.250, 0.250] | +67% |" in section
+        assert (
+            "| [1] parallel | 0.0525 [0.0500, 0.0550] | 0.203 [0.200, 0.205] | +0.150 [0.150, 0.150] | baseline |"
+            in section
+        )
+        assert (
+            "| [2] sequential | 0.0525 [0.0500, 0.0550] | 0.302 [0.300, 0.305] | +0.250 [0.250, 0.250] | +67% |"
+            in section
+        )
     assert "The paper's form" not in text[: text.index("## IV.")]
     for key, plots in (("I", ("heatmap", "policy")), ("II", ("heatmap", "policy")), ("IV", ("sampling",))):
         for name in plots:
@@ -224,3 +229,28 @@ def test_smoke_session_end_to_end(tmp_path: Path, cache_dir: Path) -> None:
     assert "**Smoke run**" in text
     assert "Not run yet." not in text
     assert "Missing:" not in text
+
+
+def test_one_winning_answer_per_instance_is_said(tmp_path: Path) -> None:
+    """When every run's final distinct correct@k equals its pass@k the page says so, once; otherwise nothing."""
+    from sesa_cli.report.document import analyse
+
+    runs = []
+    for job, (sampler, seed) in enumerate([(s, seed) for s in ("parallel", "sequential") for seed in SEEDS]):
+        runs.append(
+            write_run(tmp_path / str(job), {"sampler": sampler, "seed": seed}, task="countdown", coverage=False)
+        )
+    headline = [*R.AGENT_HEADLINE]
+    report = analyse(runs, ("parallel", "sequential"))
+    report.headline = [m for m in headline if m in set(report.per_run["metric"])]
+    assert R.one_answer_note(report) == []
+    for run in runs:
+        path = run / "metrics.jsonl"
+        rows = [json.loads(line) for line in path.read_text().splitlines()]
+        last = max(i for i, r in enumerate(rows) if "eval/pass@16" in r)
+        rows[last]["eval/distinct_correct@16"] = rows[last]["eval/pass@16"]
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    report = analyse(runs, ("parallel", "sequential"))
+    report.headline = [m for m in headline if m in set(report.per_run["metric"])]
+    (note, _) = R.one_answer_note(report)
+    assert "exactly one distinct winning answer among its 16 samples" in note

@@ -19,13 +19,27 @@ def test_tiny_frozenlake_gets_the_settings_it_learns_with() -> None:
     assert (cfg.eval.instances, cfg.eval.samples) == (64, 16)
 
 
+def test_the_agent_tasks_share_one_optimizer_recipe_and_the_path_task_its_loss() -> None:
+    """Sokoban and Countdown on model=tiny train with FrozenLake's optimizer recipe (conf/task_model/train/
+    agent_tiny.yaml), each with its own sampling; the path task's sequential loss is distinct_solutions."""
+    recipe = ("minibatches", "entropy_coef", "follow_coef")
+    default = compose_train([])
+    for task, stage1, loss_context in (("sokoban", "sketch", "prompt"), ("countdown", "solution", "conditioned")):
+        cfg = compose_train([f"task={task}"])
+        assert [getattr(cfg.algo, k) for k in recipe] == [getattr(default.algo, k) for k in recipe]
+        assert (cfg.optim.lr, cfg.optim.lr_schedule, cfg.train.steps) == (3e-4, "linear", 150)
+        assert (cfg.sampler.stage1, cfg.sampler.loss_context) == (stage1, loss_context)
+        assert (cfg.eval.instances, cfg.eval.samples) == (64, 16)
+    assert compose_train(["task=path"]).algo.off_policy == "distinct_solutions"
+
+
 def test_a_real_model_keeps_ragen_settings_and_the_command_line_wins() -> None:
     real = compose_train(["model=smollm2-135m"])
     assert (real.task.is_slippery, real.task.random_start_goal, real.task.sketch_max_actions) == (True, True, 0)
     assert (real.algo.minibatches, real.sampler.stage1) == (1, "auto")
     tiny = compose_train(["task.is_slippery=true", "train.steps=7", "sampler.stage1=auto"])
     assert (tiny.task.is_slippery, tiny.train.steps, tiny.sampler.stage1) == (True, 7, "auto")
-    other = compose_train(["task=path"])  # no task_model file for the path task: its own defaults
+    other = compose_train(["task=path"])  # the path task's file sets its tokenizer and loss, not the optimizer
     assert other.algo.minibatches == 1
 
 

@@ -126,7 +126,11 @@ SWEEPS = (
     ),
     Sweep("sokoban", "train", ("experiment=sokoban_tiny", "sampler=parallel,sequential"), "sokoban_tiny", SMOKE_AGENT),
     Sweep(
-        "countdown", "train", ("experiment=countdown_tiny", "sampler=parallel,sequential"), "countdown_tiny", SMOKE_AGENT
+        "countdown",
+        "train",
+        ("experiment=countdown_tiny", "sampler=parallel,sequential"),
+        "countdown_tiny",
+        SMOKE_AGENT,
     ),
 )
 
@@ -196,8 +200,8 @@ CLAIMS = (
         "with parallel sampling and with the sequential sampler's default settings (first-turn sketches that stage "
         "II follows, weight_negatives, follow_coef 0.1, trained sketches); validation on 64 maps x 16 samples, the "
         "exact plain-prompt policy on the first 8 of them (`eval.policy_instances`). Why sequential sampling trails "
-        "in success per sample, with seeds 0-9 and what was tried: docs/samplers.md, \"FrozenLake: sequential against "
-        "parallel\".",
+        'in success per sample, with seeds 0-9 and what was tried: docs/samplers.md, "FrozenLake: sequential against '
+        'parallel".',
         ("agent", "sampling"),
         AGENT_HEADLINE,
         gains=True,
@@ -499,6 +503,7 @@ def _claim_section(session: Session, claim: Claim, runs: list[Path], figures: Pa
         lines += [f"{report.difference_title()}:", "", markdown_table(difference, index=False), ""]
     if claim.gains and report.baseline is not None:
         lines += gains_table(report)
+    lines += one_answer_note(report)
     target = figures / claim.key
     target.mkdir(parents=True, exist_ok=True)
     for name in claim.plots:
@@ -551,6 +556,26 @@ def gains_table(report: Report, metric: str = "eval/success") -> list[str]:
         f"{report.labels[report.baseline]}'s (gain / its gain - 1)"
     )
     return [f"{title}:", "", markdown_table(pd.DataFrame(rows), index=False), ""]
+
+
+def one_answer_note(report: Report) -> list[str]:
+    """A line when every run's final evaluation found at most one distinct winning answer per instance (distinct
+    correct@k equal to pass@k at the largest k): the diversity columns then repeat pass@k, by what the policy
+    drew, not by a fault of the metric."""
+    prefix = key("eval/distinct_correct@{k}", k=1).removesuffix("1")
+    ks = [int(m.rpartition("@")[2]) for m in report.headline if m.startswith(prefix)]
+    if not ks:
+        return []
+    k = max(ks)
+    correct, passed = key("eval/distinct_correct@{k}", k=k), key("eval/pass@{k}", k=k)
+    finals = [run.own[[correct, passed]].dropna() for run in report.runs if {correct, passed} <= set(run.own)]
+    if not finals or any(f.empty or abs(f.iloc[-1][correct] - f.iloc[-1][passed]) > 1e-9 for f in finals):
+        return []
+    note = (
+        f"In every run's final evaluation each solved instance had exactly one distinct winning answer among its {k} "
+        f"samples ({correct} = {passed}), so the diversity columns repeat {passed}."
+    )
+    return [note, ""]
 
 
 def _group_key(run_dir: Path) -> tuple[str, ...]:

@@ -48,9 +48,9 @@ from sesa_cli.runs import git_commit, read_metrics
 SEEDS = (0, 1, 2, 3, 4)
 # The paper's loss, the variant that was the default before issue 30, and the path default (conf/task_model/train/
 # path_tiny.yaml), with first-hop sketches. Measured once and left out of the sweeps (docs/samplers.md): whole-path
-# chains (stage1=solution: twice the forwards per step; seed 0 kept more targets at less target mass), on_policy_baseline (the same as `paper`
-# with two-stage sampling, where no solution row is on-policy) and weight_negatives (between drop_negatives and
-# paper on the path task).
+# chains (stage1=solution: twice the forwards per step; seed 0 kept more targets at less target mass),
+# on_policy_baseline (the same as `paper` with two-stage sampling, where no solution row is on-policy) and
+# weight_negatives (between drop_negatives and paper on the path task).
 VARIANTS = "algo.off_policy=paper,drop_negatives,distinct_solutions"
 STAGE1 = "sampler.stage1=sketch"
 REVIVE = ("step=auto", "more_steps=60", "train.checkpoint_every=0")

@@ -42,7 +42,7 @@ from sesa_cli.metric_keys import key
 from sesa_cli.report.document import Report, analyse, write_report
 from sesa_cli.report.runs import METRICS_JSONL, _parse_overrides
 from sesa_cli.report.stats import METHOD, difference_interval, format_interval, mean_interval
-from sesa_cli.report.tables import difference_table, headline_table, markdown_table
+from sesa_cli.report.tables import at_k_values, difference_table, headline_table, markdown_table
 from sesa_cli.runs import git_commit, read_metrics
 
 SEEDS = (0, 1, 2, 3, 4)
@@ -492,8 +492,7 @@ def _claim_section(session: Session, claim: Claim, runs: list[Path], figures: Pa
         return [*lines, "Not run yet.", ""]
     n_groups = len({_group_key(p) for p in runs})
     report = analyse(runs, claim.compare if n_groups > 1 else ())
-    logged = set(report.per_run["metric"])
-    report.headline = [m for m in claim.headline if m in logged] or report.headline
+    use_headline(report, claim.headline)
     out = session.root / "reports" / claim.key
     files = write_report(report, out)
     lines += [f"{report.intro()} Full report: `{shown(out / 'report.html', session.root)}`.", ""]
@@ -512,6 +511,12 @@ def _claim_section(session: Session, claim: Claim, runs: list[Path], figures: Pa
             lines += [f"![{name}]({(target / f'{name}.png').relative_to(docs)})", ""]
     lines += [f"- {note}" for note in files["notes"]]
     return [*lines, ""]
+
+
+def use_headline(report: Report, metrics: Sequence[str]) -> None:
+    """Make those of ``metrics`` the runs logged the report's headline (none logged, or none given: keep its own)."""
+    logged = set(report.per_run["metric"])
+    report.headline = [m for m in metrics if m in logged] or report.headline
 
 
 def gains_table(report: Report, metric: str = "eval/success") -> list[str]:
@@ -562,8 +567,7 @@ def one_answer_note(report: Report) -> list[str]:
     """A line when every run's final evaluation found at most one distinct winning answer per instance (distinct
     correct@k equal to pass@k at the largest k): the diversity columns then repeat pass@k, by what the policy
     drew, not by a fault of the metric."""
-    prefix = key("eval/distinct_correct@{k}", k=1).removesuffix("1")
-    ks = [int(m.rpartition("@")[2]) for m in report.headline if m.startswith(prefix)]
+    ks = at_k_values(report.headline, "eval/distinct_correct")
     if not ks:
         return []
     k = max(ks)

@@ -164,6 +164,26 @@ def test_sketch_rows_are_never_off_policy(path_setup, tmp_path):
     assert inputs.contexts[8:] == [[1, 2], [1, 2]]
 
 
+def test_a_sketch_that_repeats_an_earlier_one_of_its_chain_is_never_pushed_up(path_setup, tmp_path):
+    trainer = _trainer(path_setup, tmp_path, off_policy="paper", train_sketches=True)
+    groups = _groups(trainer)
+    # group 0's four solutions (rewards 1, 0, 1, 0) expand the sketches A, C, A, D: the third repeats the first and
+    # drew a rewarded solution; group 1's expand A, B, C, D: a sketch of another group's chain is no repeat.
+    ids = {"A": [5, 6], "B": [7], "C": [8], "D": [9]}
+    for group, names in zip(groups, ("ACAD", "ABCD"), strict=True):
+        for r, name in zip(group, names, strict=True):
+            r.sketch_completion = Completion(ids[name], [-0.1] * len(ids[name]), [0.0] * len(ids[name]), True)
+            r.sketch_context_ids = [1, 2]
+    inputs = trainer.loss_inputs(groups)
+    solution = inputs.advantages[:8].tolist()
+    sketches = inputs.advantages[8:].tolist()
+    assert len(sketches) == 8  # one row per drafted sketch, in chain order
+    assert solution[2] > 0
+    assert sketches[2] == 0.0  # the repeat of A is not pushed up, though its solution was rewarded
+    keep = [0, 1, 3, 4, 5, 6, 7]
+    assert [sketches[i] for i in keep] == pytest.approx([solution[i] for i in keep])
+
+
 def test_weight_negatives_with_importance_weighted_loss_is_refused(path_setup):
     cfg = path_setup[0]
     with pytest.raises(ConfigError, match="weight negatives twice"):

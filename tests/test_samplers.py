@@ -80,3 +80,27 @@ def test_every_sampler_draws_n_per_instance_and_says_whether_it_drew_chains(path
     assert health is not None
     assert health.chains == 2  # one whole chain per instance; the cut one is left out
     assert not health.sketches
+
+
+def test_parallel_rows_follow_the_chain_and_are_drawn_from_the_plain_prompt(path_setup):
+    x_of = lambda sampler, task: sampler.encode_prompt(task.prompt(None))  # noqa: E731
+    for stage1 in ("sketch", "solution"):
+        sampler, task, _policy = _sampler(
+            path_setup, name="sequential", stage1=stage1, group_size=5, parallel_rows=2, sketch_max_tokens=8
+        )
+        x = x_of(sampler, task)
+        for group in sampler.sample([None, None], torch.Generator().manual_seed(0)):
+            assert len(group) == 5
+            chain, iid = group[:3], group[3:]
+            assert all(r.context_ids == x == r.prompt_ids and r.sketch is None for r in iid)  # on-policy rows
+            assert all(r.context_ids != x for r in chain[1:])  # later chain items are conditioned
+            if stage1 == "sketch":
+                assert all(r.sketch is not None and r.context_ids != x for r in chain)
+                head = sampler.encode_prompt(task.sketch_head(None))
+                assert chain[0].sketch_context_ids == head
+        # chain health reads the chains only: 3 items per chain, in every group of a longer evaluation draw
+        groups = sampler.draw([None, None], 10, torch.Generator().manual_seed(1))
+        health = sampler.chain_health(groups)
+        assert health is not None
+        assert len(health.valid) == 3
+        assert health.chains == 2 * 2  # two instances x 10 samples = two groups of 5 each, one chain per group

@@ -211,6 +211,7 @@ SEQUENTIAL_ONLY = (
     "sampler.loss_context",
     "sampler.is_clip",
     "sampler.train_sketches",
+    "sampler.parallel_rows",
     "algo.off_policy",
 )
 """Config keys that ``sampler=parallel`` never reads: every parallel row is drawn and scored under the plain
@@ -252,7 +253,18 @@ class SamplerConfig:
     is_clip: float = 2.0
     """Truncation c of the importance weight for loss_context=is."""
     train_sketches: bool = False
-    """sequential, stage1=sketch: also give sketch tokens a policy-gradient term (advantage = mean of its solutions)."""
+    """sequential, stage1=sketch: also give sketch tokens a policy-gradient term (advantage = mean of its solutions).
+    A sketch that repeats an earlier sketch of its chain is never pushed up (advantage min(0, a)): stage I is asked
+    for a sketch unlike those listed, and rewarding a repeat taught FrozenLake's chains to repeat their best plan
+    (distinct sketches per chain of 8 fell from 6.5 to 1-2 within 50 steps; docs/samplers.md)."""
+    parallel_rows: int = 0
+    """sequential: k of the G rows of every group drawn i.i.d. from the plain prompt, as ``sampler=parallel`` draws
+    them (on-policy rows: every advantage kept, positive and negative); the other G - k are a sequential chain of
+    G - k items (sketches expanded, or whole solutions). 0 = the whole group sequential (the paper). The groups'
+    advantages are normalised over all G rows. Why (docs/samplers.md, "FrozenLake: sequential against parallel"):
+    a group of forced-different rows trains the plain-prompt policy on what the chain found, which widens it and
+    costs success per sample; its i.i.d. half keeps the on-policy signal of GRPO, pushing down what the policy
+    itself gets wrong. In [0, G - 1]."""
 
     def __post_init__(self) -> None:
         _choice(self.name, "sampler.name", ("parallel", "sequential"))
@@ -266,6 +278,11 @@ class SamplerConfig:
             raise ConfigError("sampler.top_p must be in (0, 1]")
         if self.solutions_per_sketch < 1:
             raise ConfigError("sampler.solutions_per_sketch must be >= 1")
+        if not 0 <= self.parallel_rows < self.group_size:
+            raise ConfigError(
+                f"sampler.parallel_rows={self.parallel_rows} must be in [0, sampler.group_size - 1] = "
+                f"[0, {self.group_size - 1}]: at least one row of a group is sequential"
+            )
         raise_if(at_least(self, "sampler", 0, "top_k", "sketch_max_tokens"))  # sketch_max_tokens 0 = the task's own
         if self.is_clip <= 0:
             raise ConfigError("sampler.is_clip must be > 0")

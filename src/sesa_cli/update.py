@@ -72,20 +72,27 @@ def loss_inputs(groups: Sequence[Sequence[Rollout]], strategy: OffPolicy, sample
     behaviour = [r.completion.logps for r in rows]
     if sampler.train_sketches and rows and rows[0].sketch_completion is not None:
         # A sketch's advantage is the mean advantage of its solutions; sketches are scored in the context that drew
-        # them (there is no "plain prompt" form of a sketch), so they are never off-policy.
+        # them (there is no "plain prompt" form of a sketch), so they are never off-policy. A sketch that repeats an
+        # earlier one of its chain is never pushed up: the chain is asked for sketches unlike the ones listed.
         by_sketch: dict[int, list[float]] = {}
         first: dict[int, Rollout] = {}
         for r, a in zip(rows, advantages, strict=True):
+            if r.sketch_completion is None:  # a row drawn from the plain prompt (sampler.parallel_rows)
+                continue
             by_sketch.setdefault(id(r.sketch_completion), []).append(a)
             first.setdefault(id(r.sketch_completion), r)
-        for key, r in first.items():
+        drafted: set[tuple[int, tuple[int, ...]]] = set()  # (group, sketch ids) of the sketches met so far
+        for key, r in first.items():  # in chain order within each group
             assert r.sketch_completion is not None
             assert r.sketch_context_ids is not None
             contexts.append(r.sketch_context_ids)
             completions.append(r.sketch_completion.ids)
             masks.append(None)
             behaviour.append(r.sketch_completion.logps)
-            advantages.append(float(np.mean(by_sketch[key])))
+            advantage = float(np.mean(by_sketch[key]))
+            sketch = (r.group, tuple(r.sketch_completion.ids))
+            advantages.append(min(0.0, advantage) if sketch in drafted else advantage)
+            drafted.add(sketch)
             off_policy.append(False)
     return LossInputs(
         contexts=contexts,

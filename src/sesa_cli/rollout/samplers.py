@@ -255,10 +255,15 @@ class SequentialSampler(Sampler):
         self.stop_text = policy.encode(task.stop) if task.stop else []
         self.sketch_max_tokens = (cfg.sketch_max_tokens or task.sketch_max_tokens()) if self.stage1 == "sketch" else 0
 
+    @property
+    def chain_items(self) -> int:
+        """Items of a chain: G less the group's ``sampler.parallel_rows`` i.i.d. rows."""
+        return self.cfg.group_size - self.cfg.parallel_rows
+
     def _chains(
         self, heads: list[list[int]], max_new_tokens: int, generator: torch.Generator
     ) -> list[list[tuple[list[int], Completion, bool]]]:
-        """Draw G single-turn items (solutions or sketches) per row one after another on one cache: item k continues
+        """Draw :attr:`chain_items` single-turn items (solutions or sketches) per row one after another on one cache: item k continues
         right after item k-1 (+ between). Each row moves on to its next item the moment its current one stops
         (:meth:`Session.sample_chains`), without waiting for the other rows.
 
@@ -267,7 +272,7 @@ class SequentialSampler(Sampler):
         a separator). Returns, per row, G triples (context_ids that drew the item, the item, whether the stop was
         forced after it).
         """
-        g = self.cfg.group_size
+        g = self.chain_items
 
         def between(row: int, item: Completion) -> list[int]:
             return (self.stop_text if not item.stopped else []) + self.between
@@ -286,19 +291,22 @@ class SequentialSampler(Sampler):
         session = self.engine.start(heads)
         chains: list[list[tuple[list[int], tuple[Completion, str, Score], bool]]] = [[] for _ in heads]
         cut = [False] * len(heads)
-        for k in range(self.cfg.group_size):
+        for k in range(self.chain_items):
             if k > 0:
                 session.extend([(self.stop_text if c else []) + self.between for c in cut])
             contexts = [list(t) for t in session.tokens]
             answers = self.answer(session, instances, generator)
             cut = [not a[0].stopped for a in answers]
-            last = k == self.cfg.group_size - 1
+            last = k == self.chain_items - 1
             for row, ans in enumerate(answers):
                 chains[row].append((contexts[row], ans, cut[row] and not last))
         return chains
 
     def sample(self, instances: Sequence[Any], generator: torch.Generator) -> list[list[Rollout]]:
+        """Per instance a group: the chain's rows (:attr:`chain_items` of them, times ``solutions_per_sketch`` with
+        sketches), then ``sampler.parallel_rows`` rows drawn i.i.d. from the plain prompt."""
         task = self.task
+        k = self.cfg.parallel_rows
         if self.stage1 == "solution":
             heads = [self.encode_prompt(task.prompt(inst)) for inst in instances]
             if task.multi_turn:
@@ -308,10 +316,18 @@ class SequentialSampler(Sampler):
                     [(ctx, self._scored(comp, instances[g]), forced) for ctx, comp, forced in chain]
                     for g, chain in enumerate(self._chains(heads, task.cfg.max_new_tokens, generator))
                 ]
-            return [
+            groups = [
                 [self._rollout(g, instances[g], heads[g], ctx, ans, stop_forced=forced) for ctx, ans, forced in chain]
                 for g, chain in enumerate(chains)
             ]
+            if k:  # the plain rows of every group in one session of their own
+                rows = [heads[g] for g in range(len(instances)) for _ in range(k)]
+                answers = self.answer(
+                    self.engine.start(rows), [instances[r // k] for r in range(len(rows))], generator
+                )
+                for r, ans in enumerate(answers):
+                    groups[r // k].append(self._rollout(r // k, instances[r // k], rows[r], rows[r], ans))
+            return groups
         # stage I: sequential sketches
         heads = [self.encode_prompt(task.sketch_head(inst)) for inst in instances]
         prompts = [self.encode_prompt(task.prompt(inst)) for inst in instances]  # the plain prompts x
@@ -328,9 +344,14 @@ class SequentialSampler(Sampler):
                     rows.append(solve_ids)
                     row_inst.append(instances[g])
                     meta.append((g, sketch, sketch_ctx, sketch_comp, forced, target))
+        n_expanded = len(rows)
+        # sampler.parallel_rows: drawn from the plain prompt in the same stage-II session, after the expansions
+        for g in range(len(instances)):
+            rows += [prompts[g]] * k
+            row_inst += [instances[g]] * k
         answers = self.answer(self.engine.start(rows), row_inst, generator)
         groups: list[list[Rollout]] = [[] for _ in instances]
-        for r, ans in enumerate(answers):
+        for r, ans in enumerate(answers[:n_expanded]):
             g, sketch, sketch_ctx, sketch_comp, forced, target = meta[r]
             followed = task.follows_sketch(instances[g], sketch, ans[1], ans[2])
             if target is None and followed and ans[0].ids:  # the task does not fix the text: a follower's own start
@@ -350,6 +371,9 @@ class SequentialSampler(Sampler):
                     follow_token=target,
                 )
             )
+        for r, ans in enumerate(answers[n_expanded:]):
+            g = r // k
+            groups[g].append(self._rollout(g, instances[g], prompts[g], prompts[g], ans))
         return groups
 
     def _response_token(self, inst: Any, sketch: str) -> int | None:
@@ -369,8 +393,11 @@ class SequentialSampler(Sampler):
         keys: list[list[str | None]] = []
         cut: list[list[bool]] = []
         followed: list[list[list[bool | None]]] = []
-        for group in groups:
-            g = min(self.cfg.group_size, len(group) // m)  # items per chain measured
+        per_group = self.chain_items * m + self.cfg.parallel_rows  # rows of one group: the chain's, then i.i.d. ones
+        for drawn in groups:
+            # the chains' rows: each group of the draw less its trailing sampler.parallel_rows
+            group = [r for i, r in enumerate(drawn) if i % per_group < self.chain_items * m]
+            g = min(self.chain_items, len(group) // m)  # items per chain measured
             if g == 0:
                 continue
             for start in range(0, len(group) - g * m + 1, g * m):

@@ -90,6 +90,19 @@ def test_grid_vocabulary_has_action_runs_and_frequent_rows():
         assert 1 <= len(policy.spellings(response)) <= 2
 
 
+def test_an_observation_is_a_token_per_row_and_one_for_its_mark():
+    task = _task("frozenlake")
+    lines = task.warm_start_corpus(random.Random(0), 400)
+    policy = _policy(task.vocabulary(lines))
+    inst = task.instance("val", 0)
+    prompt, size = task.prompt(inst), task.cfg.size
+    # the first row, each later row with its line break, the turn mark "\n:" (rows the corpus holds twice or more)
+    assert len(policy.encode(prompt)) == size + 1
+    assert policy.decode(policy.encode(prompt)) == prompt
+    assert len(policy.encode("\n" + prompt)) == size + 1  # feedback: every row after a line break
+    assert policy.encode(task.sketch_head(inst))[-1] == policy.encode("\n?")[0]
+
+
 def test_every_path_answer_has_one_spelling_in_the_closed_world():
     task = _task("path")
     policy = _policy(task.vocabulary([]))

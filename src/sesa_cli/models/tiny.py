@@ -31,7 +31,7 @@ from sesa_cli.tasks.base import Task
 log = logging.getLogger(__name__)
 
 SPECIAL_TOKENS = {"pad_token": "<pad>", "bos_token": "<bos>", "eos_token": "<eos>", "unk_token": "<unk>"}
-_FORMAT_VERSION = 4  # bump when the corpus layout or training recipe changes, to invalidate caches
+_FORMAT_VERSION = 5  # bump when the corpus layout or training recipe changes, to invalidate caches
 
 
 def build_tokenizer(tokens: Iterable[str]) -> PreTrainedTokenizerFast:

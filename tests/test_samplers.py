@@ -83,12 +83,11 @@ def test_every_sampler_draws_n_per_instance_and_says_whether_it_drew_chains(path
 
 
 def test_parallel_rows_follow_the_chain_and_are_drawn_from_the_plain_prompt(path_setup):
-    x_of = lambda sampler, task: sampler.encode_prompt(task.prompt(None))  # noqa: E731
     for stage1 in ("sketch", "solution"):
         sampler, task, _policy = _sampler(
             path_setup, name="sequential", stage1=stage1, group_size=5, parallel_rows=2, sketch_max_tokens=8
         )
-        x = x_of(sampler, task)
+        x = sampler.encode_prompt(task.prompt(None))
         for group in sampler.sample([None, None], torch.Generator().manual_seed(0)):
             assert len(group) == 5
             chain, iid = group[:3], group[3:]

@@ -316,7 +316,7 @@ class SequentialSampler(Sampler):
                     [(ctx, self._scored(comp, instances[g]), forced) for ctx, comp, forced in chain]
                     for g, chain in enumerate(self._chains(heads, task.cfg.max_new_tokens, generator))
                 ]
-            groups = [
+            drawn = [
                 [self._rollout(g, instances[g], heads[g], ctx, ans, stop_forced=forced) for ctx, ans, forced in chain]
                 for g, chain in enumerate(chains)
             ]
@@ -326,8 +326,8 @@ class SequentialSampler(Sampler):
                     self.engine.start(rows), [instances[r // k] for r in range(len(rows))], generator
                 )
                 for r, ans in enumerate(answers):
-                    groups[r // k].append(self._rollout(r // k, instances[r // k], rows[r], rows[r], ans))
-            return groups
+                    drawn[r // k].append(self._rollout(r // k, instances[r // k], rows[r], rows[r], ans))
+            return drawn
         # stage I: sequential sketches
         heads = [self.encode_prompt(task.sketch_head(inst)) for inst in instances]
         prompts = [self.encode_prompt(task.prompt(inst)) for inst in instances]  # the plain prompts x

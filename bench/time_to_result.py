@@ -1,10 +1,13 @@
 """Time to result (issue 32): `nox -s bench` or `python bench/time_to_result.py [--page docs/measurements.md]`.
 
-Prints each wall-time goal of issue 32 beside the figure it was set against and today's:
+Prints each wall-time goal of issue 32 beside the figure it was set against, measured in the same run where it can be:
 
 * the default ``sesa train`` (README's first command, after installation) from an empty warm-start cache to its final
-  evaluation, run here as a subprocess with a fresh ``model.cache_dir`` and run dir (its own final
-  ``eval/success`` printed too, so a faster run that learns less shows);
+  evaluation, run as a subprocess with a fresh ``model.cache_dir`` and run dir, twice in one bench run: the code of
+  ``--before`` (a commit before issue 32's changes; its ``src/`` and ``conf/`` taken with ``git archive`` into a
+  temporary directory and run from there) and today's, one after the other on the same machine, so the ratio holds
+  where the seconds do not. Each run's own final ``eval/success`` is printed too, so a faster run that learns less
+  shows;
 * the wall time of ``nox -s results``' sweeps as docs/results.md records it (``Compute: the sweeps took ...``): the
   sweeps take an hour or more, so this bench reads the figure of the last ``nox -s results`` rather than rerunning
   them.
@@ -17,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import subprocess
 import sys
@@ -28,7 +32,9 @@ from docs_block import write_block
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_GOAL_S = 120.0
-DEFAULT_BEFORE = "5 min 48 s"
+BEFORE_COMMIT = "69e14bb"
+"""main before issue 32's changes of 2026-11-27 (the default run took 5 min 48 s and 6 min 44 s to 8 min 7 s there,
+on other days of this machine)."""
 RESULTS_GOAL_S = 30 * 60.0
 RESULTS_BEFORE = "1 h 26 min"
 
@@ -50,17 +56,29 @@ def parse_took(text: str) -> float | None:
     return float(sum(int(n) * units[u] for n, u in re.findall(r"(\d+) (h|min|s)\b", m.group(1))))
 
 
-def default_run(extra: list[str]) -> tuple[float, float | None]:
-    """Wall seconds of the default ``sesa train`` from an empty cache, and its final ``eval/success``."""
+def default_run(extra: list[str], source: Path | None = None) -> tuple[float, float | None]:
+    """Wall seconds of the default ``sesa train`` from an empty cache, and its final ``eval/success``; ``source``: a
+    directory holding another version's ``src/`` and ``conf/`` to run instead of the installed sesa."""
     with tempfile.TemporaryDirectory(prefix="sesa-ttr-") as tmp:
         run_dir = Path(tmp) / "run"
         cmd = [sys.executable, "-m", "sesa_cli", "train", f"model.cache_dir={tmp}/cache", f"hydra.run.dir={run_dir}"]
+        env = {**os.environ, "PYTHONPATH": str(source / "src")} if source is not None else None
         start = time.perf_counter()
-        subprocess.run([*cmd, *extra], check=True, stdout=subprocess.DEVNULL)
+        subprocess.run([*cmd, *extra], check=True, stdout=subprocess.DEVNULL, env=env)
         took = time.perf_counter() - start
         rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
         evals = [r["eval/success"] for r in rows if "eval/success" in r]
         return took, (evals[-1] if evals else None)
+
+
+def checkout(commit: str, into: Path) -> Path:
+    """``src/`` and ``conf/`` of ``commit`` of this repository, unpacked into ``into`` (git archive): the directory to
+    run that version from."""
+    archive = subprocess.run(
+        ["git", "-C", str(ROOT), "archive", "--format=tar", commit, "src", "conf"], check=True, capture_output=True
+    ).stdout
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
+    return into
 
 
 def goal_row(what: str, goal_s: float, before: str, today_s: float, note: str = "") -> str:
@@ -72,21 +90,29 @@ def goal_row(what: str, goal_s: float, before: str, today_s: float, note: str = 
     return f"| {what} <= {minutes(goal_s)} | {before} | {today} | {verdict} |"
 
 
+def success_note(success: float | None) -> str:
+    return f"final eval/success {success:.3f}" if success is not None else "no final evaluation"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--page", help="also write the figures into this Markdown file's bench:time_to_result block")
     parser.add_argument("--results", default=str(ROOT / "docs" / "results.md"), help="the page nox -s results wrote")
+    parser.add_argument("--before", default=BEFORE_COMMIT, help="the commit whose default run is the before-figure")
     parser.add_argument("overrides", nargs="*", help="added to the default sesa train (e.g. train.steps=2 to try)")
     args = parser.parse_args()
 
-    took, success = default_run(args.overrides)
     cmd = "sesa train" + "".join(f" {o}" for o in args.overrides)
+    with tempfile.TemporaryDirectory(prefix="sesa-before-") as tmp:
+        before_s, before_success = default_run(args.overrides, checkout(args.before, Path(tmp)))
+    took, success = default_run(args.overrides)
+    before = f"{minutes(before_s)} at {args.before} ({success_note(before_success)}), in this run"
+    print(f"`{cmd}` from an empty cache: {minutes(took)} today, {before}: {took / before_s:.2f}x")
+    note = f"{took / before_s:.2f}x the before-run; {success_note(success)}"
     lines = [
         "| goal (issue 32) | before | today | holds? |",
         "|---|---|---|---|",
-        goal_row(
-            f"`{cmd}` from an empty cache", DEFAULT_GOAL_S, DEFAULT_BEFORE, took, f"final eval/success {success}"
-        ),
+        goal_row(f"`{cmd}` from an empty cache", DEFAULT_GOAL_S, before, took, note),
     ]
     results = Path(args.results)
     swept = parse_took(results.read_text()) if results.is_file() else None

@@ -24,6 +24,7 @@ from sesa_cli.rollout.scoring import build_batch, completion_logps
 from sesa_cli.runs import RunDir
 from sesa_cli.tasks.base import Score
 from sesa_cli.trainer import Trainer
+from sesa_cli.update import old_logps
 
 REWARDS = [[1.0, 0.0, 1.0, 0.0], [0.0, 1.0, 0.0, 0.0]]
 # Group 0 is a sequential chain: item 0 drawn from the plain prompt, items 1-3 after the earlier ones. Group 1 is
@@ -308,3 +309,33 @@ def test_distinct_solutions_on_replicas_gives_each_its_rows_what_one_process_giv
         assert stats["loss/distinct_rewarded_frac"] == whole_stats["loss/distinct_rewarded_frac"] == 2 / 4
     alone, _ = off_policy_strategy(algo).rows(adv[4:], off[4:], None, 4, key[4:])
     assert not torch.equal(alone, whole[4:])
+
+
+def test_the_old_policy_is_scored_on_the_off_policy_rows_only():
+    # rows 0 and 2 were drawn in the context they are scored in: their sampled log-probs are the old policy's
+    batch = build_batch([[1, 2], [1, 2, 3], [1], [4]], [[5, 6], [7], [8, 9, 9], [5]], 0)
+    behaviour = torch.full(batch.response_mask.shape, -1.0) * batch.response_mask
+    off = torch.tensor([False, True, False, True])
+    seen = []
+
+    def score(sub):
+        seen.append(sub.input_ids.tolist())
+        return torch.full(sub.response_mask.shape, -2.0)
+
+    old = old_logps(batch, behaviour, off, several_updates=True, weighted=True, dtype="float32", score=score)
+    assert len(seen) == 1
+    assert seen[0][0][:4] == [1, 2, 3, 7]
+    assert seen[0][1][:2] == [4, 5]
+    assert old is not None
+    torch.testing.assert_close(old[[0, 2]], behaviour[[0, 2]])
+    assert (old[[1, 3]] == -2.0).all()
+    # nothing off-policy: no forward at all; bf16: every row recomputed; one update and no weights: none needed
+    assert old_logps(batch, behaviour, off & False, several_updates=True, weighted=False, dtype="float32",
+                     score=score) is behaviour  # fmt: skip
+    assert len(seen) == 1
+    bf16 = old_logps(batch, behaviour, off, several_updates=True, weighted=False, dtype="bfloat16", score=score)
+    assert bf16 is not None
+    assert (bf16 == -2.0).all()
+    assert (
+        old_logps(batch, behaviour, off, several_updates=False, weighted=False, dtype="float32", score=score) is None
+    )

@@ -9,10 +9,10 @@ import pytest
 import torch
 
 from sesa_cli.config import ConfigError
-from sesa_cli.rollout.scoring import build_batch, completion_logps
+from sesa_cli.rollout.scoring import build_batch, completion_logps, select_rows
 from sesa_cli.runs import RunDir
 from sesa_cli.tasks.path import PathTask
-from sesa_cli.trainer import Trainer, _select
+from sesa_cli.trainer import Trainer
 from tests.conftest import policy_objective
 from tests.levels import LEVELS
 
@@ -99,7 +99,7 @@ def test_a_mini_batch_is_cut_to_its_longest_row_and_scores_the_same(path_setup):
     contexts = [[1, 2, 3], [1, 2, 3, 4, 5, 6, 7, 8, 9], [4, 5]]
     completions = [[6, 7], [8, 9, 6], [7]]
     batch = build_batch(contexts, completions, 0)
-    sub = _select(batch, torch.tensor([2, 0]))
+    sub = select_rows(batch, torch.tensor([2, 0]))
     assert sub.input_ids.shape[1] == 5  # the longer of rows 2 and 0 (3 + 2 tokens), not the batch's 12
     with torch.no_grad():
         full, _ = completion_logps(policy.model, batch)

@@ -11,7 +11,7 @@ import json
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import asdict, replace
+from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -27,7 +27,7 @@ from sesa_cli.evaluation import Evaluation, rollout_stats, sample_records
 from sesa_cli.models.lora import is_lora, reference
 from sesa_cli.models.policy import Policy
 from sesa_cli.rollout.samplers import Rollout, make_sampler
-from sesa_cli.rollout.scoring import ScoringBatch, build_batch, completion_logps
+from sesa_cli.rollout.scoring import ScoringBatch, build_batch, completion_logps, select_rows
 from sesa_cli.runs import RunDir
 from sesa_cli.tasks.base import Task
 from sesa_cli.update import (
@@ -177,7 +177,7 @@ class Trainer:
         for _epoch in range(algo.ppo_epochs):
             order = torch.randperm(n, generator=self.generator) if several else torch.arange(n)
             for chunk in order.chunk(algo.minibatches):
-                sub = _select(batch, chunk)
+                sub = select_rows(batch, chunk)
                 live = advantages[chunk] != 0 if skip_zero else None
                 logps, ents = self._minibatch_logps(sub, live, None if old is None else old[chunk])
                 old_sub = old[chunk] if several and old is not None else logps.detach()
@@ -225,7 +225,7 @@ class Trainer:
         picked = torch.isin(rows, chunk).nonzero().flatten()
         if picked.numel() == 0:
             return None
-        logps, _ = completion_logps(self.model, _select(batch, picked), self.cfg.sampler.temperature,
+        logps, _ = completion_logps(self.model, select_rows(batch, picked), self.cfg.sampler.temperature,
                                     dtype=self.cfg.model.dtype)  # fmt: skip
         return -logps[:, 0].mean()
 
@@ -289,7 +289,7 @@ class Trainer:
         rows = live.nonzero().flatten()
         if rows.numel() == 0:
             return filler.requires_grad_(), None
-        logps, _ = completion_logps(self.model, _select(sub, rows), temp, dtype=dtype)
+        logps, _ = completion_logps(self.model, select_rows(sub, rows), temp, dtype=dtype)
         return filler.index_put((rows,), logps), None
 
     def _ref_logps(self, batch: ScoringBatch) -> torch.Tensor:
@@ -466,11 +466,3 @@ class Trainer:
             self.save_checkpoint()
         self.dist.barrier()
         return {**last, **ev}
-
-
-def _select(batch: ScoringBatch, idx: torch.Tensor) -> ScoringBatch:
-    """The rows ``idx`` of a scoring batch (a mini-batch), cut to the longest of them: the rows are right-padded,
-    so the columns past it are padding in every selected row and the forward pass skips them."""
-    sub = ScoringBatch(*(getattr(batch, f)[idx] for f in ScoringBatch.__dataclass_fields__))
-    width = max(1, int(sub.attention_mask.sum(1).max()))
-    return replace(sub, input_ids=sub.input_ids[:, :width], attention_mask=sub.attention_mask[:, :width])

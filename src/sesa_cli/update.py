@@ -20,7 +20,7 @@ from sesa_cli.algos import OffPolicy
 from sesa_cli.config import AlgoConfig, SamplerConfig
 from sesa_cli.distributed import SingleProcess
 from sesa_cli.rollout.samplers import Rollout
-from sesa_cli.rollout.scoring import ScoringBatch
+from sesa_cli.rollout.scoring import ScoringBatch, select_rows
 
 Solution = tuple[tuple[int, ...], str] | None
 """(plain prompt ids, solution key) of a solution row, None when the answer has no key (unparseable)."""
@@ -142,16 +142,22 @@ def old_logps(
     them (one update per batch without importance weights: each mini-batch's ratio is taken against its own
     detached log-probs, exactly 1).
 
-    When every row is scored in the context that drew it (parallel sampling, or ``loss_context=conditioned``) the
-    sampler's own log-probs ``behaviour`` are the old policy's (same weights, same tempered softmax), so the extra
-    forward pass ``score`` (no grad) is skipped in float32. bf16 and the importance weights recompute them, as verl
-    does."""
-    if several_updates and not off_policy.any() and not weighted and dtype == "float32":
-        return behaviour
-    if several_updates or weighted:
+    A row scored in the context that drew it (every row of parallel sampling or of ``loss_context=conditioned``, the
+    ``sampler.parallel_rows`` rows, every sketch row) has the sampler's own log-probs ``behaviour`` as the old
+    policy's (same weights, same tempered softmax), so in float32 the extra forward pass ``score`` (no grad) runs on
+    the off-policy rows only. bf16 recomputes every row, as verl does."""
+    if not (several_updates or weighted):
+        return None
+    if dtype != "float32":
         with torch.no_grad():
             return score(batch)
-    return None
+    if not off_policy.any():
+        return behaviour
+    rows = off_policy.nonzero().flatten()
+    out = behaviour.clone()
+    with torch.no_grad():
+        out[rows] = score(select_rows(batch, rows))
+    return out
 
 
 def importance_weights(

@@ -11,7 +11,7 @@ masks them, so a scoring pass of a sampled token in the context that drew it giv
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 from torch.utils.checkpoint import checkpoint
@@ -34,6 +34,15 @@ class ScoringBatch:
     """(batch, T) 1.0 on completion tokens, up to and including the first stop token; 0.0 on padding and on
     teacher-forced observations. Built from lengths and the rollout's own policy mask, never from ``token != pad``
     (a policy could otherwise learn to emit PAD and escape the loss)."""
+
+
+def select_rows(batch: ScoringBatch, idx: torch.Tensor) -> ScoringBatch:
+    """The rows ``idx`` of a scoring batch (a mini-batch), cut to the longest of them: the rows are right-padded,
+    so the columns past it are padding in every selected row and the forward pass skips them. The completion width
+    T stays the batch's."""
+    sub = ScoringBatch(*(getattr(batch, f)[idx] for f in ScoringBatch.__dataclass_fields__))
+    width = max(1, int(sub.attention_mask.sum(1).max()))
+    return replace(sub, input_ids=sub.input_ids[:, :width], attention_mask=sub.attention_mask[:, :width])
 
 
 def build_batch(

@@ -108,6 +108,16 @@ LEVELS: dict[str, Level] = {
         drift_source="0.74 and 0.78 on two character-tokenizer bases, 0.746 on the word-vocabulary base (300 warm-start steps): 0.04 seen, taken as 0.1",
         why="sampler.stage1=auto's choice for the path task rests on its base following its sketches (chance: 0.25)",
     ),
+    "agent_plans_followed": Level(
+        test="test_chains.py::test_agent_plans_are_carried_out_at_the_test_base",
+        what="share of stage-II FrozenLake episodes that play their plan's first turn (16 chains of 8, test base)",
+        side="min",
+        bound=0.6,
+        measured=0.953125,
+        drift=0.1,
+        drift_source="not measured on a second base: 0.1 assumed (the path test base's drift, 0.04 seen, widened)",
+        why="two-stage sampling is SESA only when stage II carries out its plans (issue 29; chance: 1 in 20)",
+    ),
     "stage_one_cut": Level(
         test="test_chains.py::test_stage_two_follows_its_sketch_at_the_test_base",
         what="share of sketches cut by their budget (32 chains, test base)",

@@ -338,6 +338,18 @@ def test_stage_two_follows_its_sketch_at_the_test_base(path_setup):
     LEVELS["stage_one_cut"].check(float(torch.tensor(health.cut).mean()))
 
 
+def test_agent_plans_are_carried_out_at_the_test_base(frozenlake_setup):
+    # Issue 29: two-stage sampling on an agent task is SESA only when stage II plays the plan it was given. The test
+    # base (FrozenLake as model=tiny learns it, 300 warm-start steps on 4000 lines: the word vocabulary, a quoted
+    # plan one token) follows its first-turn plans in most episodes; docs/samplers.md has the default base's figures.
+    cfg, task, policy = frozenlake_setup
+    sampler = make_sampler(replace(cfg.sampler, name="sequential", stage1="sketch", parallel_rows=0), task, policy)
+    instances = [task.instance("val", i) for i in range(16)]
+    health = sampler.chain_health(sampler.sample(instances, torch.Generator().manual_seed(0)))
+    assert health.followed_all is not None
+    LEVELS["agent_plans_followed"].check(health.followed_all)
+
+
 @pytest.mark.slow
 def test_default_path_base_meets_issue_16_chain_health(tmp_path_factory):
     """The acceptance numbers on the default 8x8x8 world and G = 8 (builds its base: minutes on one thread)."""

@@ -86,13 +86,18 @@ def fake_claims(root: Path, seeds: tuple[int, ...] = SEEDS) -> None:
             at=6,
             overrides={"sampler": "sequential", "algo.off_policy": "drop_negatives", "sampler.stage1": "sketch"},
         )
-    for task in ("frozenlake", "sokoban", "countdown"):
+    for sweep, task in (
+        ("frozenlake", "frozenlake"),
+        ("sokoban", "sokoban"),
+        ("countdown", "countdown"),
+        ("frozenlake_5x5", "frozenlake"),
+    ):
         job = 0
         for sampler in ("parallel", "sequential"):
             for seed in seeds:
                 write_run(
-                    root / task / str(job),
-                    {"experiment": f"{task}_tiny", "sampler": sampler, "seed": seed},
+                    root / sweep / str(job),
+                    {"experiment": f"{sweep}_tiny", "sampler": sampler, "seed": seed},
                     task=task,
                     coverage=False,
                 )
@@ -158,7 +163,7 @@ def test_missing_runs_are_said_not_invented(tmp_path: Path) -> None:
     write_run(root / "collapse" / "0", {"experiment": "collapse_revival", "seed": 0}, policy=True)
     text = R.render(R.Session(root, SEEDS), tmp_path / "docs").read_text()
     assert "Task path · 1 runs in 1 group · seeds 0." in text
-    assert text.count("Not run yet.") == 4  # claims III-VI; II shows the parallel runs it has
+    assert text.count("Not run yet.") == 5  # claims III-VII; II shows the parallel runs it has
     assert "- **Incomplete:** 1 of the 2 jobs of sweep `collapse` have finished." in text
     assert "- **Incomplete:** 0 of the 6 jobs of sweep `discovery` have finished." in text
 

@@ -132,6 +132,13 @@ SWEEPS = (
         "countdown_tiny",
         SMOKE_AGENT,
     ),
+    Sweep(
+        "frozenlake_5x5",
+        "train",
+        ("experiment=frozenlake_5x5_tiny", "sampler=parallel,sequential"),
+        "frozenlake_5x5_tiny",
+        SMOKE_FROZENLAKE,
+    ),
 )
 
 
@@ -229,6 +236,19 @@ CLAIMS = (
         "whole answers one after another (its base does not carry out sketched first steps); validation on 64 "
         "problems x 16 samples; the diversity of what wins is a sampled estimate (`estimate/*`: the answers cannot "
         "be enumerated).",
+        ("agent", "sampling"),
+        AGENT_HEADLINE,
+        gains=True,
+    ),
+    Claim(
+        "VII",
+        "The agent task where success is rare: FrozenLake 5x5",
+        ("frozenlake_5x5",),
+        ("parallel", "sequential"),
+        "`sesa train experiment=frozenlake_5x5_tiny`: the default run's settings on 5x5 corner maps (the shortest "
+        "path takes 8 of the episode's 10 actions; its own base, which succeeds in about 0.001 of its episodes), with "
+        "parallel sampling and with the sequential sampler's default settings (as in IV); validation on 64 maps x 16 "
+        "samples, the exact plain-prompt policy on the first 8 of them.",
         ("agent", "sampling"),
         AGENT_HEADLINE,
         gains=True,

@@ -19,6 +19,19 @@ FROZENLAKE = [
     "model.warm_start_steps=300",
     "model.warm_start_corpus_size=4000",
 ]
+# Countdown on a small base: 3 numbers of 1-4 (64 step words), a 2-layer model of width 64 and 500 warm-start steps
+# (about 40 s on one thread), enough for stage II to carry out most of its sketches (tests/levels.py).
+COUNTDOWN = [
+    "task=countdown",
+    "task.max_numbers=3",
+    "task.max_number=4",
+    "task.max_target=12",
+    "model.hidden_size=64",
+    "model.num_layers=2",
+    "model.intermediate_size=256",
+    "model.warm_start_steps=500",
+    "model.warm_start_corpus_size=4000",
+]
 
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -121,6 +134,18 @@ def frozenlake_setup(cache_dir: Path):
     from sesa_cli.tasks.base import make_task
 
     cfg = compose_train([*FROZENLAKE, f"model.cache_dir={cache_dir}"])
+    task = make_task(cfg.task, cfg.seed)
+    policy = load_policy(cfg.model, task)
+    return cfg, task, policy
+
+
+@pytest.fixture(scope="session")
+def countdown_setup(cache_dir: Path):
+    """(TrainConfig, task, policy) of Countdown on the session's small countdown base (``COUNTDOWN``)."""
+    from sesa_cli.models.loading import load_policy
+    from sesa_cli.tasks.base import make_task
+
+    cfg = compose_train([*COUNTDOWN, f"model.cache_dir={cache_dir}"])
     task = make_task(cfg.task, cfg.seed)
     policy = load_policy(cfg.model, task)
     return cfg, task, policy

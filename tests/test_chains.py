@@ -350,6 +350,25 @@ def test_agent_plans_are_carried_out_at_the_test_base(frozenlake_setup):
     LEVELS["agent_plans_followed"].check(health.followed_all)
 
 
+def test_countdown_stage_two_carries_out_its_sketch_at_a_small_base(countdown_setup):
+    # The solve prompt ends with the sketched step as one word, ``P7:1,3,4!(3+4)``, and an answer that carries the
+    # step out starts with that word (CountdownTask.vocabulary): on the small base 0.72 of stage II's solutions follow
+    # their sketch at sampling seed 0 (0.94-0.96 of those whose sketch is valid); the full base follows 0.94, the
+    # layout before it 0.18 (docs/samplers.md).
+    cfg, task, policy = countdown_setup
+    sampler = make_sampler(replace(cfg.sampler, name="sequential", stage1="sketch", parallel_rows=0), task, policy)
+    instances = [task.instance("val", i) for i in range(16)]
+    groups = sampler.sample(instances, torch.Generator().manual_seed(0))
+    health = sampler.chain_health(groups)
+    assert health.followed_all is not None
+    LEVELS["countdown_stage_two_followed"].check(health.followed_all)
+    for r in (r for group in groups for r in group):
+        # the follow term's target (algo.follow_coef) is the word the solve prompt ends with, for every valid sketch
+        valid = task.sketch_key(r.inst, r.sketch or "") is not None
+        assert r.follow_token == (r.context_ids[-1] if valid else None)
+        assert not r.followed or valid
+
+
 @pytest.mark.slow
 def test_default_path_base_meets_issue_16_chain_health(tmp_path_factory):
     """The acceptance numbers on the default 8x8x8 world and G = 8 (builds its base: minutes on one thread)."""

@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sesa_cli.config import ConfigError
+from sesa_cli.models.tiny import build_tokenizer
 from sesa_cli.tasks import safe_arith
 from sesa_cli.tasks.countdown import (
     FORMAT_SCORE,
@@ -390,8 +391,53 @@ def test_compact_layout_from_the_docstring() -> None:
     task = make()
     assert task.prompt(INST) == "P98:44,19,35="
     assert task.sketch_head(INST) == "S98:44,19,35="
-    assert task.solve_prompt(INST, "44+19|") == "S98:44,19,35=44+19|P98:44,19,35="
+    assert task.solve_prompt(INST, "44+19|") == "P98:44,19,35!(44+19)"
     assert set(task.prompt(INST) + task.solve_prompt(INST, "44+19|")) <= set(task.alphabet())
+
+
+def test_solve_prompt_quotes_one_operation_as_an_answer_that_carries_it_out_starts() -> None:
+    task = make()
+    inst = CountdownInstance(target=22, nums=(3, 5, 5, 9), solution="")
+    for sketch in ("5+9|", "(5+9)|", " 5 + 9 |junk", "5+9"):  # spacing, parentheses, no stop: one quote
+        assert task.solve_prompt(inst, sketch) == "P22:3,5,5,9!(5+9)"
+    assert task.sketch_response(inst, "5+9|") == "(5+9)"
+    assert task.sketch_response(inst, "9-5|") == "(9-5)"  # the order of a step is kept
+    assert task.sketch_response(inst, "5-5|") == "(5-5)"  # the puzzle holds two 5s
+    for invalid in ("3+3|", "7+1|", "3+5+9|", "junk|", ""):
+        assert task.sketch_response(inst, invalid) is None
+    assert task.solve_prompt(inst, "3+5+9|") == "P22:3,5,5,9!3+5+9"  # not one operation: quoted as it is
+    assert task.solve_prompt(inst, "7+1|") == "P22:3,5,5,9!(7+1)"  # one operation, numbers the puzzle lacks
+    # the plain prompt is no prefix of a solve prompt: the base never learns to quote a step where an answer belongs
+    assert not task.solve_prompt(inst, "5+9|").startswith(task.prompt(inst))
+    answer = "(5+9)*3-5|"
+    assert task.follows_sketch(inst, "5+9|", answer, task.score(inst, answer))
+    assert not task.follows_sketch(inst, "9+5|", "9*5+3-5|", task.score(inst, "9*5+3-5|"))
+
+
+def test_every_one_digit_step_in_parentheses_is_one_word() -> None:
+    task = make()
+    vocab = task.vocabulary([])
+    words = [w for w in vocab if len(w) > 1]
+    assert len(words) == 9 * 4 * 9 == len(set(words))
+    assert {"(4+5)", "(5+4)", "(9/9)", "(1-8)"} <= set(words)
+    assert set(vocab) - set(words) == set(task.alphabet())
+    tok = build_tokenizer(vocab)
+    line = task.solve_prompt(INST_1, "4+5|") + "(4+5)*3-2|"
+    pieces = tok.convert_ids_to_tokens(tok(line, add_special_tokens=False)["input_ids"])
+    # stage II's first token repeats the prompt's last: the quoted step and the answer's start are one word
+    assert pieces == [*"P12:4,5,3,2!", "(4+5)", "(4+5)", *"*3-2|"]
+    assert len(tok(task.sketch_response(INST_1, "4+5|"), add_special_tokens=False)["input_ids"]) == 1
+    # sketches are spelled by characters, and so is an answer but for its steps in parentheses
+    sketches = "S12:4,5,3,2=4+5|3*2|"
+    assert tok(sketches, add_special_tokens=False)["input_ids"] == tok.convert_tokens_to_ids(list(sketches))
+    pieces = tok.convert_ids_to_tokens(tok("3*(2-5)+4|", add_special_tokens=False)["input_ids"])
+    assert pieces == ["3", "*", "(2-5)", "+", "4", "|"]
+    # only one-digit numbers have words: none for a range of two-digit numbers, 1-9 for a range that starts below 10
+    assert not [w for w in make(min_number=10, max_number=99).vocabulary([]) if len(w) > 1]
+    assert len([w for w in make(max_number=12).vocabulary([]) if len(w) > 1]) == 9 * 4 * 9
+
+
+INST_1 = CountdownInstance(target=12, nums=(4, 5, 3, 2), solution="4*3+2-5+5")
 
 
 def test_chat_prompt_uses_ragens_text() -> None:
@@ -404,6 +450,7 @@ def test_chat_prompt_uses_ragens_text() -> None:
     solve = task.solve_prompt(INST, "<answer>44 + 19</answer>")
     assert "First step: 44 + 19\n" in solve
     assert solve.endswith("<think>")
+    assert task.sketch_response(INST, "<answer>44 + 19</answer>") is None  # free thinking comes first
     assert task.has_sketch()
 
 
@@ -413,16 +460,26 @@ def test_warm_start_corpus_is_well_formed_and_unskilled() -> None:
     lines = task.warm_start_corpus(random.Random(0), 3000)
     assert len(lines) == 3000
     alphabet = set(task.alphabet())
-    hits = answers = 0
-    kinds = {"P": 0, "S": 0, "SP": 0}
+    hits = answers = led = 0
+    kinds = {"P": 0, "S": 0, "pair": 0}
     for line in lines:
         assert set(line) <= alphabet, line
-        m = re.fullmatch(r"([PS])(\d+):([\d,]+)=(.*)", line)
+        m = re.fullmatch(r"([PS])(\d+):([\d,]+)(=|!\(\d[-+*/]\d\))(.*)", line)
         assert m, line
         inst = CountdownInstance(int(m.group(2)), tuple(map(int, m.group(3).split(","))), "")
-        head, body = m.group(1), m.group(4)
+        head, quote, body = m.group(1), m.group(4), m.group(5)
         assert body.endswith("|")
-        if head == "P":
+        if quote != "=":  # sketch -> solution: the answer starts with the quoted step and carries it out
+            kinds["pair"] += 1
+            sketch = quote[2:-1] + "|"
+            assert head == "P", line
+            assert task.sketch_step(inst, sketch) is not None, line
+            assert line == task.solve_prompt(inst, sketch) + body
+            assert body.startswith(quote[1:])
+            assert body.count("|") == 1
+            assert task.follows_sketch(inst, sketch, body, task.score(inst, body)), line
+            assert task.score(inst, body).reward >= FORMAT_SCORE
+        elif head == "P":
             kinds["P"] += 1
             items = body[:-1].split("|")
             assert 1 <= len(items) <= task.cfg.list_max
@@ -431,13 +488,7 @@ def test_warm_start_corpus_is_well_formed_and_unskilled() -> None:
             assert len({s.key for s in scores}) == len(scores), line  # distinct solutions
             hits += sum(s.success for s in scores)
             answers += len(scores)
-        elif "|P" in body:
-            kinds["SP"] += 1
-            step, rest = body.split("|P", 1)
-            assert line == task.solve_prompt(inst, step + "|") + rest.split("=", 1)[1]
-            answer = rest.split("=", 1)[1][:-1]
-            assert step in answer
-            assert task.score(inst, answer + "|").reward >= FORMAT_SCORE
+            led += sum(bool(re.match(r"\(\d[-+*/]\d\)", y)) for y in items)
         else:
             kinds["S"] += 1
             steps = body[:-1].split("|")
@@ -446,8 +497,11 @@ def test_warm_start_corpus_is_well_formed_and_unskilled() -> None:
                 node = safe_arith.parse(step)
                 assert node is not None
                 assert len(safe_arith.numbers(node)) == 2
+                assert task.sketch_step(inst, step + "|") is not None
+    assert kinds["pair"] > 0.6 * len(lines)
     assert min(kinds.values()) > 200
     assert 0.01 < hits / answers < 0.15  # base success low but not zero
+    assert 0.2 < led / answers < 0.45  # LED_ANSWERS of the answers, and the random trees that start with a step
 
 
 def test_chat_has_no_corpus() -> None:

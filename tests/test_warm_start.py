@@ -26,7 +26,7 @@ RAGEN_ON_TINY = ["task.is_slippery=true", "task.random_start_goal=true", "task.m
 # label: (overrides, sha256 of the 500 lines joined by "\n", sha256 of [warm_start_key(), alphabet()]), 16 hex each.
 PINNED = {
     "path": (["task=path"], "28ac31493c138610", "fc5417a8fcd9d592"),
-    "countdown": (["task=countdown"], "e12f2e0bf7a4102a", "167d6b6dc01c8ff5"),
+    "countdown": (["task=countdown"], "d68bc0a6358a3114", "67d760b9c66bbcdc"),
     "math": (["task=math"], "20febfae2d0b4489", "e09aea3316d3812e"),
     "frozenlake": (["task=frozenlake", *RAGEN_ON_TINY], "1d7d17936154bac1", "1e75d6a5fbd54fcd"),
     "frozenlake_tiny": (["experiment=frozenlake_tiny"], "68c5158eb70b9824", "627769c7e338d511"),

@@ -24,7 +24,8 @@ moves, so ``3+4*5`` and ``5*4+3`` are one solution. Sketch: the first operation,
 
 Compact layout (``stop`` = "|"): prompt ``P98:44,19,35=`` ; answer ``44+19+35|`` ; a sequential group continues the
 line ``P98:44,19,35=44+19+35|44*(35-19)|...`` ; sketches ``S98:44,19,35=44+19|35-19|...`` ; a sketch is expanded
-from ``S98:44,19,35=44+19|P98:44,19,35=`` (the solution is a full expression).
+from the prompt with the step quoted, as an answer that carries it out starts, in place of its ``=``:
+``P98:44,19,35!(44+19)`` (the solution is a full expression; the tiny base's starts with the quoted step).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from __future__ import annotations
 import operator
 import random
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -56,6 +58,15 @@ WARM_POOL = 2000
 """The warm-start corpus draws its puzzles from this many train-split instances."""
 _OP_WEIGHTS = (3, 3, 1, 1)
 """Warm start: how often an unskilled answer uses + - * / (mostly + and -, which RAGEN's puzzles need)."""
+QUOTE = "!"
+"""Compact solve prompt: ``!`` then the sketched step, in place of the plain prompt's ``=`` (``P98:4,5,3!(4+5)``)."""
+LINE_SHARES = (0.2, 0.15, 0.65)
+"""Warm start: the shares of P lists (answers), S lists (sketches) and sketch -> solution pairs among the corpus lines
+(``CountdownTask.warm_start_corpus`` says why)."""
+LED_ANSWERS = 0.25
+"""Warm start: the share of the P lists' answers that start with a step in parentheses, ``(4+5)*3-2``."""
+_LED = 10**6
+"""Warm start: a number no puzzle holds (numbers are at most 999), standing in for the leading step of a drawn tree."""
 
 
 @dataclass
@@ -151,7 +162,26 @@ class CountdownTask(RagenTask):
     sketch_line = 200
 
     def alphabet(self) -> str:
-        return "0123456789+-*/(),:=|PS"
+        return "0123456789+-*/(),:=|PS" + QUOTE
+
+    def vocabulary(self, corpus: Sequence[str]) -> list[str]:
+        """The characters, and every step on two one-digit numbers of the puzzles in parentheses, ``(4+5)``, as one
+        word (9 x 4 x 9 ordered steps by default). Everything else, the sketches included, is spelled by characters;
+        a number of two or more digits has no words.
+
+        Why: ``solve_prompt`` quotes the sketched step as this word and an answer that carries it out starts with it,
+        so stage II's first token repeats the prompt's last one, which the warm start teaches; copying the step's
+        characters from earlier in the context was learned late and unreliably by the 1M-parameter model (as for
+        FrozenLake's plans, ``GridTask.vocabulary``). With a second word for the quoted step (``!4+5=`` -> ``(4+5)``,
+        a bigram per step) the base put less mass on the step after 600 warm-start steps (0.18 against 0.28, same
+        corpus): the repeat is one rule for every step, 324 bigrams are learned one by one (docs/samplers.md)."""
+        return super().vocabulary(corpus) + [_in_parentheses(step) for step in self.word_steps()]
+
+    def word_steps(self) -> list[str]:
+        """Every step ``a op b`` on one-digit numbers of the puzzles (``task.min_number`` .. ``task.max_number``)."""
+        assert self.cfg.max_number is not None  # resolved in __post_init__
+        numbers = range(self.cfg.min_number, min(self.cfg.max_number, 9) + 1)
+        return [f"{a}{op}{b}" for a in numbers for op in "+-*/" for b in numbers]
 
     def warm_start_key(self) -> dict[str, Any]:
         c = self.cfg
@@ -161,7 +191,7 @@ class CountdownTask(RagenTask):
             "targets": [c.min_target, c.max_target],
             "solvable_ops": c.solvable_ops,
             "list_max": c.list_max,
-            "v": 1,
+            "v": 2,
         }
 
     # ---------------------------------------------------------------- instances
@@ -185,8 +215,8 @@ class CountdownTask(RagenTask):
         )
 
     # ---------------------------------------------------------------- prompts and scoring
-    def _compact(self, inst: CountdownInstance, head: str) -> str:
-        return f"{head}{inst.target}:{','.join(map(str, inst.nums))}="
+    def _compact(self, inst: CountdownInstance, head: str, end: str = "=") -> str:
+        return f"{head}{inst.target}:{','.join(map(str, inst.nums))}{end}"
 
     def _state(self, inst: CountdownInstance) -> str:
         return f"Target: {inst.target}, nums: {list(inst.nums)}"
@@ -234,12 +264,10 @@ class CountdownTask(RagenTask):
 
     def sketch_step(self, inst: CountdownInstance, sketch: str) -> tuple[int, str, int] | None:
         """(a, op, b) if the sketch is one operation on two of the instance's numbers, else None. Never raises."""
-        node = safe_arith.parse(self.sketch_content(sketch))
-        if not (isinstance(node, tuple) and node[0] in ("sum", "prod") and isinstance(node[1], int)):
+        step = _one_step(self.sketch_content(sketch))
+        if step is None:
             return None
-        if len(node[2]) != 1 or not isinstance(node[2][0][1], int):
-            return None
-        a, (op, b) = node[1], node[2][0]
+        a, op, b = step
         pool = list(inst.nums)
         for n in (a, b):
             if n not in pool:
@@ -251,6 +279,13 @@ class CountdownTask(RagenTask):
         """The step's canonical text (``19+44`` and ``44+19`` are one sketch)."""
         step = self.sketch_step(inst, sketch)
         return None if step is None else safe_arith.canonical("{}{}{}".format(*step))
+
+    def sketch_response(self, inst: CountdownInstance, sketch: str) -> str | None:
+        """compact: the sketched step in parentheses, ``(4+5)``, how an answer that carries it out starts (one token
+        of the tiny model; ``(4+5)*3-2`` performs the step whatever follows it). chat: None (the answer follows
+        free thinking)."""
+        step = None if self.chat else self.sketch_step(inst, sketch)
+        return None if step is None else _in_parentheses("{}{}{}".format(*step))
 
     def follows_sketch(self, inst: CountdownInstance, sketch: str, completion: str, score: Score) -> bool:
         """The answer's equation performs the sketched operation (:func:`safe_arith.has_step`)."""
@@ -266,21 +301,36 @@ class CountdownTask(RagenTask):
         return 2 * digits + 1 + len(self.stop)  # "a+b|"
 
     def solve_prompt(self, inst: CountdownInstance, sketch: str) -> str:
-        step = self.sketch_content(sketch)
+        """chat: the turn with ``First step: <sketch>`` under the state. compact: the plain prompt with ``!`` and the
+        step in parentheses in place of its ``=``, ``P98:44,19,35!(44+19)``, one operation written plainly whatever
+        the sketch's spacing or parentheses (any other sketch is quoted as it is). The plain prompt is no prefix of
+        it, so the base never writes a quote where an answer belongs."""
+        content = self.sketch_content(sketch)
         if self.chat:
-            return self._chat(inst, hint=f"First step: {step}\n")
-        return self._compact(inst, "S") + step + self.stop + self._compact(inst, "P")
+            return self._chat(inst, hint=f"First step: {content}\n")
+        step = _one_step(content)
+        quoted = content if step is None else _in_parentheses("{}{}{}".format(*step))
+        return self._compact(inst, "P", end=QUOTE + quoted)
 
     # ---------------------------------------------------------------- warm start
     def warm_start_corpus(self, rng: random.Random, n: int) -> list[str]:
         """Compact lines over WARM_POOL train-split instances (streams ``countdown/train/warm/<k>``, the same for
         every run seed, so one warm-started base serves them all). Answers are random well-formed equations (a random order
         of the numbers combined pairwise by random operators, mostly + and -), so the base hits the target a few percent
-        of the time (tests/test_countdown.py measures the corpus rate):
+        of the time (tests/test_countdown.py measures the corpus rate). ``LINE_SHARES`` of the lines are
 
-        * 70%: ``P...=`` + 1..list_max answers with distinct solution keys (single answers are lists of one);
-        * 15%: ``S...=`` + 1..list_max distinct first steps (sequential sketches);
-        * 15%: ``S...=step|P...=`` + an answer that starts with that step (sketch -> solution).
+        * P lists: ``P...=`` + 1..list_max answers with distinct solution keys (single answers are lists of one), a
+          share ``LED_ANSWERS`` of them starting with a step in parentheses, ``(4+5)*3-2`` (the word stage II starts
+          with, so the plain policy writes it too);
+        * S lists: ``S...=`` + 1..list_max distinct first steps (sequential sketches);
+        * pairs: ``solve_prompt`` + an answer that starts with the quoted step, ``P98:4,5,3!(4+5)(4+5)*3-2|``.
+
+        Pairs are 0.65 of the lines (0.37 of the tokens; P lists 0.42, S lists 0.21): the share of pairs buys stage
+        II's repeat of the quoted step, that of the lists valid sketches and answers (1000 warm-start steps, sampling
+        seed 0: pairs 0.7, S lists 0.1, stage II followed 0.93, valid sketches 0.945 at the worst chain position;
+        pairs 0.5, S lists 0.15, 0.66 and 0.953; docs/samplers.md). Before, 0.15 of the lines were ``S...=step|P...=``
+        + an answer with the step anywhere: the base followed 0.18 of its sketches, and after a first sketch often
+        wrote the solve prompt as the next one (valid sketches 0.43 at chain position 2).
         """
         if self.chat:
             raise ConfigError(
@@ -290,18 +340,15 @@ class CountdownTask(RagenTask):
         for _ in range(n):
             inst = self._generate(f"countdown/train/warm/{rng.randrange(WARM_POOL)}")
             kind = rng.random()
-            if kind < 0.70:
+            if kind < LINE_SHARES[0]:
                 answers = _distinct(rng, inst.nums, rng.randint(1, self.cfg.list_max))
                 out.append(self._compact(inst, "P") + "".join(a + self.stop for a in answers))
-            elif kind < 0.85:
+            elif kind < LINE_SHARES[0] + LINE_SHARES[1]:
                 steps = _distinct_steps(rng, inst.nums, rng.randint(1, self.cfg.list_max))
                 out.append(self._compact(inst, "S") + "".join(s + self.stop for s in steps))
             else:
-                nums = list(inst.nums)
-                rng.shuffle(nums)
-                first = _random_step(rng, nums[0], nums[1])
-                answer = safe_arith.render(_random_tree(rng, [first, *nums[2:]]))
-                out.append(self.solve_prompt(inst, safe_arith.render(first[1])) + answer + self.stop)
+                step, answer = _led_answer(rng, inst.nums)
+                out.append(self.solve_prompt(inst, step + self.stop) + answer + self.stop)
         return out
 
 
@@ -339,7 +386,7 @@ def _random_step(rng: random.Random, a: int | Item, b: int | Item) -> Item:
     return value, ("sum" if op in "+-" else "prod", x[1], ((op, y[1]),))
 
 
-def _random_tree(rng: random.Random, items: list[int | Item]) -> safe_arith.Node:
+def _random_tree(rng: random.Random, items: Sequence[int | Item]) -> safe_arith.Node:
     """Combine random pairs by random operators until one tree is left (each number used exactly once)."""
     pool: list[Item] = [i if isinstance(i, tuple) else (i, i) for i in items]
     while len(pool) > 1:
@@ -349,10 +396,33 @@ def _random_tree(rng: random.Random, items: list[int | Item]) -> safe_arith.Node
     return pool[0][1]
 
 
+def _led_answer(rng: random.Random, nums: tuple[int, ...]) -> tuple[str, str]:
+    """(step, answer): a random first step on two of ``nums`` and a random equation over all of them that starts with
+    it in parentheses, ``("4+5", "(4+5)*3-2")``: a random tree that renders with the step leftmost and unwrapped (or,
+    after 20 that do not, about 0.6 ** 20 of the draws, the step plus a random tree of the rest)."""
+    order = list(nums)
+    rng.shuffle(order)
+    first = _random_step(rng, order[0], order[1])
+    step, led = safe_arith.render(first[1]), str(_LED)
+    for _ in range(20):
+        text = safe_arith.render(_random_tree(rng, [(first[0], _LED), *order[2:]]))
+        if text.startswith(led):
+            break
+    else:
+        text = safe_arith.render(("sum", _LED, (("+", _random_tree(rng, order[2:])),)))
+    return step, _in_parentheses(step) + text[len(led) :]
+
+
 def _distinct(rng: random.Random, nums: tuple[int, ...], k: int) -> list[str]:
-    """Up to k random equations over ``nums`` with pairwise different solution keys."""
-    trees = draw_distinct(lambda: _random_tree(rng, list(nums)), safe_arith.canonical_node, k, tries=20)
-    return [safe_arith.render(tree) for tree in trees]
+    """Up to k random equations over ``nums`` with pairwise different solution keys, each starting with a step in
+    parentheses with probability ``LED_ANSWERS`` (:func:`_led_answer`)."""
+
+    def draw() -> str:
+        if rng.random() < LED_ANSWERS:
+            return _led_answer(rng, nums)[1]
+        return safe_arith.render(_random_tree(rng, list(nums)))
+
+    return draw_distinct(draw, safe_arith.canonical, k, tries=20)
 
 
 def _distinct_steps(rng: random.Random, nums: tuple[int, ...], k: int) -> list[str]:
@@ -363,3 +433,19 @@ def _distinct_steps(rng: random.Random, nums: tuple[int, ...], k: int) -> list[s
         return safe_arith.render(_random_step(rng, nums[i], nums[j])[1])
 
     return draw_distinct(step, lambda text: text, k, tries=20)
+
+
+def _one_step(text: str) -> tuple[int, str, int] | None:
+    """(a, op, b) if ``text`` is one operation on two numbers (``4+5``, ``(4 + 5)``), else None. Never raises."""
+    node = safe_arith.parse(text)
+    if not (isinstance(node, tuple) and node[0] in ("sum", "prod") and isinstance(node[1], int)):
+        return None
+    if len(node[2]) != 1 or not isinstance(node[2][0][1], int):
+        return None
+    a, (op, b) = node[1], node[2][0]
+    return a, op, b
+
+
+def _in_parentheses(step: str) -> str:
+    """``(4+5)``: how an answer that carries out the step ``4+5`` starts (a word of the tiny model)."""
+    return f"({step})"

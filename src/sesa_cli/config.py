@@ -238,7 +238,8 @@ class SamplerConfig:
     """sequential only: ``sketch`` drafts short sketches (for agent tasks: plans) sequentially, then expands each into
     a solution (an episode) in parallel, the paper's two-stage form; ``solution`` conditions each whole solution on
     the earlier ones (the paper's synthetic-task form); ``auto`` = sketch only for a task whose tiny base was measured
-    to follow its sketches (stage II carries out the sketch in >= 80% of solutions: the path task), else solution
+    to follow its sketches as configured (stage II carries out the sketch in >= 80% of solutions: the path task, and
+    on model=tiny FrozenLake, Sokoban and Countdown with their recipes' settings), else solution
     (``Task.sketch_followed``; the table is in docs/samplers.md)."""
     sketch_max_tokens: int = 0
     """sequential, stage1=sketch: longest sketch in tokens; 0 = the task's own budget (``Task.sketch_max_tokens``:

@@ -232,8 +232,8 @@ CLAIMS = (
         ("countdown",),
         ("parallel", "sequential"),
         "`sesa train task=countdown` (experiment=countdown_tiny names it: RAGEN's Countdown, 3-4 one-digit numbers, "
-        "the agent tasks' optimizer recipe, 150 steps) with parallel sampling and with the sequential sampler drawing "
-        "whole answers one after another (its base does not carry out sketched first steps); validation on 64 "
+        "the agent tasks' optimizer recipe, 150 steps) with parallel sampling and with the sequential sampler's "
+        "default settings (as in IV: sketched first steps, which its base carries out); validation on 64 "
         "problems x 16 samples; the diversity of what wins is a sampled estimate (`estimate/*`: the answers cannot "
         "be enumerated).",
         ("agent", "sampling"),

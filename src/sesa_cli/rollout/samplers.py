@@ -238,9 +238,9 @@ class ParallelSampler(Sampler):
 
 def resolve_stage1(cfg: SamplerConfig, task: Task) -> str:
     """``auto`` is ``sketch`` (the paper's two-stage form) for a task whose sketches its base follows
-    (``Task.sketch_followed``), else ``solution``."""
+    (``Task.sketch_followed``, which may depend on its settings), else ``solution``."""
     if cfg.stage1 == "auto":
-        return "sketch" if task.has_sketch() and task.sketch_followed else "solution"
+        return "sketch" if task.has_sketch() and task.sketch_followed() else "solution"
     return cfg.stage1
 
 

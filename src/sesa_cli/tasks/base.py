@@ -97,10 +97,6 @@ class Task(ABC):
     """Whether an answer is a whole episode played on ``make_env`` (agent tasks) rather than one scored response."""
     eval_instances: ClassVar[int] = 16
     """Validation instances of the evaluation protocol when ``eval.instances`` is null."""
-    sketch_followed: ClassVar[bool] = False
-    """Whether ``sampler.stage1=auto`` drafts sketches for this task: True only where stage II was measured to follow
-    its sketch in at least 80% of solutions at the tiny base (issue 16; the table is in docs/samplers.md). A sketch that
-    the solutions ignore makes two-stage sampling a parallel sampler with noise in the prompt."""
 
     def __init__(self, cfg: TaskConfig, seed: int = 0) -> None:
         if not isinstance(cfg, self.schema):
@@ -169,6 +165,13 @@ class Task(ABC):
 
     def has_sketch(self) -> bool:
         return type(self).sketch_head is not Task.sketch_head
+
+    def sketch_followed(self) -> bool:
+        """Whether ``sampler.stage1=auto`` drafts sketches for this task as configured: True only where stage II was
+        measured to follow its sketch in at least 80% of solutions at the tiny base (issues 16 and 29; the table is in
+        docs/samplers.md). A sketch that the solutions ignore makes two-stage sampling a parallel sampler with noise
+        in the prompt."""
+        return False
 
     def sketch_content(self, sketch: str) -> str:
         """What a drafted sketch says, as ``solve_prompt`` quotes it and ``sketch_key`` reads it: by default the text

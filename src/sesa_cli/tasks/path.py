@@ -77,7 +77,6 @@ def _names(rng: random.Random, count: int) -> list[str]:
 class PathTask(Task):
     stop = "|"
     between = ""
-    sketch_followed = True  # at the base, 8x8x8 world: 95-97% of stage-II paths start with the sketched region
     eval_instances = 1  # one prompt, as in the paper: every instance is the same question
     cfg: PathTaskConfig
 
@@ -170,6 +169,9 @@ class PathTask(Task):
         """The prompt that asks for a path in ``region``: ``Pkanu:`` (with the word vocabulary one token for a
         region of the world, so the path's first hop follows it as a bigram; see ``vocabulary``)."""
         return f"P{region}:"
+
+    def sketch_followed(self) -> bool:
+        return True  # at the base, 8x8x8 world: 95-97% of stage-II paths start with the sketched region
 
     def sketch_max_tokens(self) -> int:
         return max(len(region) for region in self.tree) + len(self.stop)

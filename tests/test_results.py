@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -147,6 +148,21 @@ def test_page_from_a_fake_sweep(tmp_path: Path) -> None:
     assert str(tmp_path) not in text
     assert "runs under `<root>` (a --root outside the repository)" in text
     assert "Full report: `<root>/reports/IV/report.html`." in text
+
+
+def test_a_claim_is_rewritten_alone_and_the_other_sections_kept(tmp_path: Path) -> None:
+    root, docs = tmp_path / "claims", tmp_path / "docs"
+    fake_claims(root)
+    session = R.Session(root, SEEDS)
+    before = R.page_sections(R.render(session, docs).read_text())
+    assert list(before) == [c.key for c in R.CLAIMS]
+    for key, lines in before.items():  # every section says where its numbers come from
+        runs = 2 * len(SEEDS) if key in ("IV", "V", "VI", "VII") else None
+        assert any(line.startswith(f"Seeds 0, 1: {runs or ''}") for line in lines), key
+    shutil.rmtree(root / "frozenlake")  # claim IV's runs are gone: rewriting claim I keeps IV's section as it was
+    after = R.page_sections(R.render(session, docs, [R.CLAIMS[0]]).read_text())
+    assert after["IV"] == before["IV"] and after["V"] == before["V"]
+    assert "Not run yet." in R.page_sections(R.render(session, docs, [R.CLAIMS[3]]).read_text())["IV"]
 
 
 def test_the_page_names_paths_in_the_repository_relative_to_it(tmp_path: Path, monkeypatch) -> None:

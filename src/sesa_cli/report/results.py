@@ -7,12 +7,14 @@
    (once the collapse runs exist), FrozenLake. The commands are the ones in the recipes' header comments
    (``conf/experiment/*.yaml``; a test holds the two together);
 2. builds a diversity report per claim (:data:`CLAIMS`) from the complete runs, under ``<root>/reports/``;
-3. writes ``docs/results.md``: per claim the commands, the headline table (mean and 95% bootstrap interval over
+3. writes ``docs/results.md``: per claim the commands, where its numbers come from (seeds, runs, commits), the
+   headline table (mean and 95% bootstrap interval over
    seeds), the differences to the baseline, and a few of the report's PNGs copied under ``docs/results/``.
 
 It is resumable: a job whose run dir holds its final evaluation is never rerun. A job left incomplete (killed, or
 crashed) is moved aside to ``.<job>.incomplete`` in its sweep dir (kept, not deleted) and rerun in a new sweep dir
-``<sweep>.retry<N>``. ``--render`` writes the page from the runs already there without starting any. ``--smoke``
+``<sweep>.retry<N>``. ``--render`` writes the page from the runs already there without starting any; ``--claims``
+reruns and rewrites the sections named, keeping every other section as the page has it. ``--smoke``
 shrinks every sweep (a small world, a few steps) to check the machinery end to end in minutes; it writes its page
 under the root, never over docs/.
 
@@ -478,21 +480,36 @@ def _run(argv: list[str], log: Path, name: str) -> None:
 
 # ----------------------------------------------------------------------------------------------- the page
 def render(session: Session, docs: Path, claims: Sequence[Claim] = CLAIMS, notes: Sequence[str] = ()) -> Path:
-    """Write ``docs/results.md`` (and its PNGs under ``docs/results/``) from the complete runs under the root."""
+    """Write ``docs/results.md`` (and its PNGs under ``docs/results/``): the sections of ``claims`` from the complete
+    runs under the root; the section of every other claim as the page already has it (each section names its own
+    seeds, runs and commits), or from the runs under the root where the page has none. So one claim can be rerun and
+    its section rewritten without rerunning the others."""
     figures = docs / "results"
-    sections = []
-    runs_seen: list[Path] = []
-    for claim in claims:
-        runs = [path for name in claim.sweeps for _, path in session.complete(_sweep(name))]
-        runs_seen += [r for r in runs if r not in runs_seen]
-        sections += _claim_section(session, claim, runs, figures, docs)
     page = docs / "results.md"
-    page.write_text("\n".join([*_preamble(session, runs_seen, notes), *sections]))
+    kept = page_sections(page.read_text()) if page.is_file() else {}
+    chosen = {c.key for c in claims}
+    sections = []
+    for claim in CLAIMS:
+        if claim.key in kept and claim.key not in chosen:
+            sections += kept[claim.key]
+            continue
+        runs = [path for name in claim.sweeps for _, path in session.complete(_sweep(name))]
+        sections += _claim_section(session, claim, runs, figures, docs)
+    page.write_text("\n".join([*_preamble(session, notes), *sections]))
     return page
 
 
+def page_sections(text: str) -> dict[str, list[str]]:
+    """A written page's claim sections by key (``## IV. ...`` up to the next ``## `` heading), as lines."""
+    lines = text.split("\n")
+    starts = [i for i, line in enumerate(lines) if line.startswith("## ")]
+    return {
+        lines[i][3:].split(".", 1)[0]: lines[i:end] for i, end in zip(starts, [*starts[1:], len(lines)], strict=True)
+    }
+
+
 def _claim_section(session: Session, claim: Claim, runs: list[Path], figures: Path, docs: Path) -> list[str]:
-    lines = [f"## {claim.key}. {claim.title}", "", claim.text, ""]
+    lines = [f"## {claim.key}. {claim.title}", "", claim.text, "", _provenance(session, claim, runs), ""]
     recipes = dict.fromkeys(_sweep(name).recipe for name in claim.sweeps)
     named = ", ".join(f"`conf/experiment/{r}.yaml`" for r in recipes)
     lines += [
@@ -620,10 +637,12 @@ def shown(path: Path, root: Path) -> str:
     return f"<outside the repository>/{path.name}"
 
 
-def _preamble(session: Session, runs: Sequence[Path], notes: Sequence[str]) -> list[str]:
+def _provenance(session: Session, claim: Claim, runs: Sequence[Path]) -> str:
+    """Where a section's numbers come from: the seeds, the runs (their commits and environment), the wall time of its
+    sweeps, and when and at which commit the section was written."""
     timing = session.root / "session.json"
     sweeps = json.loads(timing.read_text())["sweeps"] if timing.is_file() else []
-    minutes = round(sum(s["seconds"] for s in sweeps) / 60)
+    minutes = round(sum(s["seconds"] for s in sweeps if s["sweep"] in claim.sweeps) / 60)
     took = f"{minutes // 60} h {minutes % 60:02d} min" if minutes >= 60 else f"{minutes} min"
     environments, commits = set(), set()
     for run in runs:
@@ -634,22 +653,24 @@ def _preamble(session: Session, runs: Sequence[Path], notes: Sequence[str]) -> l
         text = "thread count unrecorded" if threads is None else f"{threads} torch thread{'s' * (threads != 1)}"
         environments.add(text + (f", {versions}" if versions else ""))
     env_text = "; ".join(sorted(environments))
+    root = shown(session.root, session.root)
+    return (
+        f"Seeds {', '.join(map(str, session.seeds))}: {len(runs)} runs under `{root}`"
+        f"{' (a --root outside the repository)' if root == '<root>' else ''}, made at commit "
+        f"{', '.join(sorted(commits)) or '–'} ({env_text or 'none yet'}); its sweeps took {took} of wall time; "
+        f"written {time.strftime('%Y-%m-%d %H:%M')} at commit {(git_commit() or 'unknown')[:7]}."
+    )
+
+
+def _preamble(session: Session, notes: Sequence[str]) -> list[str]:
     generated = (
         "Generated by `nox -s results` (`python -m sesa_cli.report.results`): it runs every sweep below that is not "
         "complete yet, then writes this page from the runs; `nox -s results -- --render` rewrites the page from the "
-        "existing runs. Do not edit by hand."
+        "existing runs, and `--claims IV,V` reruns and rewrites those sections only, keeping the others as the page "
+        "has them. Each section names its seeds, its runs and the commit it was written at. Do not edit by hand."
     )
-    where = (
-        f"Seeds {', '.join(map(str, session.seeds))}; runs under `{shown(session.root, session.root)}`"
-        f"{' (a --root outside the repository)' if shown(session.root, session.root) == '<root>' else ''}; written "
-        f"{time.strftime('%Y-%m-%d %H:%M')} at commit {(git_commit() or 'unknown')[:7]}. {METHOD}"
-    )
-    compute = (
-        f"Runs: {len(runs)} ({env_text or 'none yet'}; made at commit {', '.join(sorted(commits)) or '–'}). "
-        f"Compute: the sweeps took {took} of wall time (two jobs at a time, one thread each, on a 2-core machine that "
-        "may have been shared)."
-    )
-    lines = ["# Results", "", generated, "", where, "", compute, ""]
+    compute = f"{METHOD} Compute: two jobs at a time, one thread each, on a 2-core machine that may have been shared."
+    lines = ["# Results", "", generated, "", compute, ""]
     if session.smoke:
         smoke = "**Smoke run** (`--smoke`: a small world and a few steps): these numbers check the machinery only."
         lines += [smoke, ""]
@@ -666,7 +687,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--docs", type=Path, help="where results.md goes (default docs; --smoke: <root>/docs)")
     parser.add_argument("--seeds", default=None, help="comma-separated (default 0,1,2,3,4; --smoke: 0,1)")
-    parser.add_argument("--claims", default=",".join(c.key for c in CLAIMS), help="which claims (default all)")
+    parser.add_argument(
+        "--claims",
+        default=",".join(c.key for c in CLAIMS),
+        help="which claims to run and rewrite (default all; the page keeps the others)",
+    )
     parser.add_argument("--render", action="store_true", help="write the page from existing runs; run nothing")
     parser.add_argument("--smoke", action="store_true", help="tiny sweeps that check the machinery in minutes")
     parser.add_argument("overrides", nargs="*", help="overrides for every job, e.g. model.cache_dir=DIR")

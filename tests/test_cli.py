@@ -122,6 +122,7 @@ def test_frozenlake_train_both_samplers_then_eval(monkeypatch, tmp_path, cache_d
         f"model.cache_dir={cache_dir}",
         *SMALL,
         "sampler=parallel,sequential",
+        "sampler.parallel_rows=2",  # the recipe's 4 of G = 8 rows, scaled to SMALL's G = 4
         "train.steps=2",
         "train.eval_every=0",
         "eval.instances=2",
@@ -156,7 +157,7 @@ def test_a_sequential_run_names_its_parallel_baseline_and_the_report(monkeypatch
 
     seq = tmp_path / "seq run"
     argv = ["train", *FROZENLAKE, f"model.cache_dir={cache_dir}", *SMALL, "train.steps=1", "train.eval_every=0",
-            "eval.instances=2", "sampler.train_sketches=true", f"hydra.run.dir={seq}"]  # fmt: skip
+            "eval.instances=2", "sampler.train_sketches=true", "sampler.parallel_rows=2", f"hydra.run.dir={seq}"]  # fmt: skip
     assert run_cli(argv, monkeypatch) == 0
     lines = [line.strip() for line in capsys.readouterr().out.splitlines()]
     at = lines.index("# its parallel baseline: the same settings with sampler=parallel")

@@ -11,6 +11,8 @@ import pytest
 
 from sesa_cli import config
 from sesa_cli.config import ConfigError, TrainConfig, conf_dir
+from sesa_cli.rollout.samplers import resolve_stage1
+from sesa_cli.tasks.base import make_task
 from tests.conftest import compose_train
 
 GROUPS = ["model", "task", "sampler", "algo"]
@@ -35,7 +37,9 @@ def test_defaults_are_the_documented_ones():
     names = (cfg.model.name, cfg.task.name, cfg.sampler.name, cfg.algo.name)
     assert names == ("tiny", "frozenlake", "sequential", "grpo")
     assert compose_train(["task=path"]).sampler.stage1 == "auto"  # = sketch for the path task (its base follows them)
-    assert cfg.sampler.stage1 == "sketch"  # tiny FrozenLake drafts first-turn plans (conf/task_model/)
+    # tiny FrozenLake drafts first-turn plans: auto resolves to sketches, which its base follows (conf/task_model/)
+    assert cfg.sampler.stage1 == "auto"
+    assert resolve_stage1(cfg.sampler, make_task(cfg.task, cfg.seed)) == "sketch"
     assert compose_train(["task=path"]).task.target_seed == cfg.seed
 
 

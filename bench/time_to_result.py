@@ -8,7 +8,7 @@ Prints each wall-time goal of issue 32 beside the figure it was set against, mea
   temporary directory and run from there) and today's, one after the other on the same machine, so the ratio holds
   where the seconds do not. Each run's own final ``eval/success`` is printed too, so a faster run that learns less
   shows;
-* the wall time of ``nox -s results``' sweeps as docs/results.md records it (``Compute: the sweeps took ...``): the
+* the wall time of ``nox -s results``' sweeps as docs/results.md records it (``Compute: the sweeps under ... took``): the
   sweeps take an hour or more, so this bench reads the figure of the last ``nox -s results`` rather than rerunning
   them.
 
@@ -48,8 +48,9 @@ def minutes(seconds: float) -> str:
 
 
 def parse_took(text: str) -> float | None:
-    """Seconds of ``the sweeps took 1 h 26 min`` (or ``12 min 5 s``) in docs/results.md; None when absent."""
-    m = re.search(r"the sweeps took ((?:\d+ h ?)?(?:\d+ min ?)?(?:\d+ s)?) of wall time", text)
+    """Seconds of ``the sweeps [under `<root>`] took 1 h 26 min`` (or ``12 min 5 s``) in docs/results.md; None when
+    absent."""
+    m = re.search(r"the sweeps (?:under `[^`]*` )?took ((?:\d+ h ?)?(?:\d+ min ?)?(?:\d+ s)?) of wall time", text)
     if not m:
         return None
     units = {"h": 3600, "min": 60, "s": 1}

@@ -14,6 +14,7 @@ import time_to_result
 def test_parse_took_reads_hours_minutes_and_seconds() -> None:
     assert time_to_result.parse_took("Compute: the sweeps took 1 h 26 min of wall time (two jobs") == 5160
     assert time_to_result.parse_took("the sweeps took 12 min 5 s of wall time") == 725
+    assert time_to_result.parse_took("Compute: the sweeps under `<root>` took 47 min of wall time (two") == 2820
     assert time_to_result.parse_took("no such sentence") is None
 
 

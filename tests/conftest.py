@@ -19,6 +19,8 @@ FROZENLAKE = [
     "model.warm_start_steps=300",
     "model.warm_start_corpus_size=4000",
 ]
+# Sokoban (6x6, one box) on the same short warm start, with its tiny recipe's first-turn plans.
+SOKOBAN = ["task=sokoban", "model.warm_start_steps=300", "model.warm_start_corpus_size=4000"]
 # Countdown on a small base: 3 numbers of 1-4 (64 step words), a 2-layer model of width 64 and 500 warm-start steps
 # (about 40 s on one thread), enough for stage II to carry out most of its sketches (tests/levels.py).
 COUNTDOWN = [
@@ -134,6 +136,18 @@ def frozenlake_setup(cache_dir: Path):
     from sesa_cli.tasks.base import make_task
 
     cfg = compose_train([*FROZENLAKE, f"model.cache_dir={cache_dir}"])
+    task = make_task(cfg.task, cfg.seed)
+    policy = load_policy(cfg.model, task)
+    return cfg, task, policy
+
+
+@pytest.fixture(scope="session")
+def sokoban_setup(cache_dir: Path):
+    """(TrainConfig, task, policy) of Sokoban on the session's small sokoban base (``SOKOBAN``)."""
+    from sesa_cli.models.loading import load_policy
+    from sesa_cli.tasks.base import make_task
+
+    cfg = compose_train([*SOKOBAN, f"model.cache_dir={cache_dir}"])
     task = make_task(cfg.task, cfg.seed)
     policy = load_policy(cfg.model, task)
     return cfg, task, policy

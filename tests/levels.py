@@ -118,6 +118,16 @@ LEVELS: dict[str, Level] = {
         drift_source="not measured on a second base: 0.1 assumed (the path test base's drift, 0.04 seen, widened)",
         why="two-stage sampling is SESA only when stage II carries out its plans (issue 29; chance: 1 in 20)",
     ),
+    "sokoban_plans_followed": Level(
+        test="test_chains.py::test_sokoban_plans_are_carried_out_at_a_small_base",
+        what="share of stage-II Sokoban episodes that play their plan's first turn (16 chains of 8, small base)",
+        side="min",
+        bound=0.6,
+        measured=0.953125,
+        drift=0.1,
+        drift_source="not measured on a second base: 0.1 assumed, as for FrozenLake's test base",
+        why="two-stage sampling is SESA only when stage II carries out its plans (issue 29; chance: about 1 in 16)",
+    ),
     "countdown_stage_two_followed": Level(
         test="test_chains.py::test_countdown_stage_two_carries_out_its_sketch_at_a_small_base",
         what="share of stage-II answers that perform their sketched step (16 puzzles x 8, small countdown base)",

@@ -352,16 +352,27 @@ def test_stage_two_follows_its_sketch_at_the_test_base(path_setup):
     LEVELS["stage_one_cut"].check(float(torch.tensor(health.cut).mean()))
 
 
+def _plans_followed(cfg, task, policy) -> float:
+    """Share of stage-II episodes that play their plan's first turn: 16 chains of 8, sampling seed 0, the sketches
+    stage1=auto picks (Task.sketch_followed)."""
+    sampler = make_sampler(replace(cfg.sampler, name="sequential", parallel_rows=0), task, policy)
+    assert sampler.stage1 == "sketch"
+    instances = [task.instance("val", i) for i in range(16)]
+    health = sampler.chain_health(sampler.sample(instances, torch.Generator().manual_seed(0)))
+    assert health.followed_all is not None
+    return health.followed_all
+
+
 def test_agent_plans_are_carried_out_at_the_test_base(frozenlake_setup):
     # Issue 29: two-stage sampling on an agent task is SESA only when stage II plays the plan it was given. The test
     # base (FrozenLake as model=tiny learns it, 300 warm-start steps on 4000 lines: the word vocabulary, a quoted
     # plan one token) follows its first-turn plans in most episodes; docs/samplers.md has the default base's figures.
-    cfg, task, policy = frozenlake_setup
-    sampler = make_sampler(replace(cfg.sampler, name="sequential", stage1="sketch", parallel_rows=0), task, policy)
-    instances = [task.instance("val", i) for i in range(16)]
-    health = sampler.chain_health(sampler.sample(instances, torch.Generator().manual_seed(0)))
-    assert health.followed_all is not None
-    LEVELS["agent_plans_followed"].check(health.followed_all)
+    LEVELS["agent_plans_followed"].check(_plans_followed(*frozenlake_setup))
+
+
+def test_sokoban_plans_are_carried_out_at_a_small_base(sokoban_setup):
+    # The same for Sokoban (6x6, one box; 2 actions per turn and first-turn plans, as its tiny recipe sets them).
+    LEVELS["sokoban_plans_followed"].check(_plans_followed(*sokoban_setup))
 
 
 def test_countdown_stage_two_carries_out_its_sketch_at_a_small_base(countdown_setup):

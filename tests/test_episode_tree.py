@@ -70,9 +70,10 @@ def _bigram_policy(task: FrozenLakeTask, seed: int = 0, words: bool = False) -> 
     # favour the actions and the stop, so that well-formed responses carry most of the mass (as a warm start does)
     letters = [i for t, i in tokenizer.get_vocab().items() if t and set(t) <= set("LDRU")]  # pairs too
     stop = tokenizer.convert_tokens_to_ids("|")
-    colon = tokenizer.convert_tokens_to_ids(":")  # a response starts after the ":" ending the prompt or feedback
+    # a response starts after the ":" ending the prompt or feedback (with words, the "\n:" mark is one token)
+    colons = [i for t, i in tokenizer.get_vocab().items() if t in (":", "\n:")]
     for tok in letters:
-        table[colon, tok] += rng.uniform(3.0, 5.0)
+        table[colons, tok] += rng.uniform(3.0, 5.0, len(colons))
         table[tok, stop] += rng.uniform(4.0, 6.0)
         table[letters, tok] += rng.uniform(2.0, 3.0, len(letters))
     with torch.no_grad():

@@ -13,8 +13,10 @@ from tests.levels import LEVELS
 
 
 def _sampler(setup, **kw):
+    """A sampler of ``setup``'s config with ``kw`` replaced; its groups are sequential throughout unless
+    ``parallel_rows`` is given (the FrozenLake recipe's 4 i.i.d. rows need G > 4)."""
     cfg, task, policy = setup
-    return make_sampler(replace(cfg.sampler, **kw), task, policy), task, policy
+    return make_sampler(replace(cfg.sampler, **{"parallel_rows": 0, **kw}), task, policy), task, policy
 
 
 def _segments(policy, comp):

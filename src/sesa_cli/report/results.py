@@ -206,11 +206,11 @@ CLAIMS = (
         ("frozenlake",),
         ("parallel", "sequential"),
         "The default `sesa train` run (experiment=frozenlake_tiny names it: non-slippery corner maps, 150 steps) "
-        "with parallel sampling and with the sequential sampler's default settings (first-turn sketches that stage "
-        "II follows, weight_negatives, follow_coef 0.1, trained sketches); validation on 64 maps x 16 samples, the "
-        "exact plain-prompt policy on the first 8 of them (`eval.policy_instances`). Why sequential sampling trails "
-        'in success per sample, with seeds 0-9 and what was tried: docs/samplers.md, "FrozenLake: sequential against '
-        'parallel".',
+        "with parallel sampling and with the sequential sampler's default settings (half of each group i.i.d., "
+        "sampler.parallel_rows=4, the other half a chain of first-turn sketches that stage II follows; "
+        "weight_negatives, follow_coef 0.1, trained sketches); validation on 64 maps x 16 samples, the exact "
+        "plain-prompt policy on the first 8 of them (`eval.policy_instances`). Seeds 0-9, how the default was chosen "
+        'and what was tried: docs/samplers.md, "FrozenLake: sequential against parallel".',
         ("agent", "sampling"),
         AGENT_HEADLINE,
         gains=True,

@@ -17,13 +17,13 @@ from tests.conftest import policy_objective
 from tests.levels import LEVELS
 
 
-def _trainer(path_setup, tmp_path, task_kw=None, **sampler_kw):
+def _trainer(path_setup, tmp_path, task_kw=None, lr=1e-4, **sampler_kw):
     cfg, task, policy = path_setup
     import copy
 
     policy = copy.deepcopy(policy)
     # A small step (one Adam step moves every weight by about lr, so a large lr can overshoot any direction).
-    cfg = replace(cfg, sampler=replace(cfg.sampler, **sampler_kw), optim=replace(cfg.optim, lr=1e-4))
+    cfg = replace(cfg, sampler=replace(cfg.sampler, **sampler_kw), optim=replace(cfg.optim, lr=lr))
     if task_kw:
         cfg = replace(cfg, task=replace(cfg.task, **task_kw))
         task = PathTask(cfg.task, cfg.seed)
@@ -250,8 +250,11 @@ def test_a_sequential_step_logs_chain_health_and_a_parallel_one_does_not(path_se
 def test_follow_term_targets_every_stage_two_row_and_raises_its_logprob(path_setup, tmp_path):
     """algo.follow_coef: every stage-II row whose sketch names a region is trained towards that region's first token
     after its solve prompt, whether or not it followed (a run whose stage II stopped following is pulled back); with
-    every advantage 0, the term alone moves the policy, and it raises those log-probs."""
-    trainer = _trainer(path_setup, tmp_path, name="sequential", stage1="sketch")
+    every advantage 0, the term alone moves the policy, and it raises those log-probs. The targets are already likely
+    (log-prob about -0.01), so the step is kept small: Adam's first step moves every weight by about lr whatever its
+    gradient, and at lr 1e-4 that second-order move outweighed the first-order gain on one batch (-0.0094 -> -0.0105);
+    at 1e-6 the log-prob rises by 3e-5, far above float drift."""
+    trainer = _trainer(path_setup, tmp_path, lr=1e-6, name="sequential", stage1="sketch")
     trainer.cfg = replace(trainer.cfg, algo=replace(trainer.cfg.algo, follow_coef=1.0))
     task, policy = trainer.task, trainer.policy
     groups, _ = trainer._draw_batch()

@@ -117,52 +117,38 @@ def compose_train(overrides: list[str]):
         return to_object(compose("train", overrides=overrides))
 
 
-@pytest.fixture(scope="session")
-def path_setup(tiny_overrides: list[str]):
-    """(TrainConfig, task, policy) of the default path task on the session's tiny base."""
+def base_setup(overrides: list[str]):
+    """(TrainConfig, task, policy) of ``sesa train <overrides>``: the task and its (cached) base policy."""
     from sesa_cli.models.loading import load_policy
     from sesa_cli.tasks.base import make_task
 
-    cfg = compose_train([*tiny_overrides, "task=path"])
+    cfg = compose_train(overrides)
     task = make_task(cfg.task, cfg.seed)
-    policy = load_policy(cfg.model, task)
-    return cfg, task, policy
+    return cfg, task, load_policy(cfg.model, task)
+
+
+@pytest.fixture(scope="session")
+def path_setup(tiny_overrides: list[str]):
+    """(TrainConfig, task, policy) of the default path task on the session's tiny base."""
+    return base_setup([*tiny_overrides, "task=path"])
 
 
 @pytest.fixture(scope="session")
 def frozenlake_setup(cache_dir: Path):
     """(TrainConfig, task, policy) of non-slippery FrozenLake on the session's tiny base."""
-    from sesa_cli.models.loading import load_policy
-    from sesa_cli.tasks.base import make_task
-
-    cfg = compose_train([*FROZENLAKE, f"model.cache_dir={cache_dir}"])
-    task = make_task(cfg.task, cfg.seed)
-    policy = load_policy(cfg.model, task)
-    return cfg, task, policy
+    return base_setup([*FROZENLAKE, f"model.cache_dir={cache_dir}"])
 
 
 @pytest.fixture(scope="session")
 def sokoban_setup(cache_dir: Path):
     """(TrainConfig, task, policy) of Sokoban on the session's small sokoban base (``SOKOBAN``)."""
-    from sesa_cli.models.loading import load_policy
-    from sesa_cli.tasks.base import make_task
-
-    cfg = compose_train([*SOKOBAN, f"model.cache_dir={cache_dir}"])
-    task = make_task(cfg.task, cfg.seed)
-    policy = load_policy(cfg.model, task)
-    return cfg, task, policy
+    return base_setup([*SOKOBAN, f"model.cache_dir={cache_dir}"])
 
 
 @pytest.fixture(scope="session")
 def countdown_setup(cache_dir: Path):
     """(TrainConfig, task, policy) of Countdown on the session's small countdown base (``COUNTDOWN``)."""
-    from sesa_cli.models.loading import load_policy
-    from sesa_cli.tasks.base import make_task
-
-    cfg = compose_train([*COUNTDOWN, f"model.cache_dir={cache_dir}"])
-    task = make_task(cfg.task, cfg.seed)
-    policy = load_policy(cfg.model, task)
-    return cfg, task, policy
+    return base_setup([*COUNTDOWN, f"model.cache_dir={cache_dir}"])
 
 
 def policy_objective(model, rows, advantages) -> float:

@@ -100,3 +100,22 @@ def test_experiment_recipe_composes(recipe):
     cfg = compose_train([f"experiment={recipe}"])
     assert isinstance(cfg, TrainConfig)
     assert cfg.train.steps >= 1
+
+
+def test_the_configs_register_without_any_hydra_plugin_installed(monkeypatch):
+    # README's first command installs sesa alone: no hydra_plugins package, and find_spec of its submodule raises
+    import importlib.util
+
+    from sesa_cli.commands import schemas
+
+    real = importlib.util.find_spec
+
+    def find_spec(name, *args):
+        if name == "hydra_plugins" or name.startswith("hydra_plugins."):
+            if "." in name:
+                raise ModuleNotFoundError(f"No module named {name.split('.')[0]!r}")
+            return None
+        return real(name, *args)
+
+    monkeypatch.setattr(importlib.util, "find_spec", find_spec)
+    schemas.optuna_follows_sweep_direction(None)  # returns before touching the config store

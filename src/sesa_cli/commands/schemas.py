@@ -33,6 +33,9 @@ def optuna_follows_sweep_direction(cs: Any) -> None:
     (the plugin's own default is ``minimize``). Hydra's plugin scan stores each plugin's configs, so it runs first."""
     import importlib.util
 
+    # find_spec of a submodule raises when its parent is missing: no Hydra plugin at all (a plain `pip install sesa`)
+    if importlib.util.find_spec("hydra_plugins") is None:
+        return
     if importlib.util.find_spec("hydra_plugins.hydra_optuna_sweeper") is None:
         return
     from hydra.core.plugins import Plugins

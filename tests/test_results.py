@@ -37,10 +37,12 @@ def _header_commands(recipe: str) -> list[str]:
 
 @pytest.mark.parametrize("sweep", R.SWEEPS, ids=lambda s: s.name)
 def test_recipe_headers_give_the_sessions_commands(sweep: R.Sweep) -> None:
-    """What `nox -s results` runs is what the recipe tells a user to type (seeds 0-4, outputs/claims)."""
+    """What `nox -s results` runs is what the recipe tells a user to type (its seeds, outputs/claims)."""
     wanted = R.recipe_command(sweep)
     matching = [
-        c.split() for c in _header_commands(sweep.recipe) if f"hydra.sweep.dir=outputs/claims/{sweep.name}" in c
+        c.split()
+        for c in _header_commands(sweep.recipe)
+        if f"hydra.sweep.dir=outputs/claims/{sweep.name}" in c.split()
     ]
     assert len(matching) == 1, _header_commands(sweep.recipe)
     assert matching[0][:3] == wanted[:3]  # sesa <command> -m
@@ -56,9 +58,13 @@ def test_recipe_headers_give_the_claims_report_commands(claim: R.Claim) -> None:
 def test_the_comparison_sweeps_every_variant_explicitly() -> None:
     for name in ("discovery", "revive_sequential"):
         argv = R.recipe_command(R._sweep(name))
-        assert "algo.off_policy=paper,drop_negatives,distinct_solutions" in argv
+        assert "algo.off_policy=paper,distinct_solutions" in argv
+        assert "algo.found_coef=0" in argv  # the variants without the term; the default sweeps have it
         assert "sampler.stage1=sketch" in argv
-    assert "seed=0,1,2,3,4" in R.recipe_command(R._sweep("collapse"))
+    for name in ("discovery_default", "revive_default", "revive_deep"):
+        assert not any(a.startswith("algo.") for a in R.recipe_command(R._sweep(name)))  # the recipe's own loss
+    assert "seed=0,1,2,3,4,5,6,7,8,9" in R.recipe_command(R._sweep("collapse"))
+    assert "seed=0,1,2,3,4" in R.recipe_command(R._sweep("frozenlake"))
 
 
 # ----------------------------------------------------------------------------------------------- a fake sweep

@@ -326,6 +326,21 @@ class AlgoConfig:
     the tiny model's base forgot them: FrozenLake tiny, stage II followed 0.99 of its sketches at the base and 0.3
     after 25 steps. Trained on every row, not only on those that followed, so a run whose stage II stopped following
     is pulled back (on followed rows only, one seed in six went to 0 and stayed there). 0 = off."""
+    found_coef: float = 0.0
+    """Weight of a supervised term toward every distinct solution the off-policy rows (those scored in a context
+    other than the one that drew them: the sequential sampler's chain items and stage-II solutions) were drawn with,
+    with success, alike: per plain prompt of the batch, the mean over those solutions (one completion each,
+    remembered across steps and kept in checkpoints) of -log pi(y | x), added to every mini-batch's loss as
+    ``loss/found_nll`` (the number of solutions it covers: ``loss/found_solutions``). Its gradient is that of the
+    cross-entropy to the uniform distribution over the found set: it lifts the found solutions the plain-prompt
+    policy holds least and pulls mass off everything outside the set, where GRPO's push on each row follows how
+    often the sampler drew it (self-imitation of the rewarded answers, Oh et al. 2018, each distinct answer once).
+    Reads rewards only, never a task's hidden answers; with parallel sampling no row is off-policy and the term is
+    0 unless ``algo.found_rows=all``. Measured on the path task (docs/samplers.md). 0 = off (nothing remembered)."""
+    found_rows: str = "off_policy"
+    """Which rows' successful solutions ``algo.found_coef``'s term remembers: ``off_policy`` (the chain's; with
+    parallel sampling none) or ``all`` (every row: the term on a parallel sampler's own draws, the ablation that
+    tells the term's share of a sequential result from the sampler's)."""
     adv_eps: float = 1e-6
     """Added to the group std before dividing (GRPO)."""
     norm_constant: int = 0
@@ -376,13 +391,23 @@ class AlgoConfig:
     def __post_init__(self) -> None:
         _choice(self.kl_estimator, "algo.kl_estimator", ("k1", "k2", "k3"))
         _choice(self.off_policy, "algo.off_policy", OFF_POLICY_NAMES)
+        _choice(self.found_rows, "algo.found_rows", ("off_policy", "all"))
         raise_if(
             at_least(self, "algo", 1, "ppo_epochs", "minibatches") + at_least(self, "algo", 0, "clip_low", "clip_high")
         )
         if not 0 < self.rollout_filter_ratio <= 1:
             raise ConfigError("algo.rollout_filter_ratio must be in (0, 1]")
         problems = at_least(
-            self, "algo", 0, "kl_coef", "follow_coef", "adv_eps", "norm_constant", "max_resample_rounds", "kl_cov_coef"
+            self,
+            "algo",
+            0,
+            "kl_coef",
+            "follow_coef",
+            "found_coef",
+            "adv_eps",
+            "norm_constant",
+            "max_resample_rounds",
+            "kl_cov_coef",
         )
         problems += [
             f"algo.{n}={getattr(self, n)} must be in [0, 1]"

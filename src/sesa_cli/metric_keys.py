@@ -245,6 +245,17 @@ METRIC_KEYS: tuple[MetricKey, ...] = (
         "sesa_cli.trainer.Trainer",
     ),
     MetricKey(
+        "loss/found_nll",
+        "algo.found_coef > 0: mean -log pi(y | x) over the distinct solutions off-policy rows were drawn with, with "
+        "success, for the batch's plain prompts (one remembered completion each).",
+        "sesa_cli.trainer.Trainer",
+    ),
+    MetricKey(
+        "loss/found_solutions",
+        "algo.found_coef > 0: how many found solutions (of the batch's plain prompts) the found_nll term covers.",
+        "sesa_cli.trainer.Trainer",
+    ),
+    MetricKey(
         "loss/off_policy_frac",
         "Share of solution rows scored in a context other than the one that drew them.",
         "sesa_cli.update.loss_inputs",

@@ -31,6 +31,7 @@ from sesa_cli.rollout.scoring import ScoringBatch, build_batch, completion_logps
 from sesa_cli.runs import RunDir
 from sesa_cli.tasks.base import Task
 from sesa_cli.update import (
+    FoundSolutions,
     LossInputs,
     behaviour_tensor,
     importance_weights,
@@ -101,6 +102,8 @@ class Trainer:
         self.step = 0
         self.next_instance = 0
         self.found_targets: set[str] = set()
+        self.found = FoundSolutions()
+        """``algo.found_coef``'s memory of the solutions drawn with success (filled only when the term is on)."""
         # The evaluation (sesa_cli.evaluation.Evaluation, the one sesa eval builds from this run's config). Its exact
         # policy/* metrics on the validation instances, where the task can enumerate their solutions, are in training
         # rows every train.policy_every steps too (the collapse monitor reads them).
@@ -155,8 +158,15 @@ class Trainer:
 
     # ------------------------------------------------------------------ update
     def loss_inputs(self, groups: list[list[Rollout]]) -> LossInputs:
-        """The rows the update trains on (sesa_cli.update.loss_inputs)."""
-        return loss_inputs(groups, self.off_policy, self.cfg.sampler)
+        """The rows the update trains on (sesa_cli.update.loss_inputs); with ``algo.found_coef``, the rows drawn with
+        success (the off-policy ones, or every one with ``algo.found_rows=all``) join the memory of found solutions."""
+        inputs = loss_inputs(groups, self.off_policy, self.cfg.sampler)
+        if self.cfg.algo.found_coef > 0:
+            rows = [r for g in groups for r in g]
+            off = inputs.off_policy[: inputs.n_solutions].tolist()
+            every = self.cfg.algo.found_rows == "all"
+            self.found.add([r for r, o in zip(rows, off, strict=True) if o or every], self.dist.gather)
+        return inputs
 
     def update(self, inputs: LossInputs) -> dict[str, float]:
         """One update on ``inputs``: ``algo.ppo_epochs`` passes of ``algo.minibatches`` optimizer steps; returns the
@@ -166,6 +176,9 @@ class Trainer:
         old, seq_weights, advantages, stats = self._off_policy_terms(inputs, batch)
         ref = self._ref_logps(batch) if algo.kl_coef > 0 else None
         follow = self._follow_batch(inputs) if algo.follow_coef > 0 and inputs.follow else None
+        found = self._found_batch(inputs) if algo.found_coef > 0 else None
+        if found is not None:
+            stats["loss/found_solutions"] = float(found.response_mask.shape[0])
         several = updates_per_batch(algo) > 1
         # With no KL or entropy term, the rows a zero-at-zero-advantage loss gives nothing (every row of a zero-std
         # group) need no forward pass; they still count in the aggregation.
@@ -197,6 +210,10 @@ class Trainer:
                     if nll is not None:
                         loss = loss + algo.follow_coef * nll
                         m["follow_nll"] = float(nll.detach())
+                if found is not None:
+                    nll = self._found_nll(found)
+                    loss = loss + algo.found_coef * nll
+                    m["found_nll"] = float(nll.detach())
                 if not self._finite(loss):
                     continue
                 lr = optim.lr * self.lr_scale()
@@ -218,6 +235,23 @@ class Trainer:
         rows, contexts, firsts = zip(*inputs.follow, strict=True)
         pad = int(self.policy.tokenizer.pad_token_id)
         return torch.tensor(rows), build_batch(list(contexts), [[t] for t in firsts], pad)
+
+    def _found_batch(self, inputs: LossInputs) -> ScoringBatch | None:
+        """``algo.found_coef``'s rows: every found solution of the batch's plain prompts (every replica's), None when
+        none has been found yet."""
+        prompts = [
+            s[0] for s in self.dist.gather([s for s in inputs.solutions[: inputs.n_solutions] if s is not None])
+        ]
+        contexts, completions, masks = self.found.rows(prompts)
+        if not contexts:
+            return None
+        return build_batch(contexts, completions, int(self.policy.tokenizer.pad_token_id), masks)
+
+    def _found_nll(self, batch: ScoringBatch) -> torch.Tensor:
+        """Mean over the found solutions of -log pi(y | x), each completion's log-probs summed over its masked
+        tokens."""
+        logps, _ = completion_logps(self.model, batch, self.cfg.sampler.temperature, dtype=self.cfg.model.dtype)
+        return -(logps * batch.response_mask).sum(1).mean()
 
     def _follow_nll(self, rows: torch.Tensor, batch: ScoringBatch, chunk: torch.Tensor) -> torch.Tensor | None:
         """Mean -log pi(target token | solve prompt) over the follow rows among the mini-batch's rows ``chunk``;
@@ -392,6 +426,7 @@ class Trainer:
                 "step": self.step,
                 "next_instance": self.next_instance,
                 "found_targets": sorted(self.found_targets),
+                "found_solutions": self.found.state_dict(),
                 "collapse": self.monitor.state_dict(),
                 "collapsed": self.monitor.collapsed,
                 "config": asdict(self.cfg),
@@ -410,6 +445,8 @@ class Trainer:
             self.saved_step = self.step
         self.next_instance = int(state["next_instance"])
         self.found_targets = set(state.get("found_targets", []))
+        if self.cfg.algo.found_coef > 0:  # a run without the term neither remembers nor uses them
+            self.found.load_state_dict(state.get("found_solutions", []))
         self.monitor.load_state_dict(state["collapse"])
         if restore_optimizer:
             opt_state = torch.load(ckpt / "optimizer.pt", map_location="cpu", weights_only=True)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -193,3 +194,52 @@ def optimizer_step(
         group["lr"] = lr
     optimizer.step()
     return float(grad_norm)
+
+
+class FoundSolutions:
+    """``algo.found_coef``'s memory: per plain prompt, one completion of every distinct solution an off-policy row
+    (:attr:`LossInputs.off_policy`) was drawn with, with success (``Score.success``), keyed by its solution key; the
+    first one drawn is kept. Nothing of the task's hidden answers is read: a solution is in it only once some sampled
+    row was rewarded for it. With parallel sampling no row is off-policy and nothing is remembered.
+
+    The term it gives an update is the mean over the found solutions of the batch's prompts of -log pi(y | x) (the
+    whole completion's log-prob under the plain prompt, observations masked): the cross-entropy of the policy to
+    the uniform distribution over what was found, whose gradient pulls the policy toward every found solution alike
+    (the one it already prefers least) and toward none outside the set."""
+
+    def __init__(self) -> None:
+        self.by_prompt: dict[tuple[int, ...], dict[str, tuple[list[int], list[bool] | None]]] = {}
+
+    def add(self, rows: Sequence[Rollout], gather: Callable[[list[Any]], list[Any]]) -> None:
+        """Remember the successful rows' solutions; ``gather`` (every data-parallel replica's, in rank order) makes
+        every replica hold the whole batch's, so each computes the same term."""
+        mine = [
+            (tuple(r.prompt_ids), r.score.key, list(r.completion.ids), r.completion.mask)
+            for r in rows
+            if r.score.success and r.score.key is not None
+        ]
+        for prompt, key, ids, mask in gather(mine):
+            self.by_prompt.setdefault(prompt, {}).setdefault(key, (ids, mask))
+
+    def rows(
+        self, prompts: Iterable[tuple[int, ...]]
+    ) -> tuple[list[list[int]], list[list[int]], list[list[bool] | None]]:
+        """(contexts, completions, masks) of every found solution of ``prompts`` (each prompt once)."""
+        contexts: list[list[int]] = []
+        completions: list[list[int]] = []
+        masks: list[list[bool] | None] = []
+        for prompt in dict.fromkeys(prompts):
+            for ids, mask in self.by_prompt.get(prompt, {}).values():
+                contexts.append(list(prompt))
+                completions.append(ids)
+                masks.append(mask)
+        return contexts, completions, masks
+
+    def state_dict(self) -> list[list[Any]]:
+        """JSON-ready: [prompt ids, key, completion ids, mask] per found solution."""
+        return [[list(p), k, ids, mask] for p, found in self.by_prompt.items() for k, (ids, mask) in found.items()]
+
+    def load_state_dict(self, state: Sequence[Sequence[Any]]) -> None:
+        self.by_prompt = {}
+        for prompt, key, ids, mask in state:
+            self.by_prompt.setdefault(tuple(prompt), {})[key] = (list(ids), mask)

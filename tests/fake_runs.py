@@ -153,7 +153,8 @@ def write_revival(
     ``solutions``, its final evaluation row has that ``policy/effective_solutions``."""
     seed = int(yaml.safe_load((parent / "config.yaml").read_text())["seed"])
     run_dir.mkdir(parents=True)
-    override_list = [f"ckpt={parent}", "step=auto", *(f"{k}={v}" for k, v in overrides.items())]
+    overrides = {"step": "auto", **overrides}  # the checkpoint the revival names (its parent's step ``at``)
+    override_list = [f"ckpt={parent}", *(f"{k}={v}" for k, v in overrides.items())]
     (run_dir / ".hydra").mkdir()
     (run_dir / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump(override_list))
     config = yaml.safe_load((parent / "config.yaml").read_text())

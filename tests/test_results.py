@@ -69,16 +69,22 @@ def test_the_comparison_sweeps_every_variant_explicitly() -> None:
 
 # ----------------------------------------------------------------------------------------------- a fake sweep
 def fake_claims(root: Path, seeds: tuple[int, ...] = SEEDS) -> None:
-    """Complete runs of every sweep under ``root``, laid out and named as the session runs them."""
+    """Complete runs of every sweep under ``root``, laid out and named as the session runs them (revive_sequential:
+    one of its two losses, so a resumed session has something to run)."""
     for job, seed in enumerate(seeds):
         write_run(root / "collapse" / str(job), {"experiment": "collapse_revival", "seed": seed}, policy=True)
+        found = {"experiment": "collapse_revival", "algo.found_rows": "all", "train.checkpoint_every": 0, "seed": seed}
+        write_run(root / "parallel_found" / str(job), found, policy=True)
+        default = {"experiment": "discovery", "sampler": "sequential", "sampler.stage1": "sketch", "seed": seed}
+        write_run(root / "discovery_default" / str(job), default, policy=True)
     job = 0
-    for variant in ("paper", "drop_negatives", "distinct_solutions"):
+    for variant in ("paper", "distinct_solutions"):
         for seed in seeds:
             overrides = {
                 "experiment": "discovery",
                 "sampler": "sequential",
                 "algo.off_policy": variant,
+                "algo.found_coef": 0,
                 "sampler.stage1": "sketch",
                 "seed": seed,
             }
@@ -91,8 +97,16 @@ def fake_claims(root: Path, seeds: tuple[int, ...] = SEEDS) -> None:
             root / "revive_sequential" / str(job),
             parent,
             at=6,
-            overrides={"sampler": "sequential", "algo.off_policy": "drop_negatives", "sampler.stage1": "sketch"},
+            overrides={
+                "sampler": "sequential",
+                "algo.off_policy": "distinct_solutions",
+                "algo.found_coef": 0,
+                "sampler.stage1": "sketch",
+            },
         )
+        default = {"sampler": "sequential", "sampler.stage1": "sketch"}
+        write_revival(root / "revive_default" / str(job), parent, at=6, overrides=default)
+        write_revival(root / "revive_deep" / str(job), parent, at=6, overrides={**default, "step": "last"})
     for sweep, task in (
         ("frozenlake", "frozenlake"),
         ("sokoban", "sokoban"),
@@ -122,11 +136,16 @@ def test_page_from_a_fake_sweep(tmp_path: Path) -> None:
     # claim II: parallel vs the three sequential variants; the difference in target mass is -0.102 at every seed
     # (sequential 0.3 + 0.3 + 0.2 + 0.05, parallel 0.9 + 0.001 + 0.001 + 0.05, the same seed offset): paired, a point
     section = text[text.index("## II.") : text.index("## III.")]
-    assert "| [1] parallel | 2 |" in section
-    assert section.count("| [") == 4 + 3  # headline rows, difference rows
-    assert "| [2] sequential off_policy=paper | +2.23 [2.21, 2.24] | -0.102 [-0.102, -0.102] |" in section
-    # claim III: only one sequential setting was revived in this fake sweep; IV: the agent task's headline
-    assert "Difference to [1] parallel" in text[text.index("## III.") : text.index("## IV.")]
+    assert "| [1] parallel " in section
+    assert "| [2] parallel found_rows=all " in section
+    assert section.count("| [") == 5 + 4  # headline rows, difference rows
+    assert " off_policy=paper found_coef=0 | +2.23 [2.21, 2.24] | -0.102 [-0.102, -0.102] |" in section
+    # claim III: parallel, one of the two losses, the default and the default from the last checkpoint; IV: the
+    # agent task's headline
+    section = text[text.index("## III.") : text.index("## IV.")]
+    assert "Difference to [1] parallel" in section
+    assert section.count("| [") == 4 + 3
+    assert "step=last" in section
     assert "| group | n | eval/success |" in text[text.index("## IV.") :]
     # IV, V and VI in the paper's form: the fabricated eval/success is (0.1 + slope * step + 0.01 * seed) / 2, slope 0.03
     # (parallel) or 0.05 (sequential), 10 steps: both start at 0.0525 (seeds 0, 1), gain 0.15 and 0.25, and
@@ -188,7 +207,7 @@ def test_missing_runs_are_said_not_invented(tmp_path: Path) -> None:
     assert "Task path · 1 runs in 1 group · seeds 0." in text
     assert text.count("Not run yet.") == 5  # claims III-VII; II shows the parallel runs it has
     assert "- **Incomplete:** 1 of the 2 jobs of sweep `collapse` have finished." in text
-    assert "- **Incomplete:** 0 of the 6 jobs of sweep `discovery` have finished." in text
+    assert "- **Incomplete:** 0 of the 4 jobs of sweep `discovery` have finished." in text
 
 
 # ------------------------------------------------------------------------------------------------- resuming
@@ -200,12 +219,13 @@ def test_resume_runs_only_what_is_missing(tmp_path: Path, monkeypatch: pytest.Mo
     session = R.Session(root, SEEDS)
     for sweep in R.SWEEPS:
         R.run_sweep(session, sweep, root / "session.log")
-    # complete sweeps are not rerun; revive_sequential has 1 of its 3 variants for both checkpoints: the 2 others
-    # run as one multirun over the two checkpoints
+    # complete sweeps are not rerun; revive_sequential has 1 of its 2 losses for both checkpoints: the other runs
+    # as one multirun over the two checkpoints
     assert [argv[1] for argv in calls] == ["revive"]
     ckpts = f"ckpt={root / 'collapse' / '0'},{root / 'collapse' / '1'}"
     assert ckpts in calls[0]
-    assert "algo.off_policy=paper,distinct_solutions" in calls[0]
+    assert "algo.off_policy=paper" in calls[0]
+    assert "algo.found_coef=0" in calls[0]
     assert "sampler.stage1=sketch" in calls[0]
     assert [a for a in calls[0] if a.startswith("hydra.sweep.dir")] == [
         f"hydra.sweep.dir={root}/revive_sequential.retry1"
@@ -216,14 +236,20 @@ def test_resume_runs_only_what_is_missing(tmp_path: Path, monkeypatch: pytest.Mo
     metrics.write_text("".join(metrics.read_text().splitlines(keepends=True)[:5]))
     notes = R.run_sweep(session, R._sweep("discovery"), root / "session.log")
     assert len(calls) == 1
-    # job 3 of the fake sweep: off_policy=drop_negatives, seed 1
+    # job 3 of the fake sweep: off_policy=distinct_solutions, seed 1
     assert sorted(calls[0][3:-3]) == sorted(
-        ["experiment=discovery", "algo.off_policy=drop_negatives", "sampler.stage1=sketch", "seed=1"]
+        [
+            "experiment=discovery",
+            "algo.off_policy=distinct_solutions",
+            "algo.found_coef=0",
+            "sampler.stage1=sketch",
+            "seed=1",
+        ]
     )
     assert calls[0][-1] == f"hydra.sweep.dir={root / 'discovery.retry1'}"
     assert not (root / "discovery" / "3").exists()
     assert len(list((root / "discovery").glob(".3.incomplete.*"))) == 1
-    job = "{'algo.off_policy': 'drop_negatives', 'seed': '1'}"
+    job = "{'algo.off_policy': 'distinct_solutions', 'seed': '1'}"
     assert notes == [f"discovery: job {job} did not finish"]
 
 

@@ -242,11 +242,12 @@ CLAIMS = (
         ("1", "*"),
         "The same training with the sequential sampler (first-hop sketches): the paper's loss and distinct_solutions "
         "without the found-solutions term (found_coef=0), and the path task's default on model=tiny (distinct_solutions "
-        "with the term, found_coef=0.2: the solutions the chain was rewarded for, each pulled up alike); against the "
-        "parallel runs of claim I, group [1] (paired by seed: a seed fixes the targets and the base). Group [2] is the "
-        "term on a parallel sampler's own draws (found_rows=all): what the term does without sequential sampling. "
-        "Groups [1] and [3]-[5] carry found_coef=0.2 or 0 as their recipe sets it; with found_rows=off_policy parallel "
-        "runs have no row it reads (plain GRPO).",
+        "with the term, found_coef=0.2: every solution the chain was rewarded for, pulled up alike); against the "
+        "parallel runs of claim I, group [1] (paired by seed: a seed fixes the targets and the base). The labels name "
+        "what differs between groups: [1] is plain GRPO (the path recipe sets found_coef=0.2 for every sampler, but with "
+        "found_rows=off_policy the term reads off-policy rows only, and parallel sampling has none); [2] is the term "
+        "on a parallel sampler's own draws (found_rows=all), which tells the term's share of [5] from the sampler's. "
+        "120 steps for every group.",
     ),
     Claim(
         "III",
@@ -254,8 +255,9 @@ CLAIMS = (
         ("revive_parallel", "revive_sequential", "revive_default", "revive_deep"),
         ("1", "*"),
         "60 more steps from each seed's first checkpoint the collapse monitor flagged (claim I's runs), with "
-        "parallel sampling or with the sequential sampler (each loss of claim II); paired by seed. The last group "
-        "revives the default from each seed's last checkpoint (step 120, the deepest collapse of the run).",
+        "parallel sampling or with the sequential sampler (each loss of claim II; found_coef=0.2 is the default the "
+        "parent runs carry); paired by seed. The last group revives the default from each seed's last checkpoint "
+        "(step 120, 0.99 of the mass on one target: the deepest collapse of the run).",
     ),
     Claim(
         "IV",

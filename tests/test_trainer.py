@@ -22,8 +22,14 @@ def _trainer(path_setup, tmp_path, task_kw=None, lr=1e-4, **sampler_kw):
     import copy
 
     policy = copy.deepcopy(policy)
-    # A small step (one Adam step moves every weight by about lr, so a large lr can overshoot any direction).
-    cfg = replace(cfg, sampler=replace(cfg.sampler, **sampler_kw), optim=replace(cfg.optim, lr=lr))
+    # A small step (one Adam step moves every weight by about lr, so a large lr can overshoot any direction). The
+    # policy-gradient update alone: the path recipe's found-solutions term (its own tests: tests/test_found.py) off.
+    cfg = replace(
+        cfg,
+        sampler=replace(cfg.sampler, **sampler_kw),
+        optim=replace(cfg.optim, lr=lr),
+        algo=replace(cfg.algo, found_coef=0.0),
+    )
     if task_kw:
         cfg = replace(cfg, task=replace(cfg.task, **task_kw))
         task = PathTask(cfg.task, cfg.seed)

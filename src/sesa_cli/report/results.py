@@ -3,8 +3,8 @@
 ``nox -s results`` runs ``python -m sesa_cli.report.results``, which
 
 1. runs every sweep of :data:`SWEEPS` that is not complete yet (seeds 0-9 for the path claims, 0-4 for the agent
-   claims; Hydra's joblib launcher with two jobs of one thread each): the collapse runs, sequential runs from scratch, revivals from each seed's collapse checkpoint
-   (once the collapse runs exist), FrozenLake. The commands are the ones in the recipes' header comments
+   claims; Hydra's joblib launcher with two jobs of one thread each): the collapse runs, sequential runs from
+   scratch, revivals from each seed's collapse checkpoint (once the collapse runs exist), the agent tasks. The commands are the ones in the recipes' header comments
    (``conf/experiment/*.yaml``; a test holds the two together);
 2. builds a diversity report per claim (:data:`CLAIMS`) from the complete runs, under ``<root>/reports/``;
 3. writes ``docs/results.md``: per claim the commands, where its numbers come from (seeds, runs, commits), the
@@ -114,62 +114,32 @@ class Sweep:
     """Its seeds (a revival's: those of its parent's runs it revives); ``--seeds`` replaces them for every sweep."""
 
 
+def _path_train(name: str, overrides: tuple[str, ...], recipe: str) -> Sweep:
+    """A path claim's training sweep: seeds 0-9, the small world under --smoke."""
+    return Sweep(name, "train", overrides, recipe, SMOKE_PATH, seeds=PATH_SEEDS)
+
+
+def _path_revival(name: str, overrides: tuple[str, ...]) -> Sweep:
+    """A path claim's revival sweep: from each of the collapse runs' seeds 0-9 (collapse_revival's header)."""
+    return Sweep(name, "revive", overrides, "collapse_revival", SMOKE_REVIVE, "collapse", PATH_SEEDS)
+
+
 SWEEPS = (
-    Sweep("collapse", "train", ("experiment=collapse_revival",), "collapse_revival", SMOKE_PATH, seeds=PATH_SEEDS),
+    _path_train("collapse", ("experiment=collapse_revival",), "collapse_revival"),
     # the found-solutions term on a parallel sampler's own draws: the term's share of the sequential result
-    Sweep(
+    _path_train(
         "parallel_found",
-        "train",
         ("experiment=collapse_revival", "algo.found_rows=all", "train.checkpoint_every=0"),
         "collapse_revival",
-        SMOKE_PATH,
-        seeds=PATH_SEEDS,
     ),
-    Sweep(
-        "discovery",
-        "train",
-        ("experiment=discovery", VARIANTS, WITHOUT_TERM, STAGE1),
-        "discovery",
-        SMOKE_PATH,
-        seeds=PATH_SEEDS,
-    ),
-    Sweep("discovery_default", "train", ("experiment=discovery", STAGE1), "discovery", SMOKE_PATH, seeds=PATH_SEEDS),
-    Sweep(
-        "revive_parallel",
-        "revive",
-        (*REVIVE, "sampler=parallel"),
-        "collapse_revival",
-        SMOKE_REVIVE,
-        "collapse",
-        PATH_SEEDS,
-    ),
-    Sweep(
-        "revive_sequential",
-        "revive",
-        (*REVIVE, "sampler=sequential", VARIANTS, WITHOUT_TERM, STAGE1),
-        "collapse_revival",
-        SMOKE_REVIVE,
-        "collapse",
-        PATH_SEEDS,
-    ),
-    Sweep(
-        "revive_default",
-        "revive",
-        (*REVIVE, "sampler=sequential", STAGE1),
-        "collapse_revival",
-        SMOKE_REVIVE,
-        "collapse",
-        PATH_SEEDS,
-    ),
+    _path_train("discovery", ("experiment=discovery", VARIANTS, WITHOUT_TERM, STAGE1), "discovery"),
+    _path_train("discovery_default", ("experiment=discovery", STAGE1), "discovery"),
+    _path_revival("revive_parallel", (*REVIVE, "sampler=parallel")),
+    _path_revival("revive_sequential", (*REVIVE, "sampler=sequential", VARIANTS, WITHOUT_TERM, STAGE1)),
+    _path_revival("revive_default", (*REVIVE, "sampler=sequential", STAGE1)),
     # the deepest collapse of each seed: its last checkpoint (120 parallel steps, ~0.99 of the mass on one target)
-    Sweep(
-        "revive_deep",
-        "revive",
-        ("step=last", *REVIVE[1:], "sampler=sequential", STAGE1),
-        "collapse_revival",
-        SMOKE_REVIVE,
-        "collapse",
-        PATH_SEEDS,
+    _path_revival(
+        "revive_deep", ("step=last", "more_steps=60", "train.checkpoint_every=0", "sampler=sequential", STAGE1)
     ),
     Sweep(
         "frozenlake",

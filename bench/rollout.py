@@ -149,7 +149,7 @@ def profile(base_overrides: list[str], steps: int) -> list[tuple[str, float]]:
     log-prob scoring forward, the backward and the optimizer step; the rest of sampling is the sampling loop's own
     work (softmax, draws, stop checks, the task's scorer), the rest of the step is bookkeeping and metrics."""
     import sesa_cli.trainer as trainer_module
-    from sesa_cli.rollout.backends import HFBackend
+    from sesa_cli.rollout.backends import BACKENDS
 
     spent: collections.Counter[str] = collections.Counter()
 
@@ -164,7 +164,8 @@ def profile(base_overrides: list[str], steps: int) -> list[tuple[str, float]]:
 
         setattr(owner, name, timed)
 
-    wrap(HFBackend, "forward", lambda _b, _s, ids, *a, **k: "decode" if ids.shape[1] == 1 else "prefill")
+    for backend in BACKENDS.values():  # whichever the engine picks (``auto``)
+        wrap(backend, "forward", lambda _b, _s, ids, *a, **k: "decode" if ids.shape[1] == 1 else "prefill")
     wrap(
         trainer_module,
         "completion_logps",

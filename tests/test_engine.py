@@ -200,3 +200,56 @@ def test_rows_with_the_same_tokens_share_a_cache_row_and_change_no_number(frozen
     monkeypatch.setattr(engine, "MIN_ROWS", 10**9)
     assert outcome() == shared
     assert shared_rows < 0.8 * sum(rows)
+
+
+def test_the_llama_backend_draws_what_the_models_own_forward_draws(frozenlake_setup, monkeypatch):
+    """``auto`` runs model=tiny through :class:`LlamaBackend` (the Llama forward op for op, without the module
+    plumbing): episodes drawn from shared and distinct prompts, greedy answers, an episode tree (select with repeats)
+    and the chains of a sequential sampler give bit for bit what the model's own forward gives them."""
+    from sesa_cli.rollout.backends import HFBackend, LlamaBackend, make_backend
+    from sesa_cli.rollout.samplers import SequentialSampler
+
+    cfg, task, policy = frozenlake_setup
+    assert isinstance(make_backend(policy.model), LlamaBackend)
+    instances = [task.instance("val", i) for i in (0, 1, 2, 0)]
+
+    def outcome() -> tuple[list, list]:
+        drawn = [
+            (r.completion.ids, r.completion.logps, r.completion.entropies, r.completion.stopped)
+            for sampler in (
+                ParallelSampler(cfg.sampler, task, policy),
+                ParallelSampler(cfg.sampler, task, policy, greedy=True),
+                SequentialSampler(cfg.sampler, task, policy),
+            )
+            for group in sampler.draw(instances, 8, torch.Generator().manual_seed(0))
+            for r in group
+        ]
+        probs = [p.tolist() for p in ExactPolicy(ParallelSampler(cfg.sampler, task, policy), instances[:2]).probs()]
+        return drawn, probs
+
+    fast = outcome()
+    monkeypatch.setattr(engine, "make_backend", lambda model, name="auto": HFBackend(model))
+    assert outcome() == fast
+
+
+def test_the_llama_backend_leaves_other_models_to_their_own_forward(frozenlake_setup):
+    """LoRA-wrapped projections and grouped-query attention are not the plain Llama the backend computes: ``auto``
+    gives them :class:`HFBackend`, and asking for ``llama`` by name is refused."""
+    import copy
+
+    import pytest
+    from peft import LoraConfig, get_peft_model
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from sesa_cli.rollout.backends import HFBackend, LlamaBackend, make_backend
+
+    _, _, policy = frozenlake_setup
+    lora = get_peft_model(copy.deepcopy(policy.model), LoraConfig(r=2, target_modules=["q_proj", "v_proj"]))
+    gqa = LlamaForCausalLM(
+        LlamaConfig(vocab_size=32, hidden_size=32, num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=2)
+    )
+    for model in (lora, lora.get_base_model(), gqa):
+        assert not LlamaBackend.supports(model)
+        assert isinstance(make_backend(model), HFBackend)
+    with pytest.raises(ValueError, match="not a plain Llama"):
+        make_backend(gqa, "llama")

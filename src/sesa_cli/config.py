@@ -648,7 +648,7 @@ class TrainConfig:
     yourself (``threads=2``) and its numbers are those of that count. On ``model=tiny`` a second thread gains little
     or loses (docs/measurements.md, "Threads"). ``auto`` (opt-in, numbers then depend on the load): a joblib sweep
     job's share of the cores, else the cores not busy when the command starts (cores minus the 1-minute load
-    average, or the tasks running now if fewer, rounded, at least 1; sesa_cli.commands.common.busy_cores); more
+    average, or the tasks running now if fewer, rounded, at least 1; sesa_cli.cpus.busy_cores); more
     threads than free cores slow every step, as each parallel op waits for all its threads to get a core."""
 
     logger: list[str] = field(default_factory=list)

@@ -15,6 +15,7 @@ from typing import Any
 
 from sesa_cli.commands import interrupt
 from sesa_cli.config import ConfigError, first_line
+from sesa_cli.cpus import free_cores
 
 log = logging.getLogger("sesa")
 
@@ -164,19 +165,6 @@ def joblib_cpu_budget() -> int | None:
     return threads
 
 
-def busy_cores() -> float:
-    """Cores other work keeps busy: the 1-minute load average, or the runnable tasks other than this one right now
-    (/proc/loadavg) if fewer. The average lags: right after ``pip install ... && sesa train`` it still counts the
-    finished install (load 0.9 on an idle 2-core machine), which alone would halve the threads."""
-    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
-    try:
-        with open("/proc/loadavg") as fh:
-            running = int(fh.read().split()[3].split("/")[0]) - 1  # "running/total"; minus this process
-    except (OSError, ValueError, IndexError):
-        return load
-    return min(load, float(max(0, running)))
-
-
 HEAP_BYTES = 1 << 30
 """Blocks up to this size come from glibc's heap, and up to this much freed heap is kept (:func:`keep_freed_memory`)."""
 
@@ -207,7 +195,7 @@ def torch_threads(requested: str = "1") -> int:
     A count (the ``threads`` key, default 1) is used as given: ``OMP_NUM_THREADS`` in the environment is not read, so
     the same command gives the same numbers whatever the environment and the load. ``threads=auto`` (opt-in): a
     joblib sweep job's share (:func:`joblib_cpu_budget`), else the cores not busy now: cores minus the 1-minute load
-    average (or the tasks running right now, if fewer: :func:`busy_cores`), rounded, at least 1. On a machine whose
+    average (or the tasks running right now, if fewer: :func:`sesa_cli.cpus.busy_cores`), rounded, at least 1. On a machine whose
     cores other jobs keep busy, a thread per core makes every parallel op wait until all its threads get a core,
     which slowed the warm start far more than the load alone (issue 22); one thread per free core degrades
     gracefully instead.
@@ -222,10 +210,8 @@ def torch_threads(requested: str = "1") -> int:
     elif (budget := joblib_cpu_budget()) is not None:
         threads, why = budget, "threads=auto: the joblib job's share"
     else:
-        cpus = os.cpu_count() or 1
-        busy = busy_cores()
-        threads = max(1, min(cpus, round(cpus - busy)))
-        why = f"threads=auto: {cpus} cores, {busy:.1f} busy"
+        threads, busy = free_cores()
+        why = f"threads=auto: {os.cpu_count() or 1} cores, {busy:.1f} busy"
     torch.set_num_threads(threads)
     keep_freed_memory()
     log.info("torch threads: %d (%s)", threads, why)

@@ -308,7 +308,8 @@ def _draw(probs: torch.Tensor, generator: Generators) -> torch.Tensor:
 class Engine:
     """Wraps a causal LM for incremental, cache-continuing batched sampling.
 
-    ``backend`` names a generation backend (:mod:`sesa_cli.rollout.backends`); ``hf`` runs the model's own forward.
+    ``backend`` names a generation backend (:mod:`sesa_cli.rollout.backends`): ``hf`` runs the model's own forward,
+    ``llama`` the same operations without the module plumbing, ``auto`` the latter wherever it applies.
     ``stop_fn(ids)``, if given, is asked after every sampled token with the row's completion so far and ends the row
     when it returns True, in addition to the stop ids (see sesa_cli.rollout.stops)."""
 
@@ -318,7 +319,7 @@ class Engine:
         pad_id: int,
         dtype: str = "float32",
         stop_fn: Callable[[list[int]], bool] | None = None,
-        backend: str = "hf",
+        backend: str = "auto",
     ) -> None:
         self.model = model
         self.backend = make_backend(model, backend)

@@ -1,0 +1,28 @@
+"""The machine's cores that other work leaves free: ``threads=auto`` (sesa_cli.commands.common.torch_threads) and
+the tiny model's warm start (sesa_cli.models.tiny) size torch's thread pool with it."""
+
+from __future__ import annotations
+
+import os
+
+
+def busy_cores() -> float:
+    """Cores other work keeps busy: the 1-minute load average, or the runnable tasks other than this one right now
+    (/proc/loadavg) if fewer. The average lags: right after ``pip install ... && sesa train`` it still counts the
+    finished install (load 0.9 on an idle 2-core machine), which alone would halve the threads."""
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
+    try:
+        with open("/proc/loadavg") as fh:
+            running = int(fh.read().split()[3].split("/")[0]) - 1  # "running/total"; minus this process
+    except (OSError, ValueError, IndexError):
+        return load
+    return min(load, float(max(0, running)))
+
+
+def free_cores() -> tuple[int, float]:
+    """(cores not busy now, rounded, at least 1; :func:`busy_cores`). On a machine whose cores other jobs keep busy,
+    a thread per core makes every parallel op wait until all its threads get a core (issue 22); one thread per free
+    core degrades gracefully instead."""
+    cpus = os.cpu_count() or 1
+    busy = busy_cores()
+    return max(1, min(cpus, round(cpus - busy))), busy

@@ -47,14 +47,30 @@ def minutes(seconds: float) -> str:
     return f"{s // 60} min {s % 60} s"
 
 
+UNITS = {"h": 3600, "min": 60, "s": 1}
+TOOK = r"((?:\d+ h ?)?(?:\d+ min ?)?(?:\d+ s)?) of wall time"
+
+
+def seconds(text: str) -> float:
+    """``1 h 26 min`` / ``12 min 5 s`` -> seconds."""
+    return float(sum(int(n) * UNITS[u] for n, u in re.findall(r"(\d+) (h|min|s)\b", text)))
+
+
 def parse_took(text: str) -> float | None:
-    """Seconds of ``the sweeps [under `<root>`] took 1 h 26 min`` (or ``12 min 5 s``) in docs/results.md; None when
-    absent."""
-    m = re.search(r"the sweeps (?:under `[^`]*` )?took ((?:\d+ h ?)?(?:\d+ min ?)?(?:\d+ s)?) of wall time", text)
-    if not m:
+    """The wall time of every sweep behind docs/results.md, in seconds; None when the page records none.
+
+    The page's preamble gives the sweeps under the root it was written from (``Compute: the sweeps under `<root>`
+    took 48 min of wall time``); a claim section written from another root (``nox -s results -- --claims IV``
+    with another ``--root``) keeps its own line, ``its sweeps took 37 min of wall time; written <date> at commit
+    <c>``, and those sweeps are not the preamble's. So: the preamble's figure, plus each section line whose
+    ``written`` stamp is not the newest one (the sections written with the preamble are in its figure)."""
+    top = re.search(r"the sweeps (?:under `[^`]*` )?took " + TOOK, text)
+    sections = re.findall(r"its sweeps took " + TOOK + r"; written ([^.]*?) at commit", text)
+    if not top and not sections:
         return None
-    units = {"h": 3600, "min": 60, "s": 1}
-    return float(sum(int(n) * units[u] for n, u in re.findall(r"(\d+) (h|min|s)\b", m.group(1))))
+    newest = max((stamp for _, stamp in sections), default="")
+    total = seconds(top.group(1)) if top else 0.0
+    return total + sum(seconds(took) for took, stamp in sections if stamp != newest or not top)
 
 
 def default_run(extra: list[str], source: Path | None = None) -> tuple[float, float | None]:

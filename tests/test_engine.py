@@ -253,3 +253,24 @@ def test_the_llama_backend_leaves_other_models_to_their_own_forward(frozenlake_s
         assert isinstance(make_backend(model), HFBackend)
     with pytest.raises(ValueError, match="not a plain Llama"):
         make_backend(gqa, "llama")
+
+
+def test_completion_logps_after_one_prompt_match_the_loss_scoring(path_setup):
+    """``Engine.completion_logps`` (the prompt once, ragged completions continuing its cache) gives each completion's
+    summed log-prob as the loss's scoring pass gives it (the whole sequence per row, banned ids masked alike), at
+    another temperature too."""
+    from sesa_cli.rollout.scoring import build_batch, completion_logps
+
+    _, task, policy = path_setup
+    eng = Engine(policy.model, policy.tokenizer.pad_token_id)
+    prompt = [policy.tokenizer.bos_token_id, *policy.encode("P:")]
+    completions = [policy.encode(t) for t in ("kesu/", "kesu/kesu|", "|", "kesu/kesu/kesu/kesu|")]
+    for temperature in (1.0, 0.7):
+        cached = eng.completion_logps(prompt, completions, temperature)
+        batch = build_batch([prompt] * len(completions), completions, policy.tokenizer.pad_token_id)
+        with torch.no_grad():
+            full, _ = completion_logps(policy.model, batch, temperature)
+        expected = (full.double() * batch.response_mask.double()).sum(1)
+        assert cached.dtype == torch.float64
+        assert torch.allclose(cached, expected, rtol=0, atol=1e-4)
+        assert bool((cached < 0).all())

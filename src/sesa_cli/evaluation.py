@@ -24,7 +24,6 @@ from sesa_cli import metrics as M
 from sesa_cli.config import EvalProtocolConfig, SamplerConfig
 from sesa_cli.models.policy import Policy
 from sesa_cli.rollout.samplers import ParallelSampler, Rollout, Sampler
-from sesa_cli.rollout.scoring import build_batch, completion_logps
 from sesa_cli.tasks.agent import AgentTask
 from sesa_cli.tasks.base import Task
 from sesa_cli.tasks.episode_tree import episode_tree
@@ -117,9 +116,9 @@ class ExactPolicy:
     (``Task.solution_space``): exact ``policy/*`` metrics instead of estimates from drawn samples.
 
     Each solution y (its answer text, stop included) is scored π(y | x) = Σ over its spellings in tokens
-    (``Policy.spellings``) of Π_j π(y_j | x, y_<j), by teacher forcing, at the sampling temperature, through the
-    loss's own scoring code (sesa_cli.rollout.scoring), so any token masking the sampler applies is applied
-    identically. top_p/top_k truncation is not applied (the defaults
+    (``Policy.spellings``) of Π_j π(y_j | x, y_<j), by teacher forcing, at the sampling temperature, with the token
+    masking the sampler applies (:meth:`sesa_cli.rollout.engine.Engine.completion_logps`: the prompt runs once and
+    spellings that begin alike share their forward rows until they part). top_p/top_k truncation is not applied (the defaults
     disable it). Instances whose task returns no solution space are skipped; :attr:`available` says whether any
     instance has one.
 
@@ -197,23 +196,19 @@ class ExactPolicy:
 
     def probs(self) -> list[np.ndarray]:
         """Per instance with a solution space, (S,) float64 π(y | x) of each solution, in ``solution_space`` order."""
-        policy = self.sampler.policy
-        pad = int(policy.tokenizer.pad_token_id)
-        temperature, dtype = self.sampler.cfg.temperature, self.sampler.engine.dtype
+        engine, temperature = self.sampler.engine, self.sampler.cfg.temperature
         out = []
         with torch.no_grad():
             for j, (prompt, solutions) in enumerate(zip(self.prompts, self.solutions, strict=True)):
                 if j in self.episodes:
                     out.append(self._walk(j, prompt))
                     continue
-                # Chunks of similar length waste less of the forward pass on padding.
-                order = sorted(range(len(solutions)), key=lambda i: len(solutions[i]))
+                # In token order, the spellings of a chunk share the longest prefixes (scored once each).
+                order = sorted(range(len(solutions)), key=lambda i: solutions[i])
                 logps = torch.empty(len(solutions), dtype=torch.float64)
                 for s in range(0, len(order), self.rows):
                     rows = order[s : s + self.rows]
-                    batch = build_batch([prompt] * len(rows), [solutions[i] for i in rows], pad)
-                    token_logps, _ = completion_logps(policy.model, batch, temperature, dtype=dtype)  # (rows, T)
-                    logps[rows] = (token_logps.double() * batch.response_mask.double()).sum(1)
+                    logps[rows] = engine.completion_logps(prompt, [solutions[i] for i in rows], temperature)
                 # a solution's probability is the sum over its spellings
                 out.append(np.bincount(self.owners[j], weights=logps.exp().numpy(), minlength=len(self.keys[j])))
         return out

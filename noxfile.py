@@ -100,7 +100,7 @@ def bench(session: nox.Session) -> None:
 def results(session: nox.Session) -> None:
     """docs/results.md from the claims' sweeps (sesa_cli/report/results.py; recipes under conf/experiment/).
 
-    Runs every sweep that is not complete yet (seeds 0-4, two single-thread jobs at a time: hours on a 2-core
+    Runs every sweep that is not complete yet (each sweep's seeds, two single-thread jobs at a time: hours on a 2-core
     machine; a finished job is never rerun, so an interrupted session resumes), then writes the page. Arguments
     after `--` go to the script:
 

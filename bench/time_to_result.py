@@ -36,7 +36,7 @@ BEFORE_COMMIT = "69e14bb"
 """main before issue 32's changes of 2026-11-27 (the default run took 5 min 48 s and 6 min 44 s to 8 min 7 s there,
 on other days of this machine)."""
 RESULTS_GOAL_S = 30 * 60.0
-RESULTS_BEFORE = "1 h 26 min"
+RESULTS_BEFORE = "1 h 26 min when filed; 2 h 19 min after issue 30 (path claims on 10 seeds, 120 steps)"
 
 
 def minutes(seconds: float) -> str:
@@ -59,18 +59,22 @@ def seconds(text: str) -> float:
 def parse_took(text: str) -> float | None:
     """The wall time of every sweep behind docs/results.md, in seconds; None when the page records none.
 
-    The page's preamble gives the sweeps under the root it was written from (``Compute: the sweeps under `<root>`
-    took 48 min of wall time``); a claim section written from another root (``nox -s results -- --claims IV``
-    with another ``--root``) keeps its own line, ``its sweeps took 37 min of wall time; written <date> at commit
-    <c>``, and those sweeps are not the preamble's. So: the preamble's figure, plus each section line whose
-    ``written`` stamp is not the newest one (the sections written with the preamble are in its figure)."""
+    The page's preamble gives the sweeps under the root it was last written from (``Compute: the sweeps under
+    `<root>` took 41 min of wall time``); a claim section keeps its own line (``... made at commit 3f30d56 (...); its
+    sweeps took 37 min of wall time; written <date> at commit <c>``), and a section whose runs were made at another
+    commit than the last-written section's came from another root (``--claims V`` run elsewhere earlier), so its
+    sweeps are not in the preamble's figure: the preamble's figure plus those sections' figures. (Sections of one
+    root share sweeps, e.g. claim I's collapse runs are claim II's baseline, so their own figures are not summed.)"""
     top = re.search(r"the sweeps (?:under `[^`]*` )?took " + TOOK, text)
-    sections = re.findall(r"its sweeps took " + TOOK + r"; written ([^.]*?) at commit", text)
+    sections = re.findall(
+        r"made at commit ([^(]*?) \([^;]*\); its sweeps took " + TOOK + r"; written ([^.]*?) at commit", text
+    )
     if not top and not sections:
         return None
-    newest = max((stamp for _, stamp in sections), default="")
-    total = seconds(top.group(1)) if top else 0.0
-    return total + sum(seconds(took) for took, stamp in sections if stamp != newest or not top)
+    if not top:
+        return sum(seconds(took) for _, took, _ in sections)
+    newest = max(sections, key=lambda s: s[2])[0] if sections else None
+    return seconds(top.group(1)) + sum(seconds(took) for made, took, _ in sections if made != newest)
 
 
 def default_run(extra: list[str], source: Path | None = None) -> tuple[float, float | None]:

@@ -31,14 +31,19 @@ def test_the_results_page_records_its_sweeps_wall_time() -> None:
     assert took > 0
 
 
-def test_parse_took_adds_the_sections_written_from_other_roots() -> None:
-    """The preamble counts the sweeps of the root the page was written from; a section written from another root
-    (an older ``written`` stamp) adds its own sweeps, a section written with the preamble does not."""
+def test_parse_took_adds_the_sections_made_elsewhere() -> None:
+    """The preamble counts the sweeps of the root the page was last written from (sections I and II here, written
+    at two times from it, sharing sweeps); sections whose runs were made at another commit came from another root
+    and add their own figures."""
     page = (
-        "Compute: the sweeps under `<root>` took 48 min of wall time (two jobs).\n"
-        "10 runs; its sweeps took 4 min of wall time; written 2026-11-27 11:48 at commit 038d99c.\n"
-        "50 runs; its sweeps took 29 min of wall time; written 2026-11-27 11:48 at commit 038d99c.\n"
-        "10 runs; its sweeps took 12 min of wall time; written 2026-11-27 08:36 at commit 7e747d5.\n"
-        "10 runs; its sweeps took 1 h 2 min of wall time; written 2026-11-27 08:36 at commit 7e747d5.\n"
+        "Compute: the sweeps under `<root>` took 41 min of wall time (two jobs).\n"
+        "10 runs, made at commit 08e249a (1 torch thread); its sweeps took 2 min of wall time; written 2026-11-27 14:36"
+        " at commit 08e249a.\n"
+        "50 runs, made at commit 08e249a (1 torch thread); its sweeps took 29 min of wall time; written 2026-11-27 14:47"
+        " at commit 08e249a.\n"
+        "10 runs, made at commit 3f30d56 (1 torch thread); its sweeps took 12 min of wall time; written 2026-11-27 08:36"
+        " at commit 7e747d5.\n"
+        "10 runs, made at commit 3f30d56 (1 torch thread); its sweeps took 1 h 2 min of wall time; written 2026-11-27"
+        " 08:36 at commit 7e747d5.\n"
     )
-    assert time_to_result.parse_took(page) == (48 + 12 + 62) * 60
+    assert time_to_result.parse_took(page) == (41 + 12 + 62) * 60

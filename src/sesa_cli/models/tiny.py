@@ -252,6 +252,7 @@ def _warm_start(cfg: ModelConfig, task: Task, out_dir: Path) -> dict[str, Any]:
         "vocabulary": len(tokenizer),
         "corpus_tokens": n_tokens,
         "steps": steps,
+        "torch_threads": torch.get_num_threads(),
         "final_loss": sum(losses[-20:]) / max(1, len(losses[-20:])),
         "seconds": round(time.perf_counter() - t0, 1),
     }

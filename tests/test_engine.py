@@ -261,7 +261,7 @@ def test_completion_logps_after_one_prompt_match_the_loss_scoring(path_setup):
     another temperature too."""
     from sesa_cli.rollout.scoring import build_batch, completion_logps
 
-    _, task, policy = path_setup
+    _, _, policy = path_setup
     eng = Engine(policy.model, policy.tokenizer.pad_token_id)
     prompt = [policy.tokenizer.bos_token_id, *policy.encode("P:")]
     completions = [policy.encode(t) for t in ("kesu/", "kesu/kesu|", "|", "kesu/kesu/kesu/kesu|")]

@@ -180,13 +180,13 @@ def test_busy_cores_does_not_count_a_finished_burst(monkeypatch) -> None:
     the install); the tasks running now bound it from above, so an idle machine gets all its cores."""
     import os
 
-    from sesa_cli.commands import common
+    from sesa_cli import cpus
 
     monkeypatch.setattr(os, "getloadavg", lambda: (0.9, 0.5, 0.2))
-    busy = common.busy_cores()
+    busy = cpus.busy_cores()
     assert 0.0 <= busy <= 0.9  # never more than the average, never negative
     monkeypatch.setattr(os, "getloadavg", lambda: (0.0, 0.0, 0.0))
-    assert common.busy_cores() == 0.0  # nothing busy: every core gets a thread
+    assert cpus.busy_cores() == 0.0  # nothing busy: every core gets a thread
 
 
 def test_a_library_warning_becomes_one_log_line_of_the_console(capsys):

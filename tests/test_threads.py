@@ -59,6 +59,7 @@ def test_threads_0_says_auto_is_spelled_auto(monkeypatch, capsys, tmp_path, tiny
 def test_auto_takes_the_free_cores_and_a_count_ignores_the_environment(monkeypatch):
     import torch
 
+    from sesa_cli import cpus
     from sesa_cli.commands import common
 
     before = torch.get_num_threads()
@@ -66,11 +67,37 @@ def test_auto_takes_the_free_cores_and_a_count_ignores_the_environment(monkeypat
         monkeypatch.setenv("OMP_NUM_THREADS", "3")
         assert common.torch_threads("1") == 1 == torch.get_num_threads()
         monkeypatch.setattr(common, "joblib_cpu_budget", lambda: None)
-        monkeypatch.setattr(common, "busy_cores", lambda: 0.0)
+        monkeypatch.setattr(cpus, "busy_cores", lambda: 0.0)
         monkeypatch.setattr(os, "cpu_count", lambda: 2)
         assert common.torch_threads("auto") == 2
-        monkeypatch.setattr(common, "busy_cores", lambda: 1.7)
+        monkeypatch.setattr(cpus, "busy_cores", lambda: 1.7)
         assert common.torch_threads("auto") == 1  # never fewer than one
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_the_warm_start_runs_on_the_free_cores_and_gives_the_command_its_count_back(monkeypatch, tmp_path):
+    """A tiny base is built on every core other work leaves free (warm_start.json records how many), whatever the
+    command's ``threads``; the command's own count is restored after, also when the build fails."""
+    import torch
+
+    from sesa_cli.models import tiny
+    from sesa_cli.tasks.base import make_task
+    from tests.conftest import TINY, compose_train
+
+    cfg = compose_train([*TINY, "model.warm_start_steps=2", "model.warm_start_corpus_size=40"])
+    task = make_task(cfg.task, 0)
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        monkeypatch.setattr(tiny, "free_cores", lambda: (2, 0.0))
+        info = tiny.warm_start(cfg.model, task, tmp_path / "base")
+        assert info["torch_threads"] == 2
+        assert json.loads((tmp_path / "base" / "warm_start.json").read_text())["torch_threads"] == 2
+        assert torch.get_num_threads() == 1
+        with pytest.raises(FileExistsError):  # the directory it would write exists: the build fails
+            tiny.warm_start(cfg.model, task, tmp_path / "base")
+        assert torch.get_num_threads() == 1
     finally:
         torch.set_num_threads(before)
 

@@ -37,12 +37,12 @@ def test_parse_took_adds_the_sections_made_elsewhere() -> None:
     and add their own figures."""
     page = (
         "Compute: the sweeps under `<root>` took 41 min of wall time (two jobs).\n"
-        "10 runs, made at commit 08e249a (1 torch thread); its sweeps took 2 min of wall time; written 2026-11-27 14:36"
-        " at commit 08e249a.\n"
-        "50 runs, made at commit 08e249a (1 torch thread); its sweeps took 29 min of wall time; written 2026-11-27 14:47"
-        " at commit 08e249a.\n"
-        "10 runs, made at commit 3f30d56 (1 torch thread); its sweeps took 12 min of wall time; written 2026-11-27 08:36"
-        " at commit 7e747d5.\n"
+        "10 runs, made at commit 08e249a (1 torch thread); its sweeps took 2 min of wall time; written "
+        "2026-11-27 14:36 at commit 08e249a.\n"
+        "50 runs, made at commit 08e249a (1 torch thread); its sweeps took 29 min of wall time; written "
+        "2026-11-27 14:47 at commit 08e249a.\n"
+        "10 runs, made at commit 3f30d56 (1 torch thread); its sweeps took 12 min of wall time; written "
+        "2026-11-27 08:36 at commit 7e747d5.\n"
         "10 runs, made at commit 3f30d56 (1 torch thread); its sweeps took 1 h 2 min of wall time; written 2026-11-27"
         " 08:36 at commit 7e747d5.\n"
     )

@@ -195,10 +195,10 @@ def torch_threads(requested: str = "1") -> int:
     A count (the ``threads`` key, default 1) is used as given: ``OMP_NUM_THREADS`` in the environment is not read, so
     the same command gives the same numbers whatever the environment and the load. ``threads=auto`` (opt-in): a
     joblib sweep job's share (:func:`joblib_cpu_budget`), else the cores not busy now: cores minus the 1-minute load
-    average (or the tasks running right now, if fewer: :func:`sesa_cli.cpus.busy_cores`), rounded, at least 1. On a machine whose
-    cores other jobs keep busy, a thread per core makes every parallel op wait until all its threads get a core,
-    which slowed the warm start far more than the load alone (issue 22); one thread per free core degrades
-    gracefully instead.
+    average (or the tasks running right now, if fewer), rounded, at least 1 (:func:`sesa_cli.cpus.free_cores`). On
+    a machine whose cores other jobs keep busy, a thread per core makes every parallel op wait until all its
+    threads get a core, which slowed the warm start far more than the load alone (issue 22); one thread per free
+    core degrades gracefully instead.
     """
     import torch
 

@@ -4,8 +4,9 @@
 
 1. runs every sweep of :data:`SWEEPS` that is not complete yet (seeds 0-9 for the path claims, 0-4 for the agent
    claims; Hydra's joblib launcher with two jobs of one thread each): the collapse runs, sequential runs from
-   scratch, revivals from each seed's collapse checkpoint (once the collapse runs exist), the agent tasks. The commands are the ones in the recipes' header comments
-   (``conf/experiment/*.yaml``; a test holds the two together);
+   scratch, revivals from each seed's collapse checkpoint (once the collapse runs exist), the agent tasks. The
+   commands are the ones in the recipes' header comments (``conf/experiment/*.yaml``; a test holds the two
+   together);
 2. builds a diversity report per claim (:data:`CLAIMS`) from the complete runs, under ``<root>/reports/``;
 3. writes ``docs/results.md``: per claim the commands, where its numbers come from (seeds, runs, commits), the
    headline table (mean and 95% bootstrap interval over

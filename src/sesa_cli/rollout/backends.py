@@ -19,11 +19,11 @@ chains of 8 items at batch 8 0.92x, SmolLM2-135M 8 rows x (218 + 32) tokens on t
 :class:`LlamaBackend` (issue 32) runs a plain Llama decoder (``model=tiny``) with the same operations as
 ``transformers``' own Llama forward, in the same order, but as one function over the weights: no module calls,
 output capturing, keyword plumbing or cache objects per layer, the padding mask built once per chunk. On
-``model=tiny`` a decode forward at 8 rows took 0.74-0.77x the time of :class:`HFBackend`'s, at 64 rows 0.81-0.91x; its
-hidden states are bit for bit those of the model's own forward on this project's CPU (transformers 5.24), so every
-draw is the same (tests/test_engine.py compares the two; docs/measurements.md, "Time to result"). :func:`make_backend`'s ``auto`` takes it wherever
-:meth:`LlamaBackend.supports` the model, and :class:`HFBackend` for every other model (grouped-query attention,
-LoRA, other architectures).
+``model=tiny`` a decode forward at 8 rows took 0.74-0.77x the time of :class:`HFBackend`'s, at 64 rows
+0.81-0.91x; its hidden states are bit for bit those of the model's own forward on this project's CPU (transformers
+5.24), so every draw is the same (tests/test_engine.py compares the two; docs/measurements.md, "Time to result").
+:func:`make_backend`'s ``auto`` takes it wherever :meth:`LlamaBackend.supports` the model, and :class:`HFBackend`
+for every other model (grouped-query attention, LoRA, other architectures).
 """
 
 from __future__ import annotations

@@ -348,20 +348,19 @@ class Engine:
         assert session.last_logits is not None
         banned = banned_mask(self.model, session.last_logits.shape[-1], self.device)
         depth = 0
-        with torch.no_grad():
-            while True:
-                assert session.last_logits is not None
-                logp_all, _ = masked_logps(session.last_logits / temperature, banned)
-                tokens = torch.as_tensor([completions[i][depth] for i in live], device=self.device)
-                total[live] += logp_all.gather(1, tokens[:, None])[:, 0].double().cpu()
-                going = [j for j, i in enumerate(live) if len(completions[i]) > depth + 1]
-                if not going:
-                    return total
-                if len(going) < len(live):
-                    session.select(going)
-                    live = [live[j] for j in going]
-                session.extend([[completions[i][depth]] for i in live])
-                depth += 1
+        while True:  # the session's forwards run without gradient (Session._forward)
+            assert session.last_logits is not None
+            logp_all, _ = masked_logps(session.last_logits / temperature, banned)
+            tokens = torch.as_tensor([completions[i][depth] for i in live], device=self.device)
+            total[live] += logp_all.gather(1, tokens[:, None])[:, 0].double().cpu()
+            going = [j for j, i in enumerate(live) if len(completions[i]) > depth + 1]
+            if not going:
+                return total
+            if len(going) < len(live):
+                session.select(going)
+                live = [live[j] for j in going]
+            session.extend([[completions[i][depth]] for i in live])
+            depth += 1
 
     def start(self, prompts: Sequence[Sequence[int]]) -> Session:
         """A new session whose rows begin with ``prompts`` (each non-empty, e.g. starting with BOS). Identical

@@ -116,6 +116,12 @@ class ModelConfig:
     costs without them: on a 2-core CPU without bf16 instructions a ``model=tiny`` train step took 4.8x its float32
     time, a SmolLM2-135M LoRA update 0.6x (docs/measurements.md, docs/real-models.md). Weights and optimizer state
     stay float32 either way."""
+    padding_free: bool = False
+    """Score the update's rows packed side by side without their padding (verl's ``use_remove_padding``, TRL's
+    ``padding_free``) instead of as a right-padded batch: the same log-probs up to float rounding, on the rows' own
+    tokens only. A batch's rows differ in length (a two-token sketch, a 30-token episode), so padding is much of a
+    padded batch's tokens: on the default FrozenLake run 40% (docs/measurements.md). It changes the update's float sums,
+    so runs draw differently from ``false`` after the first update."""
     hub_id: str | None = None
     """A Hugging Face hub id (e.g. ``Qwen/Qwen2.5-0.5B-Instruct``) loaded with ``from_pretrained``: needs the hub or
     a copy in the local hub cache; ``model.path`` (a local directory) takes precedence."""

@@ -250,7 +250,7 @@ class Trainer:
     def _found_nll(self, batch: ScoringBatch) -> torch.Tensor:
         """Mean over the found solutions of -log pi(y | x), each completion's log-probs summed over its masked
         tokens."""
-        logps, _ = completion_logps(self.model, batch, self.cfg.sampler.temperature, dtype=self.cfg.model.dtype)
+        logps, _ = self._score(self.model, batch)
         return -(logps * batch.response_mask).sum(1).mean()
 
     def _follow_nll(self, rows: torch.Tensor, batch: ScoringBatch, chunk: torch.Tensor) -> torch.Tensor | None:
@@ -259,8 +259,7 @@ class Trainer:
         picked = torch.isin(rows, chunk).nonzero().flatten()
         if picked.numel() == 0:
             return None
-        logps, _ = completion_logps(self.model, select_rows(batch, picked), self.cfg.sampler.temperature,
-                                    dtype=self.cfg.model.dtype)  # fmt: skip
+        logps, _ = self._score(self.model, select_rows(batch, picked))
         return -logps[:, 0].mean()
 
     def _off_policy_terms(
@@ -280,7 +279,7 @@ class Trainer:
             several_updates=updates_per_batch(self.cfg.algo) > 1,
             weighted=weighted,
             dtype=dtype,
-            score=lambda b: completion_logps(self.model, b, scfg.temperature, dtype=dtype)[0],
+            score=lambda b: self._score(self.model, b)[0],
         )
         stats: dict[str, float] = {"loss/off_policy_frac": float(off[:n_sol].float().mean()), **inputs.stats}
         weights = None
@@ -316,24 +315,29 @@ class Trainer:
         are the old ones (``old_sub``, or 0 when the ratio is taken against the result itself), so their ratio is
         exactly 1, and no entropies are returned. Callers pass ``live`` only when such rows add nothing to the
         gradient."""
-        temp, dtype = self.cfg.sampler.temperature, self.cfg.model.dtype
         if live is None or bool(live.all()):
-            return completion_logps(self.model, sub, temp, dtype=dtype)
+            return self._score(self.model, sub)
         filler = torch.zeros_like(sub.response_mask) if old_sub is None else old_sub.detach().clone()
         rows = live.nonzero().flatten()
         if rows.numel() == 0:
             return filler.requires_grad_(), None
-        logps, _ = completion_logps(self.model, select_rows(sub, rows), temp, dtype=dtype)
+        logps, _ = self._score(self.model, select_rows(sub, rows))
         return filler.index_put((rows,), logps), None
+
+    def _score(self, model: Any, batch: ScoringBatch) -> tuple[torch.Tensor, torch.Tensor]:
+        """(logps, entropies) of ``batch`` under ``model`` as every term of the update scores its rows: at the
+        sampler's temperature, in ``model.dtype``, padded or packed (``model.padding_free``)."""
+        m = self.cfg.model
+        temp = self.cfg.sampler.temperature
+        return completion_logps(model, batch, temp, dtype=m.dtype, padding_free=m.padding_free)
 
     def _ref_logps(self, batch: ScoringBatch) -> torch.Tensor:
         """(batch, T) log-probs under the KL reference: the initial weights, or for LoRA the adapter disabled."""
-        temp, dtype = self.cfg.sampler.temperature, self.cfg.model.dtype
         with torch.no_grad():
             if self.ref_model is not None:
-                return completion_logps(self.ref_model, batch, temp, dtype=dtype)[0]
+                return self._score(self.ref_model, batch)[0]
             with reference(self.model) as ref_model:
-                return completion_logps(ref_model, batch, temp, dtype=dtype)[0]
+                return self._score(ref_model, batch)[0]
 
     def lr_scale(self) -> float:
         """The learning-rate multiplier of the coming step: linear warm-up, then optim.lr_schedule."""

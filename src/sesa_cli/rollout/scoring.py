@@ -92,23 +92,79 @@ def _chunk_logps(
     return logps, entropy
 
 
+@dataclass
+class PackedRows:
+    """The rows of a :class:`ScoringBatch` without their padding: packed side by side into ``bins`` rows of the
+    batch's width (first-fit, longest first), each sequence from position 0 and seeing only itself."""
+
+    input_ids: torch.Tensor
+    """(bins, width) the rows' tokens; a bin's tail that no row fills holds id 0 (any id would do: it comes after
+    the bin's rows, which cannot see it, and no output of it is read)."""
+    position_ids: torch.Tensor
+    """(bins, width) each row's positions 0, 1, ..., and the tail's: the restarts are where transformers'
+    packed-sequence mask (built from ``position_ids`` when no attention mask is passed) separates the rows."""
+    starts: torch.Tensor
+    """(batch,) where row i's first token sits in the flattened (bins * width) layout."""
+
+
+def pack_rows(batch: ScoringBatch) -> PackedRows:
+    """``batch``'s rows packed into as few rows of its width as first-fit finds (``model.padding_free``)."""
+    lengths = batch.attention_mask.sum(1).tolist()
+    width = batch.input_ids.shape[1]
+    bins: list[list[int]] = []  # row indices per bin
+    free: list[int] = []  # room left per bin
+    for i in sorted(range(len(lengths)), key=lambda i: -lengths[i]):
+        b = next((b for b, room in enumerate(free) if room >= lengths[i]), None)
+        if b is None:
+            bins.append([])
+            free.append(width)
+            b = len(bins) - 1
+        bins[b].append(i)
+        free[b] -= lengths[i]
+    ids = torch.full((len(bins), width), 0, dtype=torch.long)
+    positions = torch.zeros((len(bins), width), dtype=torch.long)
+    starts = torch.zeros(len(lengths), dtype=torch.long)
+    for b, rows in enumerate(bins):
+        at = 0
+        for i in rows:
+            n = lengths[i]
+            ids[b, at : at + n] = batch.input_ids[i, :n]
+            positions[b, at : at + n] = torch.arange(n)
+            starts[i] = b * width + at
+            at += n
+        positions[b, at:] = torch.arange(width - at)
+    return PackedRows(ids, positions, starts)
+
+
 def completion_logps(
     model: PreTrainedModel,
     batch: ScoringBatch,
     temperature: float = 1.0,
     chunk: int = 64,
     dtype: str = "float32",
+    padding_free: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(logps, entropies), each (batch, T): log pi(y_j | context, y_<j) at ``temperature``, and the entropy of that
     distribution, with the model's banned ids masked as at sampling. Positions outside ``response_mask`` hold
-    finite values (0 where the target is banned). Differentiable when grad is enabled."""
+    finite values (0 where the target is banned). Differentiable when grad is enabled.
+
+    ``padding_free`` (``model.padding_free``) runs the decoder on the rows packed without their padding
+    (:func:`pack_rows`) instead of the right-padded batch: the same values up to float rounding, on fewer tokens."""
     dev = next(model.parameters()).device
     with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=dtype == "bfloat16"):
-        hidden = model.get_decoder()(
-            input_ids=batch.input_ids.to(dev), attention_mask=batch.attention_mask.to(dev), use_cache=False
-        ).last_hidden_state  # (batch, seq, hidden)
         idx = batch.positions.to(dev)
-        picked = hidden.gather(1, idx[..., None].expand(-1, -1, hidden.shape[-1]))  # (batch, T, hidden)
+        if padding_free:
+            packed = pack_rows(batch)
+            hidden = model.get_decoder()(
+                input_ids=packed.input_ids.to(dev), position_ids=packed.position_ids.to(dev), use_cache=False
+            ).last_hidden_state  # (bins, width, hidden)
+            flat = hidden.reshape(-1, hidden.shape[-1])
+            picked = flat[packed.starts.to(dev)[:, None] + idx]  # (batch, T, hidden)
+        else:
+            hidden = model.get_decoder()(
+                input_ids=batch.input_ids.to(dev), attention_mask=batch.attention_mask.to(dev), use_cache=False
+            ).last_hidden_state  # (batch, seq, hidden)
+            picked = hidden.gather(1, idx[..., None].expand(-1, -1, hidden.shape[-1]))  # (batch, T, hidden)
         lm_head = model.get_output_embeddings()
         targets = batch.targets.to(dev)
         response_mask = batch.response_mask.to(dev)

@@ -1,0 +1,119 @@
+"""``model.padding_free``: the update's rows scored packed side by side without their padding give the padded
+batch's log-probs, entropies and gradients, up to float rounding, on every model family the scorer serves."""
+
+from __future__ import annotations
+
+import copy
+import random
+from dataclasses import replace
+
+import pytest
+import torch
+
+from sesa_cli.rollout.scoring import build_batch, completion_logps, pack_rows
+from sesa_cli.runs import RunDir
+from sesa_cli.trainer import Trainer
+
+
+def _ragged_batch(vocab: int, rows: int = 24, seed: int = 0, masks: bool = False):
+    """Rows whose contexts (1-12 tokens) and completions (1-30 tokens) differ in length, as a batch's sketches and
+    episodes do; with ``masks``, some completion tokens are teacher-forced (outside the loss)."""
+    rng = random.Random(seed)
+    contexts = [[rng.randrange(4, vocab) for _ in range(rng.randint(1, 12))] for _ in range(rows)]
+    completions = [[rng.randrange(4, vocab) for _ in range(rng.randint(1, 30))] for _ in range(rows)]
+    own = [[rng.random() < 0.7 for _ in c] for c in completions] if masks else None
+    return build_batch(contexts, completions, 0, own)
+
+
+def test_pack_rows_places_every_row_whole_from_position_zero_and_alone():
+    batch = _ragged_batch(50, rows=40)
+    packed = pack_rows(batch)
+    width = batch.input_ids.shape[1]
+    lengths = batch.attention_mask.sum(1).tolist()
+    assert packed.input_ids.shape[1] == width
+    assert packed.input_ids.shape[0] < len(lengths)  # ragged rows share bins
+    ids, positions = packed.input_ids.flatten(), packed.position_ids.flatten()
+    taken: set[int] = set()
+    for i, n in enumerate(lengths):
+        at = int(packed.starts[i])
+        span = set(range(at, at + n))
+        assert not span & taken  # no two rows overlap
+        taken |= span
+        assert at // width == (at + n - 1) // width  # a row never spans two bins
+        assert ids[at : at + n].tolist() == batch.input_ids[i, :n].tolist()
+        assert positions[at : at + n].tolist() == list(range(n))  # its own positions: it sees nothing before it
+    # every slot no row holds is a bin's tail, which starts a sequence of its own (position 0) after the bin's rows
+    for b in range(packed.input_ids.shape[0]):
+        used = max(s + 1 - b * width for s in taken if s // width == b)
+        if used < width:
+            assert packed.position_ids[b, used:].tolist() == list(range(width - used))
+
+
+def _qwen2_gqa():
+    """A small random Qwen2 (grouped-query attention, biased q/k/v): a real model family's scoring path."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    torch.manual_seed(0)
+    cfg = Qwen2Config(
+        vocab_size=64, hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+        intermediate_size=128, max_position_embeddings=128,
+    )  # fmt: skip
+    return Qwen2ForCausalLM(cfg)
+
+
+def _lora(model):
+    from peft import LoraConfig, get_peft_model
+
+    torch.manual_seed(1)
+    lora = get_peft_model(
+        copy.deepcopy(model), LoraConfig(r=4, target_modules=["q_proj", "v_proj"], init_lora_weights=False)
+    )
+    return lora
+
+
+@pytest.mark.parametrize("which", ["tiny", "tiny_lora", "qwen2_gqa"])
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_packed_scoring_gives_the_padded_logps_entropies_and_gradients(path_setup, which, temperature):
+    _, _, policy = path_setup
+    model = {"tiny": lambda: copy.deepcopy(policy.model), "tiny_lora": lambda: _lora(policy.model),
+             "qwen2_gqa": _qwen2_gqa}[which]()  # fmt: skip
+    vocab = model.get_output_embeddings().weight.shape[0]
+    batch = _ragged_batch(vocab, masks=True)
+    mask = batch.response_mask
+    out = {}
+    for padding_free in (False, True):
+        model.zero_grad()
+        logps, ents = completion_logps(model, batch, temperature, padding_free=padding_free)
+        ((logps * mask).sum() - 0.1 * (ents * mask).sum()).backward()
+        grads = torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])
+        out[padding_free] = (logps.detach() * mask, ents.detach() * mask, grads)
+    for padded, packed in zip(out[False], out[True], strict=True):
+        assert packed.shape == padded.shape
+        torch.testing.assert_close(packed, padded, rtol=1e-4, atol=1e-4 * float(padded.abs().max()))
+
+
+def test_a_padding_free_update_takes_the_padded_updates_step(frozenlake_setup, tmp_path):
+    """One update of the FrozenLake recipe (episodes with observations, two-token sketches, the follow term) on the
+    same batch, as one mini-batch: the same loss and gradient norm, and weights that land where the padded update's
+    land, up to float rounding. (Over several mini-batches the second starts from weights a rounding apart, which
+    Adam's first steps widen to about lr where a gradient is near zero.)"""
+    cfg, task, policy = frozenlake_setup
+    trainers = {}
+    for padding_free in (False, True):
+        model, algo = replace(cfg.model, padding_free=padding_free), replace(cfg.algo, minibatches=1)
+        c = replace(cfg, model=model, algo=algo, optim=replace(cfg.optim, lr=1e-5))
+        trainers[padding_free] = Trainer(c, task, copy.deepcopy(policy), RunDir(tmp_path / f"run{padding_free}"))
+    groups, _ = trainers[False]._draw_batch()
+    inputs = trainers[False].loss_inputs(groups)
+    lengths = [len(c) + len(y) for c, y in zip(inputs.contexts, inputs.completions, strict=True)]
+    assert min(lengths) * 3 < max(lengths)  # ragged: packing has padding to remove
+    before = torch.cat([p.detach().flatten() for p in policy.model.parameters()])
+    stats = {pf: t.update(copy.deepcopy(inputs)) for pf, t in trainers.items()}
+    for key in ("loss/total", "loss/follow_nll", "optim/grad_norm"):
+        assert stats[True][key] == pytest.approx(stats[False][key], rel=1e-4, abs=1e-6), key
+    moved = {
+        pf: torch.cat([p.detach().flatten() for p in t.model.parameters()]) - before for pf, t in trainers.items()
+    }
+    # Adam moves a weight by about lr whatever its gradient's size, so a weight whose gradient is rounding noise may
+    # move either way: the two steps agree as vectors, not element by element
+    assert float((moved[True] - moved[False]).norm() / moved[False].norm()) < 0.01

@@ -15,46 +15,51 @@ from sesa_cli.runs import RunDir
 from sesa_cli.trainer import Trainer
 
 
-def _ragged_batch(vocab: int, rows: int = 24, seed: int = 0, masks: bool = False):
-    """Rows whose contexts (1-12 tokens) and completions (1-30 tokens) differ in length, as a batch's sketches and
-    episodes do; with ``masks``, some completion tokens are teacher-forced (outside the loss)."""
+def _ragged_batch(vocab: int, shared: bool, seed: int = 0, masks: bool = False):
+    """24 rows whose contexts and completions differ in length, as a batch's sketches and episodes do: with
+    ``shared``, 3 prompts of 14-20 tokens each completed 8 times (a group's rows), else a context of 1-12 tokens
+    per row; with ``masks``, some completion tokens are teacher-forced (outside the loss)."""
     rng = random.Random(seed)
-    contexts = [[rng.randrange(4, vocab) for _ in range(rng.randint(1, 12))] for _ in range(rows)]
-    completions = [[rng.randrange(4, vocab) for _ in range(rng.randint(1, 30))] for _ in range(rows)]
+    prompts = [[rng.randrange(4, vocab) for _ in range(rng.randint(14, 20))] for _ in range(3)]
+    contexts = [
+        prompts[i // 8] if shared else [rng.randrange(4, vocab) for _ in range(rng.randint(1, 12))] for i in range(24)
+    ]
+    completions = [[rng.randrange(4, vocab) for _ in range(rng.randint(1, 30))] for _ in range(24)]
     own = [[rng.random() < 0.7 for _ in c] for c in completions] if masks else None
     return build_batch(contexts, completions, 0, own)
 
 
-def test_pack_rows_places_every_row_whole_from_position_zero_and_alone():
-    batch = _ragged_batch(50, rows=40)
-    packed = pack_rows(batch)
-    width = batch.input_ids.shape[1]
+@pytest.mark.parametrize("shared", [False, True])
+def test_packed_rows_see_exactly_what_their_padded_rows_see(shared):
+    """Every token of every row sits once in the packed layout with its row's position, and attends to exactly the
+    tokens its padded row attends to: its own earlier tokens (the context's held once for the rows sharing it)."""
+    batch = _ragged_batch(50, shared)
+    packed = pack_rows(batch, hidden_size=128)
     lengths = batch.attention_mask.sum(1).tolist()
-    assert packed.input_ids.shape[1] == width
-    assert packed.input_ids.shape[0] < len(lengths)  # ragged rows share bins
     ids, positions = packed.input_ids.flatten(), packed.position_ids.flatten()
-    taken: set[int] = set()
+    width = packed.input_ids.shape[1]
+    assert packed.input_ids.numel() < batch.input_ids.numel()  # less than the padded batch
+    if shared:
+        assert packed.input_ids.numel() < sum(lengths)  # fewer slots than tokens: contexts held once
+    allowed = packed.attention_mask[:, 0]
     for i, n in enumerate(lengths):
-        at = int(packed.starts[i])
-        span = set(range(at, at + n))
-        assert not span & taken  # no two rows overlap
-        taken |= span
-        assert at // width == (at + n - 1) // width  # a row never spans two bins
-        assert ids[at : at + n].tolist() == batch.input_ids[i, :n].tolist()
-        assert positions[at : at + n].tolist() == list(range(n))  # its own positions: it sees nothing before it
-    # every slot no row holds is a bin's tail, which starts a sequence of its own (position 0) after the bin's rows
-    for b in range(packed.input_ids.shape[0]):
-        used = max(s + 1 - b * width for s in taken if s // width == b)
-        if used < width:
-            assert packed.position_ids[b, used:].tolist() == list(range(width - used))
+        at = packed.index[i, :n]
+        assert ids[at].tolist() == batch.input_ids[i, :n].tolist()
+        assert positions[at].tolist() == list(range(n))
+        assert len(set((at // width).tolist())) == 1  # a row never spans two bins
+        b, cols = int(at[0]) // width, at % width
+        for p in range(n):
+            seen = set(allowed[b, int(cols[p])].nonzero().flatten().tolist())
+            assert seen == set(cols[: p + 1].tolist()), (i, p)
 
 
-def _qwen2_gqa():
+def _qwen2(attention: str = "sdpa"):
     """A small random Qwen2 (grouped-query attention, biased q/k/v): a real model family's scoring path."""
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     torch.manual_seed(0)
     cfg = Qwen2Config(
+        attn_implementation=attention,
         vocab_size=64, hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
         intermediate_size=128, max_position_embeddings=128,
     )  # fmt: skip
@@ -71,14 +76,15 @@ def _lora(model):
     return lora
 
 
-@pytest.mark.parametrize("which", ["tiny", "tiny_lora", "qwen2_gqa"])
-@pytest.mark.parametrize("temperature", [1.0, 0.7])
-def test_packed_scoring_gives_the_padded_logps_entropies_and_gradients(path_setup, which, temperature):
+@pytest.mark.parametrize("which", ["tiny", "tiny_lora", "qwen2_gqa", "qwen2_eager"])
+@pytest.mark.parametrize(("shared", "temperature"), [(False, 1.0), (True, 0.7)])
+def test_packed_scoring_gives_the_padded_logps_entropies_and_gradients(path_setup, which, shared, temperature):
     _, _, policy = path_setup
     model = {"tiny": lambda: copy.deepcopy(policy.model), "tiny_lora": lambda: _lora(policy.model),
-             "qwen2_gqa": _qwen2_gqa}[which]()  # fmt: skip
+             "qwen2_gqa": _qwen2,
+             "qwen2_eager": lambda: _qwen2("eager")}[which]()  # fmt: skip
     vocab = model.get_output_embeddings().weight.shape[0]
-    batch = _ragged_batch(vocab, masks=True)
+    batch = _ragged_batch(vocab, shared, masks=True)
     mask = batch.response_mask
     out = {}
     for padding_free in (False, True):

@@ -117,11 +117,14 @@ class ModelConfig:
     time, a SmolLM2-135M LoRA update 0.6x (docs/measurements.md, docs/real-models.md). Weights and optimizer state
     stay float32 either way."""
     padding_free: bool = False
-    """Score the update's rows packed side by side without their padding (verl's ``use_remove_padding``, TRL's
-    ``padding_free``) instead of as a right-padded batch: the same log-probs up to float rounding, on the rows' own
-    tokens only. A batch's rows differ in length (a two-token sketch, a 30-token episode), so padding is much of a
-    padded batch's tokens: on the default FrozenLake run 40% (docs/measurements.md). It changes the update's float sums,
-    so runs draw differently from ``false`` after the first update."""
+    """Score the update's rows packed side by side without their padding, rows under the same context sharing one
+    copy of it (verl's ``use_remove_padding``, TRL's ``padding_free``; ``sesa_cli.rollout.scoring.pack_rows``), instead
+    of as a right-padded batch: the same log-probs, entropies and gradients up to float rounding, on fewer tokens. It
+    pays where rows differ in length or share long prompts: a SmolLM2 LoRA update of 2 chat prompts x 4 samples 0.43x
+    its padded time, the default FrozenLake run's update (two-token sketches beside 30-token episodes) 0.75x; the
+    path task (3-token prompts, rows of similar length) nothing (docs/measurements.md, "Padding-free scoring"). On in
+    the real models' configs (conf/model/); off here, so for ``model=tiny``: it changes the update's float sums, so a
+    run draws differently from a padded one after its first update, and docs/results.md's runs are padded."""
     hub_id: str | None = None
     """A Hugging Face hub id (e.g. ``Qwen/Qwen2.5-0.5B-Instruct``) loaded with ``from_pretrained``: needs the hub or
     a copy in the local hub cache; ``model.path`` (a local directory) takes precedence."""

@@ -34,6 +34,9 @@ class ScoringBatch:
     """(batch, T) 1.0 on completion tokens, up to and including the first stop token; 0.0 on padding and on
     teacher-forced observations. Built from lengths and the rollout's own policy mask, never from ``token != pad``
     (a policy could otherwise learn to emit PAD and escape the loss)."""
+    context_lengths: torch.Tensor
+    """(batch,) tokens of each row's context: the row's first ``context_lengths[i]`` ids are the context, the rest
+    (up to its attention mask's length) the completion."""
 
 
 def select_rows(batch: ScoringBatch, idx: torch.Tensor) -> ScoringBatch:
@@ -62,6 +65,7 @@ def build_batch(
     positions = torch.zeros(n, t_max, dtype=torch.long)
     targets = torch.full((n, t_max), pad_id, dtype=torch.long)
     mask = torch.zeros(n, t_max)
+    context_lengths = torch.tensor([len(c) for c in contexts], dtype=torch.long)
     for i, (c, y) in enumerate(zip(contexts, completions, strict=True)):
         seq = list(c) + list(y)
         ids[i, : len(seq)] = torch.as_tensor(seq, dtype=torch.long)
@@ -71,7 +75,7 @@ def build_batch(
             targets[i, : len(y)] = torch.as_tensor(list(y), dtype=torch.long)
             own = masks[i] if masks is not None else None
             mask[i, : len(y)] = 1.0 if own is None else torch.as_tensor(list(own), dtype=torch.float32)
-    return ScoringBatch(ids, attn, positions, targets, mask)
+    return ScoringBatch(ids, attn, positions, targets, mask, context_lengths)
 
 
 def _chunk_logps(
@@ -94,46 +98,123 @@ def _chunk_logps(
 
 @dataclass
 class PackedRows:
-    """The rows of a :class:`ScoringBatch` without their padding: packed side by side into ``bins`` rows of the
-    batch's width (first-fit, longest first), each sequence from position 0 and seeing only itself."""
+    """The rows of a :class:`ScoringBatch` without their padding, for one forward pass (``model.padding_free``).
+
+    Rows scored under the same context form a unit laid out as the context once, then each row's completion; units
+    are packed side by side into ``bins`` rows (first-fit, longest first). The attention mask lets a completion token
+    see its context and its own earlier tokens only, and gives it the position it has in its own row, so each row's
+    log-probs are those of its padded row, up to float rounding; the context's gradient is the sum of its rows'."""
 
     input_ids: torch.Tensor
-    """(bins, width) the rows' tokens; a bin's tail that no row fills holds id 0 (any id would do: it comes after
-    the bin's rows, which cannot see it, and no output of it is read)."""
+    """(bins, width) the units' tokens; a bin's tail that no unit fills holds id 0 (it sees itself only, and no
+    output of it is read)."""
     position_ids: torch.Tensor
-    """(bins, width) each row's positions 0, 1, ..., and the tail's: the restarts are where transformers'
-    packed-sequence mask (built from ``position_ids`` when no attention mask is passed) separates the rows."""
-    starts: torch.Tensor
-    """(batch,) where row i's first token sits in the flattened (bins * width) layout."""
+    """(bins, width) each token's position in its own row (a completion continues its context's positions)."""
+    attention_mask: torch.Tensor
+    """(bins, 1, width, width) bool, True where query token q may attend to key token k."""
+    index: torch.Tensor
+    """(batch, seq) where position p of row i sits in the flattened (bins * width) layout (0 past the row's end)."""
 
 
-def pack_rows(batch: ScoringBatch) -> PackedRows:
-    """``batch``'s rows packed into as few rows of its width as first-fit finds (``model.padding_free``)."""
-    lengths = batch.attention_mask.sum(1).tolist()
-    width = batch.input_ids.shape[1]
-    bins: list[list[int]] = []  # row indices per bin
-    free: list[int] = []  # room left per bin
-    for i in sorted(range(len(lengths)), key=lambda i: -lengths[i]):
-        b = next((b for b, room in enumerate(free) if room >= lengths[i]), None)
+def _plan(
+    lengths: list[int], contexts: list[int], groups: list[list[int]], max_unit: int
+) -> tuple[list[list[int]], list[list[int]], int]:
+    """(units, the units of each bin, the bin width): ``groups`` (rows sharing a context) cut into units
+    of at most ``max_unit`` tokens (or one row, if that is longer), packed first-fit, longest first."""
+    units: list[list[int]] = []
+    for rows in groups:
+        size = max_unit + 1  # the group's first row starts a unit
+        for i in rows:
+            extra = lengths[i] - contexts[i]
+            if size + extra > max_unit:
+                units.append([])
+                size = contexts[i]
+            units[-1].append(i)
+            size += extra
+    sizes = [contexts[u[0]] + sum(lengths[i] - contexts[i] for i in u) for u in units]
+    width = max(sizes, default=1)
+    bins: list[list[int]] = []
+    free: list[int] = []
+    for u in sorted(range(len(units)), key=lambda u: -sizes[u]):
+        b = next((b for b, room in enumerate(free) if room >= sizes[u]), None)
         if b is None:
             bins.append([])
             free.append(width)
             b = len(bins) - 1
-        bins[b].append(i)
-        free[b] -= lengths[i]
-    ids = torch.full((len(bins), width), 0, dtype=torch.long)
+        bins[b].append(u)
+        free[b] -= sizes[u]
+    return units, bins, width
+
+
+def pack_rows(batch: ScoringBatch, hidden_size: int) -> PackedRows:
+    """``batch``'s rows packed without padding, rows with the same context sharing one copy of it.
+
+    A unit of rows sharing a context saves the context's repeats but widens the bins, and a bin's attention costs its
+    width squared: of units capped at 1, 2, 4, ... times the batch's width (up to a whole group each), the packing
+    taken is the one with the least estimated cost, ``bins * width * (1 + width / (6 * hidden_size))`` (a Llama
+    block's projections cost ~24 hidden^2 flops a token, its attention ~4 hidden per token it attends to)."""
+    lengths = batch.attention_mask.sum(1).tolist()
+    contexts = batch.context_lengths.tolist()
+    n, seq = batch.input_ids.shape
+    by_context: dict[tuple[int, ...], list[int]] = {}
+    for i in range(n):
+        by_context.setdefault(tuple(batch.input_ids[i, : contexts[i]].tolist()), []).append(i)
+    groups = list(by_context.values())
+    largest = max((contexts[g[0]] + sum(lengths[i] - contexts[i] for i in g) for g in groups), default=1)
+    plans, cap = [], max(1, seq)
+    while True:
+        plans.append(_plan(lengths, contexts, groups, cap))
+        if cap >= largest:
+            break
+        cap *= 2
+
+    def cost(plan: tuple[list[list[int]], list[list[int]], int]) -> float:
+        bins, width = len(plan[1]), plan[2]
+        return bins * width * (1 + width / (6 * hidden_size))
+
+    units, bins, width = min(plans, key=cost)
+    ids = torch.zeros((len(bins), width), dtype=torch.long)
     positions = torch.zeros((len(bins), width), dtype=torch.long)
-    starts = torch.zeros(len(lengths), dtype=torch.long)
-    for b, rows in enumerate(bins):
+    unit_of = torch.full((len(bins), width), -1, dtype=torch.long)  # which unit a slot holds (tails: -1 - bin)
+    row_of = torch.full((len(bins), width), -1, dtype=torch.long)  # which row's completion (-1: a context, a tail)
+    index = torch.zeros((n, seq), dtype=torch.long)
+    for b, bin_units in enumerate(bins):
         at = 0
-        for i in rows:
-            n = lengths[i]
-            ids[b, at : at + n] = batch.input_ids[i, :n]
-            positions[b, at : at + n] = torch.arange(n)
-            starts[i] = b * width + at
-            at += n
+        for u in bin_units:
+            rows = units[u]
+            c = contexts[rows[0]]
+            ids[b, at : at + c] = batch.input_ids[rows[0], :c]
+            positions[b, at : at + c] = torch.arange(c)
+            unit_of[b, at : at + c] = u
+            context_at = b * width + at
+            at += c
+            for i in rows:
+                k = lengths[i] - c
+                ids[b, at : at + k] = batch.input_ids[i, c : lengths[i]]
+                positions[b, at : at + k] = torch.arange(c, lengths[i])
+                unit_of[b, at : at + k] = u
+                row_of[b, at : at + k] = i
+                index[i, :c] = torch.arange(context_at, context_at + c)
+                index[i, c : lengths[i]] = torch.arange(b * width + at, b * width + at + k)
+                at += k
+        unit_of[b, at:] = -1 - b
         positions[b, at:] = torch.arange(width - at)
-    return PackedRows(ids, positions, starts)
+    causal = torch.ones(width, width, dtype=torch.bool).tril()
+    same_unit = unit_of[:, :, None] == unit_of[:, None, :]
+    visible = (row_of[:, None, :] == -1) | (row_of[:, None, :] == row_of[:, :, None])
+    return PackedRows(ids, positions, (causal & same_unit & visible)[:, None], index)
+
+
+def _as_model_mask(model: PreTrainedModel, allowed: torch.Tensor) -> torch.Tensor:
+    """A 4D boolean mask in the form the model's attention takes it as is: boolean for SDPA, additive (0 where
+    allowed, the dtype's minimum elsewhere) for the eager implementation."""
+    implementation = getattr(model.config, "_attn_implementation", "sdpa")
+    if implementation == "eager":
+        dtype = next(model.parameters()).dtype
+        return torch.zeros(allowed.shape, dtype=dtype).masked_fill(~allowed, torch.finfo(dtype).min)
+    if implementation != "sdpa":
+        raise ValueError(f"model.padding_free needs SDPA or eager attention, not {implementation!r}")
+    return allowed
 
 
 def completion_logps(
@@ -148,18 +229,22 @@ def completion_logps(
     distribution, with the model's banned ids masked as at sampling. Positions outside ``response_mask`` hold
     finite values (0 where the target is banned). Differentiable when grad is enabled.
 
-    ``padding_free`` (``model.padding_free``) runs the decoder on the rows packed without their padding
-    (:func:`pack_rows`) instead of the right-padded batch: the same values up to float rounding, on fewer tokens."""
+    ``padding_free`` (``model.padding_free``) runs the decoder on the rows packed without their padding, each context
+    once (:func:`pack_rows`), instead of the right-padded batch: the same values up to float rounding, on fewer
+    tokens."""
     dev = next(model.parameters()).device
     with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=dtype == "bfloat16"):
         idx = batch.positions.to(dev)
         if padding_free:
-            packed = pack_rows(batch)
+            packed = pack_rows(batch, model.config.hidden_size)
             hidden = model.get_decoder()(
-                input_ids=packed.input_ids.to(dev), position_ids=packed.position_ids.to(dev), use_cache=False
+                input_ids=packed.input_ids.to(dev),
+                position_ids=packed.position_ids.to(dev),
+                attention_mask=_as_model_mask(model, packed.attention_mask.to(dev)),
+                use_cache=False,
             ).last_hidden_state  # (bins, width, hidden)
             flat = hidden.reshape(-1, hidden.shape[-1])
-            picked = flat[packed.starts.to(dev)[:, None] + idx]  # (batch, T, hidden)
+            picked = flat[packed.index.to(dev).gather(1, idx)]  # (batch, T, hidden)
         else:
             hidden = model.get_decoder()(
                 input_ids=batch.input_ids.to(dev), attention_mask=batch.attention_mask.to(dev), use_cache=False

@@ -82,7 +82,9 @@ def measure(mode: str, rows: int, new_tokens: int, cache_dir: str, gc: bool, dty
                 advantages=advantages,
                 off_policy=torch.zeros(rows, dtype=torch.bool),
                 n_solutions=rows,
+                solutions=[None] * rows,
                 stats={},
+                follow=[],
             )
             trainer.update(inputs)
     else:

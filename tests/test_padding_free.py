@@ -123,3 +123,20 @@ def test_a_padding_free_update_takes_the_padded_updates_step(frozenlake_setup, t
     # Adam moves a weight by about lr whatever its gradient's size, so a weight whose gradient is rounding noise may
     # move either way: the two steps agree as vectors, not element by element
     assert float((moved[True] - moved[False]).norm() / moved[False].norm()) < 0.01
+
+
+def test_an_attention_that_takes_no_custom_mask_is_scored_padded_and_said_once(caplog):
+    """Flash attention takes no 4D mask: the scorer falls back to the padded batch and logs it once, not per call."""
+    from types import SimpleNamespace
+
+    from sesa_cli.rollout import scoring
+
+    model = SimpleNamespace(config=SimpleNamespace(_attn_implementation="flash_attention_2"))
+    allowed = torch.ones(1, 1, 2, 2, dtype=torch.bool)
+    scoring._UNMASKED.discard("flash_attention_2")
+    with caplog.at_level("WARNING", logger="sesa_cli.rollout.scoring"):
+        assert scoring._model_mask(model, allowed) is None
+        assert scoring._model_mask(model, allowed) is None
+    assert [r.getMessage() for r in caplog.records] == [
+        "model.padding_free: flash_attention_2 attention takes no custom mask; the update scores padded"
+    ]

@@ -10,6 +10,7 @@ masks them, so a scoring pass of a sampled token in the context that drew it giv
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
@@ -18,6 +19,8 @@ from torch.utils.checkpoint import checkpoint
 from transformers import PreTrainedModel
 
 from sesa_cli.models.special import banned_mask, masked_logps
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -205,16 +208,24 @@ def pack_rows(batch: ScoringBatch, hidden_size: int) -> PackedRows:
     return PackedRows(ids, positions, (causal & same_unit & visible)[:, None], index)
 
 
-def _as_model_mask(model: PreTrainedModel, allowed: torch.Tensor) -> torch.Tensor:
-    """A 4D boolean mask in the form the model's attention takes it as is: boolean for SDPA, additive (0 where
-    allowed, the dtype's minimum elsewhere) for the eager implementation."""
+def _model_mask(model: PreTrainedModel, allowed: torch.Tensor) -> torch.Tensor | None:
+    """The 4D mask ``allowed`` in the form the model's attention takes as is: boolean for SDPA, additive (0 where
+    allowed, the dtype's minimum elsewhere) for eager attention; None for an implementation that takes no custom mask
+    (flash attention), which is then scored padded (logged once per implementation)."""
     implementation = getattr(model.config, "_attn_implementation", "sdpa")
+    if implementation == "sdpa":
+        return allowed
     if implementation == "eager":
         dtype = next(model.parameters()).dtype
-        return torch.zeros(allowed.shape, dtype=dtype).masked_fill(~allowed, torch.finfo(dtype).min)
-    if implementation != "sdpa":
-        raise ValueError(f"model.padding_free needs SDPA or eager attention, not {implementation!r}")
-    return allowed
+        additive = torch.zeros(allowed.shape, dtype=dtype, device=allowed.device)
+        return additive.masked_fill(~allowed, torch.finfo(dtype).min)
+    if implementation not in _UNMASKED:
+        _UNMASKED.add(implementation)
+        log.warning("model.padding_free: %s attention takes no custom mask; the update scores padded", implementation)
+    return None
+
+
+_UNMASKED: set[str] = set()
 
 
 def completion_logps(
@@ -235,12 +246,13 @@ def completion_logps(
     dev = next(model.parameters()).device
     with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=dtype == "bfloat16"):
         idx = batch.positions.to(dev)
-        if padding_free:
-            packed = pack_rows(batch, model.config.hidden_size)
+        packed = pack_rows(batch, model.config.hidden_size) if padding_free else None
+        mask = None if packed is None else _model_mask(model, packed.attention_mask.to(dev))
+        if packed is not None and mask is not None:
             hidden = model.get_decoder()(
                 input_ids=packed.input_ids.to(dev),
                 position_ids=packed.position_ids.to(dev),
-                attention_mask=_as_model_mask(model, packed.attention_mask.to(dev)),
+                attention_mask=mask,
                 use_cache=False,
             ).last_hidden_state  # (bins, width, hidden)
             flat = hidden.reshape(-1, hidden.shape[-1])

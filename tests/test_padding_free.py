@@ -125,18 +125,34 @@ def test_a_padding_free_update_takes_the_padded_updates_step(frozenlake_setup, t
     assert float((moved[True] - moved[False]).norm() / moved[False].norm()) < 0.01
 
 
-def test_an_attention_that_takes_no_custom_mask_is_scored_padded_and_said_once(caplog):
-    """Flash attention takes no 4D mask: the scorer falls back to the padded batch and logs it once, not per call."""
-    from types import SimpleNamespace
+def test_a_flat_packing_holds_every_row_whole_in_one_row_with_restarting_positions():
+    """Flash attention's layout: no mask (its width is every token of the batch), no shared contexts, one row, each
+    sequence's positions from 0, which is all that tells the rows apart."""
+    batch = _ragged_batch(50, shared=True)
+    packed = pack_rows(batch, hidden_size=128, flat=True)
+    lengths = batch.attention_mask.sum(1).tolist()
+    assert packed.attention_mask is None
+    assert tuple(packed.input_ids.shape) == (1, sum(lengths))
+    starts = sorted(int(packed.index[i, 0]) for i in range(len(lengths)))
+    assert packed.position_ids[0, starts].tolist() == [0] * len(lengths)
+    for i, n in enumerate(lengths):
+        at = packed.index[i, :n]
+        assert at.tolist() == list(range(int(at[0]), int(at[0]) + n))  # whole and contiguous
+        assert packed.input_ids[0, at].tolist() == batch.input_ids[i, :n].tolist()
+        assert packed.position_ids[0, at].tolist() == list(range(n))
 
+
+def test_an_attention_without_custom_masks_scores_the_flat_packing_to_the_padded_values(path_setup, monkeypatch):
+    """A model whose attention takes no 4D mask (flash attention, which this CPU has not) gets the flat packing and
+    no mask; run through SDPA, which reads the same packing from the restarting positions, it scores what the padded
+    batch scores."""
     from sesa_cli.rollout import scoring
 
-    model = SimpleNamespace(config=SimpleNamespace(_attn_implementation="flash_attention_2"))
-    allowed = torch.ones(1, 1, 2, 2, dtype=torch.bool)
-    scoring._UNMASKED.discard("flash_attention_2")
-    with caplog.at_level("WARNING", logger="sesa_cli.rollout.scoring"):
-        assert scoring._model_mask(model, allowed) is None
-        assert scoring._model_mask(model, allowed) is None
-    assert [r.getMessage() for r in caplog.records] == [
-        "model.padding_free: flash_attention_2 attention takes no custom mask; the update scores padded"
-    ]
+    _, _, policy = path_setup
+    batch = _ragged_batch(policy.model.get_output_embeddings().weight.shape[0], shared=True, masks=True)
+    with torch.no_grad():
+        padded, _ = completion_logps(policy.model, batch, padding_free=False)
+        monkeypatch.setattr(scoring, "_attention", lambda model: "flash_attention_2")
+        flat, _ = completion_logps(policy.model, batch, padding_free=True)
+    mask = batch.response_mask
+    torch.testing.assert_close(flat * mask, padded * mask, rtol=1e-4, atol=1e-4)

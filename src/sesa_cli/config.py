@@ -124,8 +124,9 @@ class ModelConfig:
     its padded time, the default FrozenLake run's update (two-token sketches beside 30-token episodes) 0.75x; the
     path task (3-token prompts, rows of similar length) nothing (docs/measurements.md, "Padding-free scoring"). On in
     the real models' configs (conf/model/); off here, so for ``model=tiny``: it changes the update's float sums, so a
-    run draws differently from a padded one after its first update, and docs/results.md's runs are padded. Needs SDPA
-    or eager attention (the packing's mask is 4D); a model on flash attention is scored padded, as the log says."""
+    run draws differently from a padded one after its first update, and docs/results.md's runs are padded. SDPA and
+    eager attention take the packing's 4D mask; flash attention (no custom mask) gets the rows whole in one row, told
+    apart by their restarting positions (its variable-length path), without the shared contexts."""
     hub_id: str | None = None
     """A Hugging Face hub id (e.g. ``Qwen/Qwen2.5-0.5B-Instruct``) loaded with ``from_pretrained``: needs the hub or
     a copy in the local hub cache; ``model.path`` (a local directory) takes precedence."""

@@ -10,7 +10,6 @@ masks them, so a scoring pass of a sampled token in the context that drew it giv
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
@@ -19,8 +18,6 @@ from torch.utils.checkpoint import checkpoint
 from transformers import PreTrainedModel
 
 from sesa_cli.models.special import banned_mask, masked_logps
-
-log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -113,8 +110,9 @@ class PackedRows:
     output of it is read)."""
     position_ids: torch.Tensor
     """(bins, width) each token's position in its own row (a completion continues its context's positions)."""
-    attention_mask: torch.Tensor
-    """(bins, 1, width, width) bool, True where query token q may attend to key token k."""
+    attention_mask: torch.Tensor | None
+    """(bins, 1, width, width) bool, True where query token q may attend to key token k; None for a flat packing
+    (its rows are told apart by their positions alone)."""
     index: torch.Tensor
     """(batch, seq) where position p of row i sits in the flattened (bins * width) layout (0 past the row's end)."""
 
@@ -149,8 +147,10 @@ def _plan(
     return units, bins, width
 
 
-def pack_rows(batch: ScoringBatch, hidden_size: int) -> PackedRows:
-    """``batch``'s rows packed without padding, rows with the same context sharing one copy of it.
+def pack_rows(batch: ScoringBatch, hidden_size: int, flat: bool = False) -> PackedRows:
+    """``batch``'s rows packed without padding, rows with the same context sharing one copy of it; with ``flat``,
+    every row whole, one after another in a single row, its positions restarting at 0 (the layout flash attention's
+    variable-length path reads from ``position_ids`` alone, which transformers takes from a batch of one row only).
 
     A unit of rows sharing a context saves the context's repeats but widens the bins, and a bin's attention costs its
     width squared: of units capped at 1, 2, 4, ... times the batch's width (up to a whole group each), the packing
@@ -161,7 +161,8 @@ def pack_rows(batch: ScoringBatch, hidden_size: int) -> PackedRows:
     n, seq = batch.input_ids.shape
     by_context: dict[tuple[int, ...], list[int]] = {}
     for i in range(n):
-        by_context.setdefault(tuple(batch.input_ids[i, : contexts[i]].tolist()), []).append(i)
+        key = (i,) if flat else tuple(batch.input_ids[i, : contexts[i]].tolist())
+        by_context.setdefault(key, []).append(i)
     groups = list(by_context.values())
     largest = max((contexts[g[0]] + sum(lengths[i] - contexts[i] for i in g) for g in groups), default=1)
     plans, cap = [], max(1, seq)
@@ -176,6 +177,8 @@ def pack_rows(batch: ScoringBatch, hidden_size: int) -> PackedRows:
         return bins * width * (1 + width / (6 * hidden_size))
 
     units, bins, width = min(plans, key=cost)
+    if flat:
+        bins, width = [list(range(len(units)))], sum(lengths)
     ids = torch.zeros((len(bins), width), dtype=torch.long)
     positions = torch.zeros((len(bins), width), dtype=torch.long)
     unit_of = torch.full((len(bins), width), -1, dtype=torch.long)  # which unit a slot holds (tails: -1 - bin)
@@ -202,30 +205,43 @@ def pack_rows(batch: ScoringBatch, hidden_size: int) -> PackedRows:
                 at += k
         unit_of[b, at:] = -1 - b
         positions[b, at:] = torch.arange(width - at)
+    if flat:  # no (width x width) mask: a flat packing's width is every token of the batch
+        return PackedRows(ids, positions, None, index)
     causal = torch.ones(width, width, dtype=torch.bool).tril()
     same_unit = unit_of[:, :, None] == unit_of[:, None, :]
     visible = (row_of[:, None, :] == -1) | (row_of[:, None, :] == row_of[:, :, None])
     return PackedRows(ids, positions, (causal & same_unit & visible)[:, None], index)
 
 
-def _model_mask(model: PreTrainedModel, allowed: torch.Tensor) -> torch.Tensor | None:
+def _model_mask(model: PreTrainedModel, allowed: torch.Tensor) -> torch.Tensor:
     """The 4D mask ``allowed`` in the form the model's attention takes as is: boolean for SDPA, additive (0 where
-    allowed, the dtype's minimum elsewhere) for eager attention; None for an implementation that takes no custom mask
-    (flash attention), which is then scored padded (logged once per implementation)."""
-    implementation = getattr(model.config, "_attn_implementation", "sdpa")
-    if implementation == "sdpa":
+    allowed, the dtype's minimum elsewhere) for eager attention."""
+    if _attention(model) == "sdpa":
         return allowed
-    if implementation == "eager":
-        dtype = next(model.parameters()).dtype
-        additive = torch.zeros(allowed.shape, dtype=dtype, device=allowed.device)
-        return additive.masked_fill(~allowed, torch.finfo(dtype).min)
-    if implementation not in _UNMASKED:
-        _UNMASKED.add(implementation)
-        log.warning("model.padding_free: %s attention takes no custom mask; the update scores padded", implementation)
-    return None
+    dtype = next(model.parameters()).dtype
+    additive = torch.zeros(allowed.shape, dtype=dtype, device=allowed.device)
+    return additive.masked_fill(~allowed, torch.finfo(dtype).min)
 
 
-_UNMASKED: set[str] = set()
+def _attention(model: PreTrainedModel) -> str:
+    return str(getattr(model.config, "_attn_implementation", "sdpa"))
+
+
+def packed_hidden(model: PreTrainedModel, batch: ScoringBatch) -> tuple[torch.Tensor, torch.Tensor]:
+    """The decoder's last hidden states of ``batch``'s rows packed (``model.padding_free``), flattened to (bins *
+    width, hidden), and the (batch, seq) index of each row's positions in them. SDPA and eager attention get the
+    packing with shared contexts and its mask; other implementations (flash attention) the rows whole in one row and no
+    mask."""
+    dev = next(model.parameters()).device
+    packed = pack_rows(batch, model.config.hidden_size, flat=_attention(model) not in ("sdpa", "eager"))
+    allowed = packed.attention_mask
+    hidden = model.get_decoder()(
+        input_ids=packed.input_ids.to(dev),
+        position_ids=packed.position_ids.to(dev),
+        attention_mask=None if allowed is None else _model_mask(model, allowed.to(dev)),
+        use_cache=False,
+    ).last_hidden_state  # (bins, width, hidden)
+    return hidden.reshape(-1, hidden.shape[-1]), packed.index.to(dev)
 
 
 def completion_logps(
@@ -246,17 +262,9 @@ def completion_logps(
     dev = next(model.parameters()).device
     with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=dtype == "bfloat16"):
         idx = batch.positions.to(dev)
-        packed = pack_rows(batch, model.config.hidden_size) if padding_free else None
-        mask = None if packed is None else _model_mask(model, packed.attention_mask.to(dev))
-        if packed is not None and mask is not None:
-            hidden = model.get_decoder()(
-                input_ids=packed.input_ids.to(dev),
-                position_ids=packed.position_ids.to(dev),
-                attention_mask=mask,
-                use_cache=False,
-            ).last_hidden_state  # (bins, width, hidden)
-            flat = hidden.reshape(-1, hidden.shape[-1])
-            picked = flat[packed.index.to(dev).gather(1, idx)]  # (batch, T, hidden)
+        if padding_free:
+            flat, index = packed_hidden(model, batch)
+            picked = flat[index.gather(1, idx)]  # (batch, T, hidden)
         else:
             hidden = model.get_decoder()(
                 input_ids=batch.input_ids.to(dev), attention_mask=batch.attention_mask.to(dev), use_cache=False

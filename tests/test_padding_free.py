@@ -70,10 +70,8 @@ def _lora(model):
     from peft import LoraConfig, get_peft_model
 
     torch.manual_seed(1)
-    lora = get_peft_model(
-        copy.deepcopy(model), LoraConfig(r=4, target_modules=["q_proj", "v_proj"], init_lora_weights=False)
-    )
-    return lora
+    config = LoraConfig(r=4, target_modules=["q_proj", "v_proj"], init_lora_weights=False)
+    return get_peft_model(copy.deepcopy(model), config)
 
 
 @pytest.mark.parametrize("which", ["tiny", "tiny_lora", "qwen2_gqa", "qwen2_eager"])

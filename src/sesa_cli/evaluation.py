@@ -119,8 +119,8 @@ class ExactPolicy:
     (``Policy.spellings``) of Π_j π(y_j | x, y_<j), by teacher forcing, at the sampling temperature, with the token
     masking the sampler applies (:meth:`sesa_cli.rollout.engine.Engine.completion_logps`: the prompt runs once and
     spellings that begin alike share their forward rows until they part). top_p/top_k truncation is not applied
-    (the defaults disable it). Instances whose task returns no solution space are skipped; :attr:`available` says whether any
-    instance has one.
+    (the defaults disable it). Instances whose task returns no solution space are skipped; :attr:`available` says
+    whether any instance has one.
 
     Agent tasks whose environment is deterministic and whose responses can be listed
     (``AgentTask.turn_responses``) have no fixed solution list: a solution is an episode's action sequence, and

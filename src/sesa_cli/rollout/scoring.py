@@ -117,6 +117,11 @@ class PackedRows:
     """(batch, seq) where position p of row i sits in the flattened (bins * width) layout (0 past the row's end)."""
 
 
+def _unit_size(rows: list[int], lengths: list[int], contexts: list[int]) -> int:
+    """Tokens of a unit: the rows' shared context once, then each row's completion."""
+    return contexts[rows[0]] + sum(lengths[i] - contexts[i] for i in rows)
+
+
 def _plan(
     lengths: list[int], contexts: list[int], groups: list[list[int]], max_unit: int
 ) -> tuple[list[list[int]], list[list[int]], int]:
@@ -132,7 +137,7 @@ def _plan(
                 size = contexts[i]
             units[-1].append(i)
             size += extra
-    sizes = [contexts[u[0]] + sum(lengths[i] - contexts[i] for i in u) for u in units]
+    sizes = [_unit_size(u, lengths, contexts) for u in units]
     width = max(sizes, default=1)
     bins: list[list[int]] = []
     free: list[int] = []
@@ -159,26 +164,26 @@ def pack_rows(batch: ScoringBatch, hidden_size: int, flat: bool = False) -> Pack
     lengths = batch.attention_mask.sum(1).tolist()
     contexts = batch.context_lengths.tolist()
     n, seq = batch.input_ids.shape
-    by_context: dict[tuple[int, ...], list[int]] = {}
-    for i in range(n):
-        key = (i,) if flat else tuple(batch.input_ids[i, : contexts[i]].tolist())
-        by_context.setdefault(key, []).append(i)
-    groups = list(by_context.values())
-    largest = max((contexts[g[0]] + sum(lengths[i] - contexts[i] for i in g) for g in groups), default=1)
-    plans, cap = [], max(1, seq)
-    while True:
-        plans.append(_plan(lengths, contexts, groups, cap))
-        if cap >= largest:
-            break
-        cap *= 2
-
-    def cost(plan: tuple[list[list[int]], list[list[int]], int]) -> float:
-        bins, width = len(plan[1]), plan[2]
-        return bins * width * (1 + width / (6 * hidden_size))
-
-    units, bins, width = min(plans, key=cost)
     if flat:
-        bins, width = [list(range(len(units)))], sum(lengths)
+        units, bins, width = [[i] for i in range(n)], [list(range(n))], sum(lengths)
+    else:
+        by_context: dict[tuple[int, ...], list[int]] = {}
+        for i in range(n):
+            by_context.setdefault(tuple(batch.input_ids[i, : contexts[i]].tolist()), []).append(i)
+        groups = list(by_context.values())
+        largest = max((_unit_size(g, lengths, contexts) for g in groups), default=1)
+        plans, cap = [], max(1, seq)
+        while True:
+            plans.append(_plan(lengths, contexts, groups, cap))
+            if cap >= largest:
+                break
+            cap *= 2
+
+        def cost(plan: tuple[list[list[int]], list[list[int]], int]) -> float:
+            bins, width = len(plan[1]), plan[2]
+            return bins * width * (1 + width / (6 * hidden_size))
+
+        units, bins, width = min(plans, key=cost)
     ids = torch.zeros((len(bins), width), dtype=torch.long)
     positions = torch.zeros((len(bins), width), dtype=torch.long)
     unit_of = torch.full((len(bins), width), -1, dtype=torch.long)  # which unit a slot holds (tails: -1 - bin)

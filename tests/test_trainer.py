@@ -190,7 +190,7 @@ def test_skipping_zero_advantage_rows_gives_the_full_passs_loss_and_gradient(pat
         inputs = trainer.loss_inputs(groups)
         inputs.advantages[:12] = 0.0  # a zero-std group and a half, wherever the mini-batches cut them
         if mode == "full":
-            trainer._minibatch_logps = lambda sub, live, old_sub, t=trainer: completion_logps(t.model, sub)
+            trainer._minibatch_logps = lambda sub, live, old_sub, extra, t=trainer: (*completion_logps(t.model, sub), None)
         trainer.optimizer.step = lambda: None  # keep the weights: compare the last mini-batch's gradient
         stats = trainer.update(inputs)
         grad = torch.cat([p.grad.flatten() for p in trainer.model.parameters()])

@@ -123,8 +123,9 @@ class ModelConfig:
     pays where rows differ in length or share long prompts: a SmolLM2 LoRA update of 2 chat prompts x 4 samples 0.43x
     its padded time, the default FrozenLake run's update (two-token sketches beside 30-token episodes) 0.75x; the
     path task (3-token prompts, rows of similar length) nothing (docs/measurements.md, "Padding-free scoring"). On in
-    the real models' configs (conf/model/); off here, so for ``model=tiny``: it changes the update's float sums, so a
-    run draws differently from a padded one after its first update, and docs/results.md's runs are padded. SDPA and
+    the real models' configs (conf/model/) and the tiny agent tasks' recipe (conf/task_model/train/agent_tiny); off
+    here, so for ``model=tiny`` on the other tasks: it changes the update's float sums, so a run draws differently
+    from a padded one after its first update, and docs/results.md's path claims are padded. SDPA and
     eager attention take the packing's 4D mask; flash attention (no custom mask) gets the rows whole in one row, told
     apart by their restarting positions (its variable-length path), without the shared contexts."""
     hub_id: str | None = None

@@ -27,7 +27,7 @@ from sesa_cli.evaluation import Evaluation, rollout_stats, sample_records
 from sesa_cli.models.lora import is_lora, reference
 from sesa_cli.models.policy import Policy
 from sesa_cli.rollout.samplers import Rollout, make_sampler
-from sesa_cli.rollout.scoring import ScoringBatch, build_batch, completion_logps, select_rows
+from sesa_cli.rollout.scoring import ScoringBatch, build_batch, completion_logps, join_rows, select_rows
 from sesa_cli.runs import RunDir
 from sesa_cli.tasks.base import Task
 from sesa_cli.update import (
@@ -192,7 +192,10 @@ class Trainer:
             for chunk in order.chunk(algo.minibatches):
                 sub = select_rows(batch, chunk)
                 live = advantages[chunk] != 0 if skip_zero else None
-                logps, ents = self._minibatch_logps(sub, live, None if old is None else old[chunk])
+                follow_sub = None if follow is None else self._follow_rows(*follow, chunk)
+                logps, ents, follow_logps = self._minibatch_logps(
+                    sub, live, None if old is None else old[chunk], follow_sub
+                )
                 old_sub = old[chunk] if several and old is not None else logps.detach()
                 loss, m = algos.compute_loss(
                     logps,
@@ -205,11 +208,10 @@ class Trainer:
                     seq_weights=None if seq_weights is None else seq_weights[chunk],
                     norm_constant=self.norm_constant,
                 )
-                if follow is not None:
-                    nll = self._follow_nll(*follow, chunk)
-                    if nll is not None:
-                        loss = loss + algo.follow_coef * nll
-                        m["follow_nll"] = float(nll.detach())
+                if follow_logps is not None:
+                    nll = -follow_logps[:, 0].mean()
+                    loss = loss + algo.follow_coef * nll
+                    m["follow_nll"] = float(nll.detach())
                 if found is not None:
                     nll = self._found_nll(found)
                     loss = loss + algo.found_coef * nll
@@ -253,14 +255,12 @@ class Trainer:
         logps, _ = self._score(self.model, batch)
         return -(logps * batch.response_mask).sum(1).mean()
 
-    def _follow_nll(self, rows: torch.Tensor, batch: ScoringBatch, chunk: torch.Tensor) -> torch.Tensor | None:
-        """Mean -log pi(target token | solve prompt) over the follow rows among the mini-batch's rows ``chunk``;
-        None when it holds none."""
+    def _follow_rows(self, rows: torch.Tensor, batch: ScoringBatch, chunk: torch.Tensor) -> ScoringBatch | None:
+        """The follow rows (solve prompt, target token) of the solution rows among the mini-batch's rows ``chunk``,
+        None when it holds none; the mini-batch scores them in its own forward pass, and the term is the mean of
+        -log pi(target token | solve prompt) over them."""
         picked = torch.isin(rows, chunk).nonzero().flatten()
-        if picked.numel() == 0:
-            return None
-        logps, _ = self._score(self.model, select_rows(batch, picked))
-        return -logps[:, 0].mean()
+        return select_rows(batch, picked) if picked.numel() else None
 
     def _off_policy_terms(
         self, inputs: LossInputs, batch: ScoringBatch
@@ -309,20 +309,32 @@ class Trainer:
         return False
 
     def _minibatch_logps(
-        self, sub: ScoringBatch, live: torch.Tensor | None, old_sub: torch.Tensor | None
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """(logps, entropies) of a mini-batch. Rows where ``live`` is False skip the forward pass: their log-probs
-        are the old ones (``old_sub``, or 0 when the ratio is taken against the result itself), so their ratio is
-        exactly 1, and no entropies are returned. Callers pass ``live`` only when such rows add nothing to the
-        gradient."""
-        if live is None or bool(live.all()):
-            return self._score(self.model, sub)
-        filler = torch.zeros_like(sub.response_mask) if old_sub is None else old_sub.detach().clone()
-        rows = live.nonzero().flatten()
-        if rows.numel() == 0:
-            return filler.requires_grad_(), None
-        logps, _ = self._score(self.model, select_rows(sub, rows))
-        return filler.index_put((rows,), logps), None
+        self, sub: ScoringBatch, live: torch.Tensor | None, old_sub: torch.Tensor | None, extra: ScoringBatch | None
+    ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+        """(logps, entropies) of a mini-batch, and the log-probs of ``extra``'s rows (the follow term's), scored in
+        the same forward pass (None without them). Rows where ``live`` is False skip the forward pass: their
+        log-probs are the old ones (``old_sub``, or 0 when the ratio is taken against the result itself), so their
+        ratio is exactly 1, and no entropies are returned. Callers pass ``live`` only when such rows add nothing to
+        the gradient."""
+        rows = None if live is None or bool(live.all()) else live.nonzero().flatten()
+        n, width = sub.targets.shape if rows is None else (rows.numel(), sub.targets.shape[1])
+        parts = [sub if rows is None else select_rows(sub, rows)] if n else []
+        parts += [] if extra is None else [extra]
+        if not parts:  # no live row and no follow row
+            return self._filler(sub, old_sub).requires_grad_(), None, None
+        logps, ents = self._score(self.model, join_rows(parts, int(self.policy.tokenizer.pad_token_id)))
+        extra_logps = None if extra is None else logps[n:, : extra.targets.shape[1]]
+        if rows is None:
+            return logps[:n, :width], ents[:n, :width], extra_logps
+        if n == 0:
+            return self._filler(sub, old_sub).requires_grad_(), None, extra_logps
+        return self._filler(sub, old_sub).index_put((rows,), logps[:n, :width]), None, extra_logps
+
+    @staticmethod
+    def _filler(sub: ScoringBatch, old_sub: torch.Tensor | None) -> torch.Tensor:
+        """The log-probs of a mini-batch's skipped rows: the old ones, or 0 when the ratio is taken against the
+        result itself."""
+        return torch.zeros_like(sub.response_mask) if old_sub is None else old_sub.detach().clone()
 
     def _score(self, model: Any, batch: ScoringBatch) -> tuple[torch.Tensor, torch.Tensor]:
         """(logps, entropies) of ``batch`` under ``model`` as every term of the update scores its rows: at the

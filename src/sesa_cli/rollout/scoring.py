@@ -48,6 +48,30 @@ def select_rows(batch: ScoringBatch, idx: torch.Tensor) -> ScoringBatch:
     return replace(sub, input_ids=sub.input_ids[:, :width], attention_mask=sub.attention_mask[:, :width])
 
 
+def join_rows(batches: Sequence[ScoringBatch], pad_id: int) -> ScoringBatch:
+    """The rows of ``batches``, in order, as one batch for one forward pass: each is right-padded to the widest
+    sequence and completion (padding ``pad_id``, outside every mask); a single batch is returned as it is."""
+    if len(batches) == 1:
+        return batches[0]
+    width = max(b.input_ids.shape[1] for b in batches)
+    t_max = max(b.targets.shape[1] for b in batches)
+    pad = torch.nn.functional.pad
+
+    def widen(b: ScoringBatch) -> ScoringBatch:
+        seq, t = width - b.input_ids.shape[1], t_max - b.targets.shape[1]
+        return ScoringBatch(
+            pad(b.input_ids, (0, seq), value=pad_id),
+            pad(b.attention_mask, (0, seq)),
+            pad(b.positions, (0, t)),
+            pad(b.targets, (0, t), value=pad_id),
+            pad(b.response_mask, (0, t)),
+            b.context_lengths,
+        )
+
+    wide = [widen(b) for b in batches]
+    return ScoringBatch(*(torch.cat([getattr(b, f) for b in wide]) for f in ScoringBatch.__dataclass_fields__))
+
+
 def build_batch(
     contexts: Sequence[Sequence[int]],
     completions: Sequence[Sequence[int]],

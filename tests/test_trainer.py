@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from sesa_cli.config import ConfigError
-from sesa_cli.rollout.scoring import build_batch, completion_logps, select_rows
+from sesa_cli.rollout.scoring import build_batch, completion_logps, join_rows, select_rows
 from sesa_cli.runs import RunDir
 from sesa_cli.tasks.path import PathTask
 from sesa_cli.trainer import Trainer
@@ -190,7 +190,10 @@ def test_skipping_zero_advantage_rows_gives_the_full_passs_loss_and_gradient(pat
         inputs = trainer.loss_inputs(groups)
         inputs.advantages[:12] = 0.0  # a zero-std group and a half, wherever the mini-batches cut them
         if mode == "full":
-            trainer._minibatch_logps = lambda sub, live, old_sub, extra, t=trainer: (*completion_logps(t.model, sub), None)
+            trainer._minibatch_logps = lambda sub, live, old_sub, extra, t=trainer: (
+                *completion_logps(t.model, sub),
+                None,
+            )
         trainer.optimizer.step = lambda: None  # keep the weights: compare the last mini-batch's gradient
         stats = trainer.update(inputs)
         grad = torch.cat([p.grad.flatten() for p in trainer.model.parameters()])
@@ -290,6 +293,63 @@ def test_follow_term_targets_every_stage_two_row_and_raises_its_logprob(path_set
     stats = trainer.update(inputs)
     assert stats["loss/follow_nll"] > 0
     assert follow_logp() > before
+
+
+@pytest.mark.parametrize("padding_free", [False, True])
+def test_rows_joined_into_one_pass_score_as_in_a_pass_of_their_own(path_setup, padding_free):
+    """join_rows: a mini-batch's rows and the follow term's (narrower, one-token completions) in one forward pass
+    give every row the log-probs and entropies of its own batch's pass, up to float rounding."""
+    _, _, policy = path_setup
+    vocab = len(policy.tokenizer)
+    rng = random.Random(0)
+    completions = [[rng.randrange(4, vocab) for _ in range(rng.randint(5, 20))] for _ in range(12)]
+    rows = build_batch(
+        [[rng.randrange(4, vocab) for _ in range(rng.randint(3, 8))] for _ in range(12)],
+        completions,
+        0,
+        [[rng.random() < 0.7 for _ in c] for c in completions],  # teacher-forced tokens, as an episode's
+    )
+    follow = build_batch([[rng.randrange(4, vocab) for _ in range(rng.randint(6, 14))] for _ in range(5)],
+                         [[rng.randrange(4, vocab)] for _ in range(5)], 0)  # fmt: skip
+    joined = join_rows([rows, follow], 0)
+    assert joined.input_ids.shape == (17, max(rows.input_ids.shape[1], follow.input_ids.shape[1]))
+    with torch.no_grad():
+        out = {id(b): completion_logps(policy.model, b, padding_free=padding_free) for b in (rows, follow, joined)}
+    start = 0
+    for part in (rows, follow):
+        n, t = part.targets.shape
+        mask = part.response_mask
+        assert not joined.response_mask[start : start + n, t:].any()
+        for own, together in zip(out[id(part)], out[id(joined)], strict=True):
+            torch.testing.assert_close(together[start : start + n, :t] * mask, own * mask, rtol=1e-5, atol=1e-5)
+        start += n
+
+
+@pytest.mark.parametrize("padding_free", [False, True])
+def test_the_follow_term_scored_in_its_mini_batchs_pass_is_its_rows_mean_nll(path_setup, tmp_path, padding_free):
+    """The follow term's rows ride in their mini-batch's forward pass: each mini-batch's ``follow_nll`` is the mean
+    -log pi(target | solve prompt) over the follow rows of its own solution rows, as a pass of their own gives it."""
+    trainer = _trainer(path_setup, tmp_path, name="sequential", stage1="sketch")
+    cfg = trainer.cfg
+    trainer.cfg = replace(
+        cfg,
+        model=replace(cfg.model, padding_free=padding_free),
+        algo=replace(cfg.algo, follow_coef=1.0, minibatches=2),
+    )
+    inputs = trainer.loss_inputs(trainer._draw_batch()[0])
+    assert len(inputs.follow) > 2
+    trainer.optimizer.step = lambda: None  # the same weights for every mini-batch
+    order = torch.Generator()
+    order.set_state(trainer.generator.get_state())  # the update's mini-batch order
+    chunks = torch.randperm(len(inputs.contexts), generator=order).chunk(2)
+    with torch.no_grad():
+        nll = -completion_logps(
+            trainer.model, build_batch([c for _, c, _ in inputs.follow], [[t] for *_, t in inputs.follow], 0)
+        )[0][:, 0]
+    rows = torch.tensor([i for i, _, _ in inputs.follow])
+    expected = [float(nll[torch.isin(rows, chunk)].mean()) for chunk in chunks if torch.isin(rows, chunk).any()]
+    stats = trainer.update(inputs)
+    assert stats["loss/follow_nll"] == pytest.approx(sum(expected) / len(expected), rel=1e-5)
 
 
 def test_sketch_response_is_what_a_followed_solution_starts_with(frozenlake_setup, path_setup):

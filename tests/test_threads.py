@@ -98,8 +98,47 @@ def test_the_warm_start_runs_on_the_free_cores_and_gives_the_command_its_count_b
         with pytest.raises(FileExistsError):  # the directory it would write exists: the build fails
             tiny.warm_start(cfg.model, task, tmp_path / "base")
         assert torch.get_num_threads() == 1
+        # the count is taken again during the build: a sweep's waiting jobs free their cores after it starts
+        counts = iter([1, 1, 2, 2])
+        monkeypatch.setattr(tiny, "free_cores", lambda: (next(counts), 0.0))
+        monkeypatch.setattr(tiny, "RECOUNT_STEPS", 1)
+        cfg4 = compose_train([*TINY, "model.warm_start_steps=4", "model.warm_start_corpus_size=40"])
+        info = tiny.warm_start(cfg4.model, task, tmp_path / "base4")
+        assert info["torch_threads_steps"] == {"1": 2, "2": 2}
+        assert info["torch_threads"] == 2
+        assert torch.get_num_threads() == 1
     finally:
         torch.set_num_threads(before)
+
+
+def test_busy_cores_leaves_out_this_processs_own_threads():
+    """A count taken mid-computation (the warm start's, every few steps) must not see this process's own busy
+    threads as other work: while two of its threads multiply matrices, /proc/loadavg counts them runnable, and
+    busy_cores leaves them out."""
+    import threading
+
+    import torch
+
+    from sesa_cli import cpus
+
+    stop = threading.Event()
+
+    def work() -> None:
+        a = torch.randn(256, 256)
+        while not stop.is_set():
+            a @ a  # releases the GIL: the thread is runnable, not waiting
+
+    workers = [threading.Thread(target=work) for _ in range(2)]
+    for w in workers:
+        w.start()
+    try:
+        seen = max(cpus._own_runnable() for _ in range(200))
+    finally:
+        stop.set()
+        for w in workers:
+            w.join()
+    assert seen >= 2  # the workers were counted as this process's
+    assert cpus._own_runnable() >= 1
 
 
 class _Mallinfo2(ctypes.Structure):

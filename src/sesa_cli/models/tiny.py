@@ -15,7 +15,7 @@ import math
 import random
 import re
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -175,17 +175,26 @@ def warm_start(cfg: ModelConfig, task: Task, out_dir: Path) -> dict[str, Any]:
     ``threads``, which is restored after: its steps are large matrix products (8 rows x 256 tokens), which a second
     thread speeds 1.85x, and on this project's CPU the base it writes is bit for bit the one-thread base (the same
     sha256 of model.safetensors, 400 FrozenLake steps on one and on two threads; issue 32), so runs read the same
-    base whatever the count it was built with."""
+    base whatever the count it was built with. The count is taken again every :data:`RECOUNT_STEPS` steps: the jobs
+    of a sweep start together, and the ones that then wait for this base (its file lock) free their cores a few
+    seconds into the build, which a count taken once at its start would leave idle for all of it."""
     threads = torch.get_num_threads()
-    free, _ = free_cores()
-    torch.set_num_threads(max(threads, free))
+
+    def recount() -> int:
+        torch.set_num_threads(max(threads, free_cores()[0]))
+        return torch.get_num_threads()
+
     try:
-        return _warm_start(cfg, task, out_dir)
+        return _warm_start(cfg, task, out_dir, recount)
     finally:
         torch.set_num_threads(threads)
 
 
-def _warm_start(cfg: ModelConfig, task: Task, out_dir: Path) -> dict[str, Any]:
+RECOUNT_STEPS = 25
+"""The warm start takes the count of free cores again every this many steps (:func:`warm_start`)."""
+
+
+def _warm_start(cfg: ModelConfig, task: Task, out_dir: Path, recount: Callable[[], int]) -> dict[str, Any]:
     t0 = time.perf_counter()
     rng = random.Random(f"warm-start-{task.name}")
     lines = task.warm_start_corpus(rng, cfg.warm_start_corpus_size)
@@ -195,9 +204,10 @@ def _warm_start(cfg: ModelConfig, task: Task, out_dir: Path) -> dict[str, Any]:
     data = pack_lines(tokenizer, lines, block)
     n_tokens = int((data.labels != -100).sum())
     n_params = sum(p.numel() for p in model.parameters())
+    count = recount()
     log.info(
         "warm start: %s params, %d tokens (%s), %d corpus lines (%s tokens) in %d rows of %d, %d steps of %d rows "
-        "on %d torch threads",
+        "on %d torch threads (the free cores, counted again every %d steps)",
         f"{n_params:,}",
         len(tokenizer),
         cfg.tokenizer,
@@ -207,7 +217,8 @@ def _warm_start(cfg: ModelConfig, task: Task, out_dir: Path) -> dict[str, Any]:
         block,
         cfg.warm_start_steps,
         cfg.warm_start_batch_size,
-        torch.get_num_threads(),
+        count,
+        RECOUNT_STEPS,
     )
 
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.warm_start_lr, weight_decay=0.01, betas=(0.9, 0.98))
@@ -222,9 +233,13 @@ def _warm_start(cfg: ModelConfig, task: Task, out_dir: Path) -> dict[str, Any]:
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_at)
     gen = torch.Generator().manual_seed(0)
     losses: list[float] = []
+    used: dict[int, int] = {}  # thread count -> steps run on it
     model.train()
     with activity(f"warm start ({task.name})", total=steps, done=None) as act:
         for step in range(steps):
+            if step and step % RECOUNT_STEPS == 0:
+                count = recount()
+            used[count] = used.get(count, 0) + 1
             rows = torch.randint(len(data.ids), (cfg.warm_start_batch_size,), generator=gen)
             # use_cache=False: transformers builds the packed-sequence mask only for a forward without a cache
             out = model(
@@ -252,7 +267,8 @@ def _warm_start(cfg: ModelConfig, task: Task, out_dir: Path) -> dict[str, Any]:
         "vocabulary": len(tokenizer),
         "corpus_tokens": n_tokens,
         "steps": steps,
-        "torch_threads": torch.get_num_threads(),
+        "torch_threads": max(used, default=count),  # the most it ran on; per count, its steps:
+        "torch_threads_steps": {str(n): k for n, k in sorted(used.items())},
         "final_loss": sum(losses[-20:]) / max(1, len(losses[-20:])),
         "seconds": round(time.perf_counter() - t0, 1),
     }

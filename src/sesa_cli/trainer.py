@@ -311,19 +311,24 @@ class Trainer:
     def _minibatch_logps(
         self, sub: ScoringBatch, live: torch.Tensor | None, old_sub: torch.Tensor | None, extra: ScoringBatch | None
     ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
-        """(logps, entropies) of a mini-batch, and the log-probs of ``extra``'s rows (the follow term's), scored in
-        the same forward pass (None without them). Rows where ``live`` is False skip the forward pass: their
-        log-probs are the old ones (``old_sub``, or 0 when the ratio is taken against the result itself), so their
-        ratio is exactly 1, and no entropies are returned. Callers pass ``live`` only when such rows add nothing to
-        the gradient."""
+        """(logps, entropies) of a mini-batch, and the log-probs of ``extra``'s rows (the follow term's; None without
+        them). Scored padding-free (``model.padding_free``), the extra rows ride in the mini-batch's forward pass;
+        padded, they get a pass of their own, as a solve prompt and one token would take the mini-batch's width. Rows
+        where ``live`` is False skip the forward pass: their log-probs are the old ones (``old_sub``, or 0 when the
+        ratio is taken against the result itself), so their ratio is exactly 1, and no entropies are returned.
+        Callers pass ``live`` only when such rows add nothing to the gradient."""
         rows = None if live is None or bool(live.all()) else live.nonzero().flatten()
         n, width = sub.targets.shape if rows is None else (rows.numel(), sub.targets.shape[1])
         parts = [sub if rows is None else select_rows(sub, rows)] if n else []
-        parts += [] if extra is None else [extra]
-        if not parts:  # no live row and no follow row
-            return self._filler(sub, old_sub).requires_grad_(), None, None
+        joined = extra if self.cfg.model.padding_free else None
+        if joined is not None:
+            parts.append(joined)
+        # padded, the extra rows' pass comes after the mini-batch's, the order the two terms had as separate passes
+        own = None if extra is None or joined is not None else lambda: self._score(self.model, extra)[0]
+        if not parts:  # no live row, and no extra row to score with them
+            return self._filler(sub, old_sub).requires_grad_(), None, None if own is None else own()
         logps, ents = self._score(self.model, join_rows(parts, int(self.policy.tokenizer.pad_token_id)))
-        extra_logps = None if extra is None else logps[n:, : extra.targets.shape[1]]
+        extra_logps = logps[n:, : joined.targets.shape[1]] if joined is not None else None if own is None else own()
         if rows is None:
             return logps[:n, :width], ents[:n, :width], extra_logps
         if n == 0:

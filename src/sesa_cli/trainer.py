@@ -257,8 +257,8 @@ class Trainer:
 
     def _follow_rows(self, rows: torch.Tensor, batch: ScoringBatch, chunk: torch.Tensor) -> ScoringBatch | None:
         """The follow rows (solve prompt, target token) of the solution rows among the mini-batch's rows ``chunk``,
-        None when it holds none; the mini-batch scores them in its own forward pass, and the term is the mean of
-        -log pi(target token | solve prompt) over them."""
+        None when it holds none; :meth:`_minibatch_logps` scores them with the mini-batch, and the term is the mean
+        of -log pi(target token | solve prompt) over them."""
         picked = torch.isin(rows, chunk).nonzero().flatten()
         return select_rows(batch, picked) if picked.numel() else None
 

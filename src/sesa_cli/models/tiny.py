@@ -267,8 +267,8 @@ def _warm_start(cfg: ModelConfig, task: Task, out_dir: Path, recount: Callable[[
         "vocabulary": len(tokenizer),
         "corpus_tokens": n_tokens,
         "steps": steps,
-        "torch_threads": max(used, default=count),  # the most it ran on; per count, its steps:
-        "torch_threads_steps": {str(n): k for n, k in sorted(used.items())},
+        "torch_threads": max(used, default=count),  # the largest count it ran on
+        "torch_threads_steps": {str(n): k for n, k in sorted(used.items())},  # steps run on each count
         "final_loss": sum(losses[-20:]) / max(1, len(losses[-20:])),
         "seconds": round(time.perf_counter() - t0, 1),
     }

@@ -110,8 +110,14 @@ def test_a_second_command_into_a_run_dir_in_use_stops_naming_the_holder(tmp_path
     first = _sesa(["train", *settings, "seed=1"], cwd=tmp_path)
     try:
         _wait(first, lambda: len(_train_steps(run)) >= 2)  # training, with records on disk
-        second = _sesa(["train", *settings, "seed=2"], cwd=tmp_path)
-        _, err = second.communicate(timeout=300)
+        # held still while the second command starts (seconds of imports), which the first's 20 short steps could
+        # otherwise outrun: then it would find a finished run instead of one in use
+        os.kill(first.pid, signal.SIGSTOP)
+        try:
+            second = _sesa(["train", *settings, "seed=2"], cwd=tmp_path)
+            _, err = second.communicate(timeout=300)
+        finally:
+            os.kill(first.pid, signal.SIGCONT)
         line = check_one_line(second.returncode, err, f"hydra.run.dir={run} is in use by another sesa command "
                                                       f"(pid {first.pid} on host ")  # fmt: skip
         assert "sesa train " in line

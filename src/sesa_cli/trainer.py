@@ -193,8 +193,11 @@ class Trainer:
                 sub = select_rows(batch, chunk)
                 live = advantages[chunk] != 0 if skip_zero else None
                 follow_sub = None if follow is None else self._follow_rows(*follow, chunk)
+                # padding-free, the follow rows ride in the mini-batch's pass; padded, a solve prompt and one token
+                # would take the mini-batch's width, so they keep a pass of their own (below, where it always was)
+                joined = follow_sub if self.cfg.model.padding_free else None
                 logps, ents, follow_logps = self._minibatch_logps(
-                    sub, live, None if old is None else old[chunk], follow_sub
+                    sub, live, None if old is None else old[chunk], joined
                 )
                 old_sub = old[chunk] if several and old is not None else logps.detach()
                 loss, m = algos.compute_loss(
@@ -208,6 +211,8 @@ class Trainer:
                     seq_weights=None if seq_weights is None else seq_weights[chunk],
                     norm_constant=self.norm_constant,
                 )
+                if follow_sub is not None and joined is None:
+                    follow_logps = self._score(self.model, follow_sub)[0]
                 if follow_logps is not None:
                     nll = -follow_logps[:, 0].mean()
                     loss = loss + algo.follow_coef * nll
@@ -257,8 +262,7 @@ class Trainer:
 
     def _follow_rows(self, rows: torch.Tensor, batch: ScoringBatch, chunk: torch.Tensor) -> ScoringBatch | None:
         """The follow rows (solve prompt, target token) of the solution rows among the mini-batch's rows ``chunk``,
-        None when it holds none; :meth:`_minibatch_logps` scores them with the mini-batch, and the term is the mean
-        of -log pi(target token | solve prompt) over them."""
+        None when it holds none; the term is the mean of -log pi(target token | solve prompt) over them."""
         picked = torch.isin(rows, chunk).nonzero().flatten()
         return select_rows(batch, picked) if picked.numel() else None
 
@@ -311,24 +315,19 @@ class Trainer:
     def _minibatch_logps(
         self, sub: ScoringBatch, live: torch.Tensor | None, old_sub: torch.Tensor | None, extra: ScoringBatch | None
     ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
-        """(logps, entropies) of a mini-batch, and the log-probs of ``extra``'s rows (the follow term's; None without
-        them). Scored padding-free (``model.padding_free``), the extra rows ride in the mini-batch's forward pass;
-        padded, they get a pass of their own, as a solve prompt and one token would take the mini-batch's width. Rows
-        where ``live`` is False skip the forward pass: their log-probs are the old ones (``old_sub``, or 0 when the
-        ratio is taken against the result itself), so their ratio is exactly 1, and no entropies are returned.
-        Callers pass ``live`` only when such rows add nothing to the gradient."""
+        """(logps, entropies) of a mini-batch, and the log-probs of ``extra``'s rows (the follow term's), scored in
+        the same forward pass (None without them). Rows where ``live`` is False skip the forward pass: their
+        log-probs are the old ones (``old_sub``, or 0 when the ratio is taken against the result itself), so their
+        ratio is exactly 1, and no entropies are returned. Callers pass ``live`` only when such rows add nothing to
+        the gradient."""
         rows = None if live is None or bool(live.all()) else live.nonzero().flatten()
         n, width = sub.targets.shape if rows is None else (rows.numel(), sub.targets.shape[1])
         parts = [sub if rows is None else select_rows(sub, rows)] if n else []
-        joined = extra if self.cfg.model.padding_free else None
-        if joined is not None:
-            parts.append(joined)
-        # padded, the extra rows' pass comes after the mini-batch's, the order the two terms had as separate passes
-        own = None if extra is None or joined is not None else lambda: self._score(self.model, extra)[0]
-        if not parts:  # no live row, and no extra row to score with them
-            return self._filler(sub, old_sub).requires_grad_(), None, None if own is None else own()
+        parts += [] if extra is None else [extra]
+        if not parts:  # no live row and no extra row
+            return self._filler(sub, old_sub).requires_grad_(), None, None
         logps, ents = self._score(self.model, join_rows(parts, int(self.policy.tokenizer.pad_token_id)))
-        extra_logps = logps[n:, : joined.targets.shape[1]] if joined is not None else None if own is None else own()
+        extra_logps = None if extra is None else logps[n:, : extra.targets.shape[1]]
         if rows is None:
             return logps[:n, :width], ents[:n, :width], extra_logps
         if n == 0:

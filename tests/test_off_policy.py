@@ -185,6 +185,26 @@ def test_a_sketch_that_repeats_an_earlier_one_of_its_chain_is_never_pushed_up(pa
     assert [sketches[i] for i in keep] == pytest.approx([solution[i] for i in keep])
 
 
+def test_a_sketch_no_solution_carried_out_is_never_pushed_up(path_setup, tmp_path):
+    trainer = _trainer(path_setup, tmp_path, off_policy="paper", train_sketches=True)
+    groups = _groups(trainer)
+    # every solution expands its own sketch; in group 0 the rewarded first solution did not carry its sketch out
+    # (followed False), the third did; in group 1 the task cannot tell (followed None) for all four
+    for g, group in enumerate(groups):
+        for k, r in enumerate(group):
+            r.sketch_completion = Completion([5 + k], [-0.1], [0.0], True)
+            r.sketch_context_ids = [1, 2 + g]
+            r.followed = (k != 0) if g == 0 else None
+    inputs = trainer.loss_inputs(groups)
+    solution = inputs.advantages[:8].tolist()
+    sketches = inputs.advantages[8:].tolist()
+    assert solution[0] > 0 and solution[2] > 0
+    assert sketches[0] == 0.0  # its solution won without carrying it out: no credit
+    assert sketches[2] == pytest.approx(solution[2])  # carried out and rewarded: pushed up
+    assert [sketches[i] for i in (1, 3)] == pytest.approx([solution[i] for i in (1, 3)])  # negatives stay
+    assert sketches[4:] == pytest.approx(solution[4:])  # followed None: the task cannot tell, the sketch keeps it
+
+
 def test_weight_negatives_with_importance_weighted_loss_is_refused(path_setup):
     cfg = path_setup[0]
     with pytest.raises(ConfigError, match="weight negatives twice"):

@@ -73,15 +73,19 @@ def loss_inputs(groups: Sequence[Sequence[Rollout]], strategy: OffPolicy, sample
     behaviour = [r.completion.logps for r in rows]
     if sampler.train_sketches and rows and rows[0].sketch_completion is not None:
         # A sketch's advantage is the mean advantage of its solutions; sketches are scored in the context that drew
-        # them (there is no "plain prompt" form of a sketch), so they are never off-policy. A sketch that repeats an
-        # earlier one of its chain is never pushed up: the chain is asked for sketches unlike the ones listed.
+        # them (there is no "plain prompt" form of a sketch), so they are never off-policy. A sketch is never pushed
+        # up when it repeats an earlier one of its chain (the chain is asked for sketches unlike the ones listed), nor
+        # when none of its solutions carried it out (``Rollout.followed`` False: a malformed or ignored sketch takes no
+        # credit for what its solutions won; where the task cannot tell, None, it does).
         by_sketch: dict[int, list[float]] = {}
         first: dict[int, Rollout] = {}
+        carried: dict[int, bool] = {}  # some solution of the sketch carried it out, or the task cannot tell
         for r, a in zip(rows, advantages, strict=True):
             if r.sketch_completion is None:  # a row drawn from the plain prompt (sampler.parallel_rows)
                 continue
             by_sketch.setdefault(id(r.sketch_completion), []).append(a)
             first.setdefault(id(r.sketch_completion), r)
+            carried[id(r.sketch_completion)] = carried.get(id(r.sketch_completion), False) or r.followed is not False
         drafted: set[tuple[int, tuple[int, ...]]] = set()  # (group, sketch ids) of the sketches met so far
         for key, r in first.items():  # in chain order within each group
             assert r.sketch_completion is not None
@@ -92,7 +96,7 @@ def loss_inputs(groups: Sequence[Sequence[Rollout]], strategy: OffPolicy, sample
             behaviour.append(r.sketch_completion.logps)
             advantage = float(np.mean(by_sketch[key]))
             sketch = (r.group, tuple(r.sketch_completion.ids))
-            advantages.append(min(0.0, advantage) if sketch in drafted else advantage)
+            advantages.append(min(0.0, advantage) if sketch in drafted or not carried[key] else advantage)
             drafted.add(sketch)
             off_policy.append(False)
     return LossInputs(

@@ -235,7 +235,8 @@ CLAIMS = (
         "The agent task: FrozenLake",
         ("frozenlake",),
         ("parallel", "sequential"),
-        "The default `sesa train` run (experiment=frozenlake_tiny names it: non-slippery corner maps, 150 steps) "
+        "The default `sesa train` run (experiment=frozenlake_tiny names it: non-slippery corner maps, a 2-layer "
+        "tiny model, 150 steps) "
         "with parallel sampling and with the sequential sampler's default settings (half of each group i.i.d., "
         "sampler.parallel_rows=4, the other half a chain of first-turn sketches that stage II follows; "
         "weight_negatives, follow_coef 0.1, trained sketches); validation on 64 maps x 16 samples, the exact "
@@ -278,7 +279,7 @@ CLAIMS = (
         ("frozenlake_5x5",),
         ("parallel", "sequential"),
         "`sesa train experiment=frozenlake_5x5_tiny`: the default run's settings on 5x5 corner maps (the shortest "
-        "path takes 8 of the episode's 10 actions; its own base, which succeeds in about 0.001 of its episodes), with "
+        "path takes 8 of the episode's 10 actions; its own base, which succeeds in about 0.002 of its episodes), with "
         "parallel sampling and with the sequential sampler's default settings (as in IV); validation on 64 maps x 16 "
         "samples, the exact plain-prompt policy on the first 8 of them. Against the goal of issue 29: docs/samplers.md, "
         '"The agent claim on every task".',

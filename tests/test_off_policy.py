@@ -198,7 +198,8 @@ def test_a_sketch_no_solution_carried_out_is_never_pushed_up(path_setup, tmp_pat
     inputs = trainer.loss_inputs(groups)
     solution = inputs.advantages[:8].tolist()
     sketches = inputs.advantages[8:].tolist()
-    assert solution[0] > 0 and solution[2] > 0
+    assert solution[0] > 0
+    assert solution[2] > 0
     assert sketches[0] == 0.0  # its solution won without carrying it out: no credit
     assert sketches[2] == pytest.approx(solution[2])  # carried out and rewarded: pushed up
     assert [sketches[i] for i in (1, 3)] == pytest.approx([solution[i] for i in (1, 3)])  # negatives stay

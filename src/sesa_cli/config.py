@@ -269,7 +269,9 @@ class SamplerConfig:
     """sequential, stage1=sketch: also give sketch tokens a policy-gradient term (advantage = mean of its solutions).
     A sketch that repeats an earlier sketch of its chain is never pushed up (advantage min(0, a)): stage I is asked
     for a sketch unlike those listed, and rewarding a repeat taught FrozenLake's chains to repeat their best plan
-    (distinct sketches per chain of 8 fell from 6.5 to 1-2 within 50 steps; docs/samplers.md)."""
+    (distinct sketches per chain of 8 fell from 6.5 to 1-2 within 50 steps; docs/samplers.md). Nor is a sketch none
+    of whose solutions carried it out (``Rollout.followed`` False; a task that cannot tell keeps the credit):
+    credited with what its solutions won without it, malformed sketches took over stage I (docs/samplers.md)."""
     parallel_rows: int = 0
     """sequential: k of the G rows of every group drawn i.i.d. from the plain prompt, as ``sampler=parallel`` draws
     them (on-policy rows: every advantage kept, positive and negative); the other G - k are a sequential chain of

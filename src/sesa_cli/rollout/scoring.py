@@ -80,26 +80,28 @@ def build_batch(
 ) -> ScoringBatch:
     """``masks[i]`` (optional, per completion token) marks the tokens the loss covers: a multi-turn episode's policy
     tokens, never its teacher-forced observations. None = every completion token."""
-    n = len(contexts)
     lengths = [len(c) + len(y) for c, y in zip(contexts, completions, strict=True)]
     width = max(lengths)
     t_max = max(1, max(len(y) for y in completions))
-    ids = torch.full((n, width), pad_id, dtype=torch.long)
-    attn = torch.zeros(n, width, dtype=torch.long)
-    positions = torch.zeros(n, t_max, dtype=torch.long)
-    targets = torch.full((n, t_max), pad_id, dtype=torch.long)
-    mask = torch.zeros(n, t_max)
-    context_lengths = torch.tensor([len(c) for c in contexts], dtype=torch.long)
+    # built as lists and made tensors once: a tensor write per row was most of the cost of a many-row batch
+    ids, attn, positions, targets, mask = [], [], [], [], []
     for i, (c, y) in enumerate(zip(contexts, completions, strict=True)):
-        seq = list(c) + list(y)
-        ids[i, : len(seq)] = torch.as_tensor(seq, dtype=torch.long)
-        attn[i, : len(seq)] = 1
-        if y:
-            positions[i, : len(y)] = torch.arange(len(c) - 1, len(c) - 1 + len(y))
-            targets[i, : len(y)] = torch.as_tensor(list(y), dtype=torch.long)
-            own = masks[i] if masks is not None else None
-            mask[i, : len(y)] = 1.0 if own is None else torch.as_tensor(list(own), dtype=torch.float32)
-    return ScoringBatch(ids, attn, positions, targets, mask, context_lengths)
+        seq, k, t = [*c, *y], len(c), len(y)
+        ids.append(seq + [pad_id] * (width - len(seq)))
+        attn.append([1] * len(seq) + [0] * (width - len(seq)))
+        positions.append(list(range(k - 1, k - 1 + t)) + [0] * (t_max - t))
+        targets.append(list(y) + [pad_id] * (t_max - t))
+        own = masks[i] if masks is not None else None
+        mask.append(([1.0] * t if own is None else [float(m) for m in own]) + [0.0] * (t_max - t))
+    long = torch.long
+    return ScoringBatch(
+        torch.tensor(ids, dtype=long),
+        torch.tensor(attn, dtype=long),
+        torch.tensor(positions, dtype=long),
+        torch.tensor(targets, dtype=long),
+        torch.tensor(mask, dtype=torch.float32),
+        torch.tensor([len(c) for c in contexts], dtype=long),
+    )
 
 
 def _chunk_logps(
@@ -188,12 +190,13 @@ def pack_rows(batch: ScoringBatch, hidden_size: int, flat: bool = False) -> Pack
     lengths = batch.attention_mask.sum(1).tolist()
     contexts = batch.context_lengths.tolist()
     n, seq = batch.input_ids.shape
+    rows_ids = batch.input_ids.tolist()
     if flat:
         units, bins, width = [[i] for i in range(n)], [list(range(n))], sum(lengths)
     else:
         by_context: dict[tuple[int, ...], list[int]] = {}
         for i in range(n):
-            by_context.setdefault(tuple(batch.input_ids[i, : contexts[i]].tolist()), []).append(i)
+            by_context.setdefault(tuple(rows_ids[i][: contexts[i]]), []).append(i)
         groups = list(by_context.values())
         largest = max((_unit_size(g, lengths, contexts) for g in groups), default=1)
         plans, cap = [], max(1, seq)
@@ -208,38 +211,49 @@ def pack_rows(batch: ScoringBatch, hidden_size: int, flat: bool = False) -> Pack
             return bins * width * (1 + width / (6 * hidden_size))
 
         units, bins, width = min(plans, key=cost)
-    ids = torch.zeros((len(bins), width), dtype=torch.long)
-    positions = torch.zeros((len(bins), width), dtype=torch.long)
-    unit_of = torch.full((len(bins), width), -1, dtype=torch.long)  # which unit a slot holds (tails: -1 - bin)
-    row_of = torch.full((len(bins), width), -1, dtype=torch.long)  # which row's completion (-1: a context, a tail)
-    index = torch.zeros((n, seq), dtype=torch.long)
+    # the layout as flat lists, made tensors once (a tensor write per row was most of a call's time)
+    ids: list[int] = []
+    positions: list[int] = []
+    unit_of: list[int] = []  # which unit a slot holds (tails: -1 - bin)
+    row_of: list[int] = []  # which row's completion (-1: a context, a tail)
+    index = [[0] * seq for _ in range(n)]
     for b, bin_units in enumerate(bins):
-        at = 0
+        at = b * width
         for u in bin_units:
             rows = units[u]
             c = contexts[rows[0]]
-            ids[b, at : at + c] = batch.input_ids[rows[0], :c]
-            positions[b, at : at + c] = torch.arange(c)
-            unit_of[b, at : at + c] = u
-            context_at = b * width + at
+            ids += rows_ids[rows[0]][:c]
+            positions += range(c)
+            unit_of += [u] * c
+            row_of += [-1] * c
+            context_at = at
             at += c
             for i in rows:
                 k = lengths[i] - c
-                ids[b, at : at + k] = batch.input_ids[i, c : lengths[i]]
-                positions[b, at : at + k] = torch.arange(c, lengths[i])
-                unit_of[b, at : at + k] = u
-                row_of[b, at : at + k] = i
-                index[i, :c] = torch.arange(context_at, context_at + c)
-                index[i, c : lengths[i]] = torch.arange(b * width + at, b * width + at + k)
+                ids += rows_ids[i][c : lengths[i]]
+                positions += range(c, lengths[i])
+                unit_of += [u] * k
+                row_of += [i] * k
+                index[i][:c] = range(context_at, context_at + c)
+                index[i][c : lengths[i]] = range(at, at + k)
                 at += k
-        unit_of[b, at:] = -1 - b
-        positions[b, at:] = torch.arange(width - at)
+        tail = (b + 1) * width - at
+        ids += [0] * tail
+        positions += range(tail)
+        unit_of += [-1 - b] * tail
+        row_of += [-1] * tail
+    shape = (len(bins), width)
+    ids_t = torch.tensor(ids, dtype=torch.long).view(shape)
+    positions_t = torch.tensor(positions, dtype=torch.long).view(shape)
+    index_t = torch.tensor(index, dtype=torch.long).view(n, seq)
     if flat:  # no (width x width) mask: a flat packing's width is every token of the batch
-        return PackedRows(ids, positions, None, index)
+        return PackedRows(ids_t, positions_t, None, index_t)
+    unit = torch.tensor(unit_of, dtype=torch.long).view(shape)
+    row = torch.tensor(row_of, dtype=torch.long).view(shape)
     causal = torch.ones(width, width, dtype=torch.bool).tril()
-    same_unit = unit_of[:, :, None] == unit_of[:, None, :]
-    visible = (row_of[:, None, :] == -1) | (row_of[:, None, :] == row_of[:, :, None])
-    return PackedRows(ids, positions, (causal & same_unit & visible)[:, None], index)
+    same_unit = unit[:, :, None] == unit[:, None, :]
+    visible = (row[:, None, :] == -1) | (row[:, None, :] == row[:, :, None])
+    return PackedRows(ids_t, positions_t, (causal & same_unit & visible)[:, None], index_t)
 
 
 def _model_mask(model: PreTrainedModel, allowed: torch.Tensor) -> torch.Tensor:

@@ -85,7 +85,7 @@ class ModelConfig:
     hidden_size: int = 128
     """tiny: width of the Llama blocks."""
     num_layers: int = 4
-    """tiny: number of Llama decoder layers (FrozenLake's recipe on model=tiny takes 2: conf/task_model/)."""
+    """tiny: number of Llama decoder layers (the agent tasks' recipes on model=tiny take 2: conf/task_model/)."""
     num_heads: int = 4
     """tiny: attention heads (and key/value heads)."""
     intermediate_size: int = 512

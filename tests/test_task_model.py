@@ -35,6 +35,26 @@ def test_the_agent_tasks_share_one_optimizer_recipe_and_the_path_task_its_loss()
     assert compose_train(["task=path"]).algo.off_policy == "distinct_solutions"
 
 
+def test_the_agent_tasks_build_one_two_layer_base_for_train_and_eval() -> None:
+    """FrozenLake, Sokoban and Countdown on model=tiny take 2 of the model's 4 layers (task_model/eval/agent_tiny), the
+    same in `sesa train` and `sesa eval` (one cached base); the path task keeps the model's 4."""
+    from hydra import compose, initialize_config_dir
+
+    from sesa_cli.commands.schemas import register_configs
+    from sesa_cli.config import conf_dir, to_object
+    from sesa_cli.models.tiny import cache_key
+    from sesa_cli.tasks.base import make_task
+
+    register_configs()
+    for name, layers in (("frozenlake", 2), ("sokoban", 2), ("countdown", 2), ("path", 4)):
+        with initialize_config_dir(version_base="1.3", config_dir=str(conf_dir())):
+            evaluated = to_object(compose("eval", overrides=[f"task={name}"]))
+        trained = compose_train([f"task={name}"])
+        task = make_task(trained.task, 0)
+        assert cache_key(trained.model, task) == cache_key(evaluated.model, task)
+        assert (trained.model.num_layers, evaluated.model.num_layers) == (layers, layers)
+
+
 def test_a_real_model_keeps_ragen_settings_and_the_command_line_wins() -> None:
     real = compose_train(["model=smollm2-135m"])
     assert (real.task.is_slippery, real.task.random_start_goal, real.task.sketch_max_actions) == (True, True, 0)

@@ -252,9 +252,10 @@ CLAIMS = (
         ("sokoban",),
         ("parallel", "sequential"),
         "`sesa train task=sokoban` (experiment=sokoban_tiny names it: RAGEN's 6x6 room with one box, 2 actions per "
-        "turn, a 2-layer tiny model, the agent tasks' optimizer recipe, 150 steps) with parallel sampling and with the sequential sampler's "
-        "default settings (as in IV); validation on 64 rooms x 16 samples, the exact plain-prompt policy on the first 8 "
-        'of them. Where the goal of issue 29 is missed and why: docs/samplers.md, "The agent claim on every task".',
+        "turn, a 2-layer tiny model, the agent tasks' optimizer recipe, 150 steps) with parallel sampling and with "
+        "the sequential sampler's default settings (as in IV); validation on 64 rooms x 16 samples, the exact "
+        "plain-prompt policy on the first 8 of them. Where the goal of issue 29 is missed and why: docs/samplers.md, "
+        '"The agent claim on every task".',
         ("agent", "sampling"),
         AGENT_HEADLINE,
         gains=True,
@@ -265,10 +266,11 @@ CLAIMS = (
         ("countdown",),
         ("parallel", "sequential"),
         "`sesa train task=countdown` (experiment=countdown_tiny names it: RAGEN's Countdown, 3-4 one-digit numbers, "
-        "a 2-layer tiny model, the agent tasks' optimizer recipe, 150 steps) with parallel sampling and with the sequential sampler's "
-        "default settings (as in IV: sketched first steps, which its base carries out); validation on 64 "
-        "problems x 16 samples; the diversity of what wins is a sampled estimate (`estimate/*`: the answers cannot "
-        'be enumerated). Against the goal of issue 29, task by task: docs/samplers.md, "The agent claim on every task".',
+        "a 2-layer tiny model, the agent tasks' optimizer recipe, 150 steps) with parallel sampling and with "
+        "the sequential sampler's default settings (as in IV: sketched first steps, which its base carries out); "
+        "validation on 64 problems x 16 samples; the diversity of what wins is a sampled estimate (`estimate/*`: the "
+        "answers cannot be enumerated). Against the goal of issue 29, task by task: docs/samplers.md, "
+        '"The agent claim on every task".',
         ("agent", "sampling"),
         AGENT_HEADLINE,
         gains=True,

@@ -96,6 +96,28 @@ def test_packed_scoring_gives_the_padded_logps_entropies_and_gradients(path_setu
         torch.testing.assert_close(packed, padded, rtol=1e-4, atol=1e-4 * float(padded.abs().max()))
 
 
+@pytest.mark.parametrize("grad", [False, True])
+def test_packed_scoring_runs_the_vocabulary_head_on_response_positions_only(path_setup, grad):
+    """Padding-free, the head (the (positions, vocab) product and its softmax) sees the response positions and no
+    other: not the padding, not the teacher-forced tokens (an agent episode's observations), which hold 0."""
+    _, _, policy = path_setup
+    model = copy.deepcopy(policy.model)
+    batch = _ragged_batch(model.get_output_embeddings().weight.shape[0], shared=True, masks=True)
+    mask = batch.response_mask
+    assert 0 < mask.sum() < mask.numel() * 0.6  # the batch has padding and masked tokens to leave out
+    seen: list[int] = []
+    hook = model.get_output_embeddings().register_forward_hook(lambda _m, args, _o: seen.append(args[0].shape[0]))
+    with torch.set_grad_enabled(grad):
+        logps, ents = completion_logps(model, batch, padding_free=True)
+        if grad:
+            (logps * mask).sum().backward()  # the checkpointed head runs again in backward
+    hook.remove()
+    assert sum(seen) == int(mask.sum()) * (2 if grad else 1)
+    outside = mask == 0
+    assert not logps[outside].any() and not ents[outside].any()
+    assert (logps[~outside] < 0).all() and (ents[~outside] > 0).all()
+
+
 def test_a_padding_free_update_takes_the_padded_updates_step(frozenlake_setup, tmp_path):
     """One update of the FrozenLake recipe (episodes with observations, two-token sketches, the follow term) on the
     same batch, as one mini-batch: the same loss and gradient norm, and weights that land where the padded update's

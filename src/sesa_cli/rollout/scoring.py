@@ -300,30 +300,60 @@ def completion_logps(
     finite values (0 where the target is banned). Differentiable when grad is enabled.
 
     ``padding_free`` (``model.padding_free``) runs the decoder on the rows packed without their padding, each context
-    once (:func:`pack_rows`), instead of the right-padded batch: the same values up to float rounding, on fewer
-    tokens."""
+    once (:func:`pack_rows`), instead of the right-padded batch, and the vocabulary head at the response positions
+    only (an agent episode's observation tokens and every padding position hold 0): the same values there up to float
+    rounding, on fewer tokens."""
     dev = next(model.parameters()).device
+    lm_head = model.get_output_embeddings()
+    banned = banned_mask(model, lm_head.weight.shape[0], dev)
+    targets = batch.targets.to(dev)
+    response_mask = batch.response_mask.to(dev)
     with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=dtype == "bfloat16"):
         idx = batch.positions.to(dev)
         if padding_free:
             flat, index = packed_hidden(model, batch)
-            picked = flat[index.gather(1, idx)]  # (batch, T, hidden)
+            live = response_mask > 0
+            if not bool(live.any()):  # nothing to train on: every position, so the result stays in the graph
+                live = torch.ones_like(live)
+            at = live.nonzero(as_tuple=True)
+            # (positions, hidden), in chunks of as many positions as a padded chunk holds
+            lp, en = _head_logps(
+                lm_head,
+                flat[index.gather(1, idx)[at]],
+                targets[at],
+                temperature,
+                banned,
+                response_mask[at],
+                chunk * targets.shape[0],
+            )
+            zeros = torch.zeros(targets.shape, dtype=lp.dtype, device=dev)
+            return zeros.index_put(at, lp), zeros.index_put(at, en)
+        hidden = model.get_decoder()(
+            input_ids=batch.input_ids.to(dev), attention_mask=batch.attention_mask.to(dev), use_cache=False
+        ).last_hidden_state  # (batch, seq, hidden)
+        picked = hidden.gather(1, idx[..., None].expand(-1, -1, hidden.shape[-1]))  # (batch, T, hidden)
+        return _head_logps(lm_head, picked, targets, temperature, banned, response_mask, chunk)
+
+
+def _head_logps(
+    lm_head: torch.nn.Module,
+    picked: torch.Tensor,
+    targets: torch.Tensor,
+    temperature: float,
+    banned: torch.Tensor | None,
+    response_mask: torch.Tensor,
+    chunk: int,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`_chunk_logps` of hidden states ``picked`` (..., positions, hidden) and their targets and mask (...,
+    positions), ``chunk`` positions at a time (checkpointed under grad), concatenated along the positions."""
+    dim = targets.dim() - 1
+    logps, ents = [], []
+    for s in range(0, targets.shape[dim], chunk):
+        h, t, m = (x.narrow(dim, s, min(chunk, targets.shape[dim] - s)) for x in (picked, targets, response_mask))
+        if torch.is_grad_enabled():
+            lp, en = checkpoint(_chunk_logps, lm_head, h, t, temperature, banned, m, use_reentrant=False)
         else:
-            hidden = model.get_decoder()(
-                input_ids=batch.input_ids.to(dev), attention_mask=batch.attention_mask.to(dev), use_cache=False
-            ).last_hidden_state  # (batch, seq, hidden)
-            picked = hidden.gather(1, idx[..., None].expand(-1, -1, hidden.shape[-1]))  # (batch, T, hidden)
-        lm_head = model.get_output_embeddings()
-        targets = batch.targets.to(dev)
-        response_mask = batch.response_mask.to(dev)
-        banned = banned_mask(model, lm_head.weight.shape[0], dev)
-        logps, ents = [], []
-        for s in range(0, picked.shape[1], chunk):
-            h, t, m = picked[:, s : s + chunk], targets[:, s : s + chunk], response_mask[:, s : s + chunk]
-            if torch.is_grad_enabled():
-                lp, en = checkpoint(_chunk_logps, lm_head, h, t, temperature, banned, m, use_reentrant=False)
-            else:
-                lp, en = _chunk_logps(lm_head, h, t, temperature, banned, m)
-            logps.append(lp)
-            ents.append(en)
-    return torch.cat(logps, 1), torch.cat(ents, 1)
+            lp, en = _chunk_logps(lm_head, h, t, temperature, banned, m)
+        logps.append(lp)
+        ents.append(en)
+    return torch.cat(logps, dim), torch.cat(ents, dim)

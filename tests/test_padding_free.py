@@ -10,6 +10,7 @@ from dataclasses import replace
 import pytest
 import torch
 
+from sesa_cli.rollout import scoring
 from sesa_cli.rollout.scoring import build_batch, completion_logps, pack_rows
 from sesa_cli.runs import RunDir
 from sesa_cli.trainer import Trainer
@@ -110,12 +111,34 @@ def test_packed_scoring_runs_the_vocabulary_head_on_response_positions_only(path
     with torch.set_grad_enabled(grad):
         logps, ents = completion_logps(model, batch, padding_free=True)
         if grad:
-            (logps * mask).sum().backward()  # the checkpointed head runs again in backward
+            (logps * mask).sum().backward()
     hook.remove()
-    assert sum(seen) == int(mask.sum()) * (2 if grad else 1)
+    assert sum(seen) == int(mask.sum())
     outside = mask == 0
-    assert not logps[outside].any() and not ents[outside].any()
-    assert (logps[~outside] < 0).all() and (ents[~outside] > 0).all()
+    assert not logps[outside].any()
+    assert not ents[outside].any()
+    assert (logps[~outside] < 0).all()
+    assert (ents[~outside] > 0).all()
+
+
+@pytest.mark.parametrize("padding_free", [False, True])
+def test_a_checkpointed_head_gives_the_kept_heads_gradients_bit_for_bit(path_setup, monkeypatch, padding_free):
+    """Chunks whose logits pass ``CHECKPOINT_LOGITS`` are recomputed in backward (the head runs twice), smaller ones
+    kept; either way the log-probs, entropies and gradients are the same bits."""
+    _, _, policy = path_setup
+    batch = _ragged_batch(policy.model.get_output_embeddings().weight.shape[0], shared=False, masks=True)
+    out, calls, head, kept = {}, {}, scoring._chunk_logps, scoring.CHECKPOINT_LOGITS
+    for limit in (kept, 0):  # the tiny vocab is kept; a limit of 0 checkpoints every chunk
+        monkeypatch.setattr(scoring, "CHECKPOINT_LOGITS", limit)
+        model = copy.deepcopy(policy.model)
+        seen: list[int] = []
+        monkeypatch.setattr(scoring, "_chunk_logps", lambda *a, seen=seen, head=head: seen.append(1) or head(*a))
+        logps, ents = completion_logps(model, batch, chunk=8, padding_free=padding_free)
+        ((logps * batch.response_mask).sum() - 0.1 * (ents * batch.response_mask).sum()).backward()
+        out[limit] = [logps.detach(), ents.detach(), *(p.grad for p in model.parameters() if p.grad is not None)]
+        calls[limit] = len(seen)
+    assert calls[0] == 2 * calls[kept] > 0
+    assert all(torch.equal(a, b) for a, b in zip(out[0], out[kept], strict=True))
 
 
 def test_a_padding_free_update_takes_the_padded_updates_step(frozenlake_setup, tmp_path):

@@ -119,8 +119,9 @@ class ModelConfig:
     padding_free: bool = False
     """Score the update's rows packed side by side without their padding, rows under the same context sharing one
     copy of it (verl's ``use_remove_padding``, TRL's ``padding_free``; ``sesa_cli.rollout.scoring.pack_rows``), instead
-    of as a right-padded batch: the same log-probs, entropies and gradients up to float rounding, on fewer tokens. It
-    pays where rows differ in length or share long prompts: a SmolLM2 LoRA update of 2 chat prompts x 4 samples 0.43x
+    of as a right-padded batch, and run the vocabulary head on the response positions only (no padding, no
+    teacher-forced observation tokens): the same log-probs, entropies and gradients up to float rounding, on fewer
+    tokens. It pays where rows differ in length, share long prompts or carry observations: a SmolLM2 LoRA update of 2 chat prompts x 4 samples 0.43x
     its padded time, the default FrozenLake run's update (two-token sketches beside 30-token episodes) 0.75x; the
     path task (3-token prompts, rows of similar length) nothing (docs/measurements.md, "Padding-free scoring"). On in
     the real models' configs (conf/model/) and the tiny agent tasks' recipe (conf/task_model/train/agent_tiny); off

@@ -2,7 +2,8 @@
 
 The vocab projection is applied only at completion positions and in chunks of ``chunk`` positions, so the
 (batch, length, vocab) logits never sit in memory at once (SmolLM2's 49k vocab makes them 1 GB).
-With grad enabled every chunk is checkpointed: its logits are recomputed in backward instead of being kept.
+With grad enabled a chunk whose logits exceed ``CHECKPOINT_LOGITS`` values is checkpointed: its logits are
+recomputed in backward instead of being kept (a smaller one is kept: the same gradients, without the recomputation).
 
 The ids the model never samples (:mod:`sesa_cli.models.special`) are masked here exactly as the rollout engine
 masks them, so a scoring pass of a sampled token in the context that drew it gives the log-prob the sampler recorded.
@@ -18,6 +19,10 @@ from torch.utils.checkpoint import checkpoint
 from transformers import PreTrainedModel
 
 from sesa_cli.models.special import banned_mask, masked_logps
+
+CHECKPOINT_LOGITS = 1 << 22
+"""Logits (positions x vocab) a chunk may keep for backward, 16 MB in float32: SmolLM2's 49k vocab passes it at 86
+positions, ``model=tiny``'s vocab of ~200 never does."""
 
 
 @dataclass
@@ -345,12 +350,12 @@ def _head_logps(
     chunk: int,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """:func:`_chunk_logps` of hidden states ``picked`` (..., positions, hidden) and their targets and mask (...,
-    positions), ``chunk`` positions at a time (checkpointed under grad), concatenated along the positions."""
+    positions), ``chunk`` positions at a time (large ones checkpointed under grad), concatenated along the positions."""
     dim = targets.dim() - 1
     logps, ents = [], []
     for s in range(0, targets.shape[dim], chunk):
         h, t, m = (x.narrow(dim, s, min(chunk, targets.shape[dim] - s)) for x in (picked, targets, response_mask))
-        if torch.is_grad_enabled():
+        if torch.is_grad_enabled() and t.numel() * lm_head.weight.shape[0] > CHECKPOINT_LOGITS:
             lp, en = checkpoint(_chunk_logps, lm_head, h, t, temperature, banned, m, use_reentrant=False)
         else:
             lp, en = _chunk_logps(lm_head, h, t, temperature, banned, m)

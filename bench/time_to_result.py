@@ -73,8 +73,13 @@ def parse_took(text: str) -> float | None:
         return None
     if not top:
         return sum(seconds(took) for _, took, _ in sections)
-    newest = max(sections, key=lambda s: s[2])[0] if sections else None
-    return seconds(top.group(1)) + sum(seconds(took) for made, took, _ in sections if made != newest)
+    if not sections:
+        return seconds(top.group(1))
+    # A section whose runs were made at several commits (a sweep that went on across a commit) names them all; it
+    # came from the newest section's root when it shares one of the newest section's commits.
+    newest = set(max(sections, key=lambda s: s[2])[0].split(", "))
+    elsewhere = [took for made, took, _ in sections if not newest & set(made.split(", "))]
+    return seconds(top.group(1)) + sum(seconds(took) for took in elsewhere)
 
 
 def default_run(extra: list[str], source: Path | None = None) -> tuple[float, float | None]:

@@ -47,3 +47,8 @@ def test_parse_took_adds_the_sections_made_elsewhere() -> None:
         " 08:36 at commit 7e747d5.\n"
     )
     assert time_to_result.parse_took(page) == (41 + 12 + 62) * 60
+    # a section of the newest root whose sweep ran across a commit names both commits: still the preamble's
+    across = page.replace("made at commit 08e249a (1 torch thread); its sweeps took 2 min", "made at commit 5e5e5e5, "
+                          "08e249a (1 torch thread); its sweeps took 2 min")  # fmt: skip
+    assert across != page
+    assert time_to_result.parse_took(across) == (41 + 12 + 62) * 60

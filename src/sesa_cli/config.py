@@ -121,9 +121,11 @@ class ModelConfig:
     copy of it (verl's ``use_remove_padding``, TRL's ``padding_free``; ``sesa_cli.rollout.scoring.pack_rows``), instead
     of as a right-padded batch, and run the vocabulary head on the response positions only (no padding, no
     teacher-forced observation tokens): the same log-probs, entropies and gradients up to float rounding, on fewer
-    tokens. It pays where rows differ in length, share long prompts or carry observations: a SmolLM2 LoRA update of 2 chat prompts x 4 samples 0.43x
-    its padded time, the default FrozenLake run's update (two-token sketches beside 30-token episodes) 0.75x; the
-    path task (3-token prompts, rows of similar length) nothing (docs/measurements.md, "Padding-free scoring"). On in
+    tokens. It pays where rows differ in length, share long prompts or carry observations: a SmolLM2 LoRA update of 2
+    chat prompts x 4 samples 0.43x its padded time, the default FrozenLake run's update (two-token sketches beside
+    30-token episodes) 0.75x, and the head on the response positions only a further 0.93x there (two-stage 0.87x;
+    Sokoban 0.79x and 0.65x); the path task (3-token prompts, rows of similar length) nothing
+    (docs/measurements.md, "Padding-free scoring", and docs/measurements.md, "The vocabulary head on response"). On in
     the real models' configs (conf/model/) and the tiny agent tasks' recipe (conf/task_model/train/agent_tiny); off
     here, so for ``model=tiny`` on the other tasks: it changes the update's float sums, so a run draws differently
     from a padded one after its first update, and docs/results.md's path claims are padded. SDPA and

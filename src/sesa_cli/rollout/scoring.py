@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from typing import cast
 
 import torch
 from torch.utils.checkpoint import checkpoint
@@ -352,10 +353,11 @@ def _head_logps(
     """:func:`_chunk_logps` of hidden states ``picked`` (..., positions, hidden) and their targets and mask (...,
     positions), ``chunk`` positions at a time (large ones checkpointed under grad), concatenated along the positions."""
     dim = targets.dim() - 1
+    vocab = cast(torch.Tensor, lm_head.weight).shape[0]
     logps, ents = [], []
     for s in range(0, targets.shape[dim], chunk):
         h, t, m = (x.narrow(dim, s, min(chunk, targets.shape[dim] - s)) for x in (picked, targets, response_mask))
-        if torch.is_grad_enabled() and t.numel() * lm_head.weight.shape[0] > CHECKPOINT_LOGITS:
+        if torch.is_grad_enabled() and t.numel() * vocab > CHECKPOINT_LOGITS:
             lp, en = checkpoint(_chunk_logps, lm_head, h, t, temperature, banned, m, use_reentrant=False)
         else:
             lp, en = _chunk_logps(lm_head, h, t, temperature, banned, m)

@@ -9,7 +9,10 @@ for another engine (vLLM, SGLang) implements the same four methods, ``new_state(
 Measured (issue #4): a hand-fused Llama decode path (preallocated KV buffer, fused q/k/v and gate/up projections)
 ran within 0.95-1.2x of this backend on ``model=tiny``, and ``torch.compile`` of it was 2-3x slower (graph breaks
 on the growing cache), so neither is here: at batch 8-64 the 1M-parameter model's decode step is bound by its
-matmuls and a ~20-40 us per-op floor on this CPU, not by ``transformers``' Python overhead.
+matmuls and a ~20-40 us per-op floor on this CPU, not by ``transformers``' Python overhead. Measured again (issue
+32): :class:`LlamaBackend`'s pass compiled as a pure function (cache in, extended cache out, dynamic shapes) is one
+graph and 0.61-0.64x the eager decode forward, but takes 12-36 s to compile per process, more than it saves in this
+project's runs, and rounds differently (docs/measurements.md, "Inference mode for sampling").
 
 Measured and not kept (issue 20): cache layers that write each token into a buffer doubled when full, instead of
 ``DynamicCache``'s concatenation (same draws and log-probs). Paired runs, one thread: 64 rows x 24 tokens 1.11x the

@@ -4,7 +4,10 @@ Prints, in one process on one machine:
   (a) sesa's engine tokens/s against Hugging Face `model.generate` on the same model, batch and sampling settings
       (T=1, no top-k/top-p, every row forced to the full length so both produce the same number of tokens);
   (b) wall time of a whole train step (sample + score + update) for sampler=parallel, sequential (stage1=solution)
-      and sequential (stage1=sketch) at the same G and prompts per step, as ratios against parallel.
+      and sequential (stage1=sketch) at the same G and prompts per step, as ratios against parallel; beside each,
+      the floating-point operations of its matrix products (counted on one extra step) and the share of the step
+      they would take at this CPU's matrix-product rate, measured in the same run: how much of a step is
+      arithmetic, and how much is per-op overhead that only fewer or fused kernels remove (issue 32, sixth pass).
 Targets: engine >= 1.5x generate; sequential <= 1.3x and two-stage <= 1.5x the parallel step;
 issue 20 asks sequential <= 1.6x and two-stage <= 1.3x, on the path task (the default OVERRIDES, ``task=path``) and
 on FrozenLake (``experiment=frozenlake_tiny``); issue 32 asks two-stage <= 1.3x on FrozenLake again (1.36-1.50x
@@ -47,6 +50,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import math
 import statistics
 import tempfile
 import time
@@ -55,6 +59,7 @@ from pathlib import Path
 import torch
 from docs_block import write_block
 from hydra import compose, initialize_config_dir
+from torch.utils.flop_counter import FlopCounterMode
 
 from sesa_cli.commands.schemas import register_configs
 from sesa_cli.config import conf_dir, to_object
@@ -114,9 +119,36 @@ def step_tokens(trainer: Trainer) -> int:
     return sum(len(r.completion.ids) for r in rows) + sum(sketch.values())
 
 
-def bench_steps(base_overrides: list[str], steps: int, repeats: int, bf16: bool) -> dict[str, tuple[float, float]]:
-    """Median s/step and mean tokens/step of each variant; the repeats are interleaved (every variant once per round),
-    so a machine that slows down during the run slows every variant alike and the ratios hold."""
+def matmul_rate() -> float:
+    """GFLOP/s of this process's threads on a float32 (512 x 128) @ (128 x 512) product, the shape of the update's
+    projections; the best of five timings of 200 products (the machine's rate, not a busy moment's)."""
+    a, b = torch.randn(512, 128), torch.randn(128, 512)
+    for _ in range(20):
+        a @ b
+    best = math.inf
+    for _ in range(5):
+        t0 = time.perf_counter()
+        for _ in range(200):
+            a @ b
+        best = min(best, (time.perf_counter() - t0) / 200)
+    return 2 * 512 * 128 * 512 / best / 1e9
+
+
+def product_flops(trainer: Trainer) -> float:
+    """Floating-point operations of one train step's matrix products (projections, MLP, head; forward, backward and
+    sampling), counted by ``torch.utils.flop_counter``: its CPU attention kernel is not counted, so the seconds they
+    take at :func:`matmul_rate` are a lower bound on any step that does this work."""
+    with FlopCounterMode(display=False) as counter:
+        trainer.train_step()
+    return float(counter.get_total_flops())
+
+
+def bench_steps(
+    base_overrides: list[str], steps: int, repeats: int, bf16: bool
+) -> dict[str, tuple[float, float, float]]:
+    """Median s/step, mean tokens/step and the matrix products' FLOPs of a step (:func:`product_flops`, one extra
+    step per variant after its first round's timed ones) of each variant; the repeats are interleaved (every variant
+    once per round), so a machine that slows down during the run slows every variant alike and the ratios hold."""
     variants = {
         "parallel": ["sampler=parallel"],
         "sequential (solution)": ["sampler=sequential", "sampler.stage1=solution"],
@@ -127,6 +159,7 @@ def bench_steps(base_overrides: list[str], steps: int, repeats: int, bf16: bool)
     configs = {name: config([*base_overrides, *extra]) for name, extra in variants.items()}
     times: dict[str, list[float]] = {name: [] for name in variants}
     tokens: dict[str, list[int]] = {name: [] for name in variants}
+    flops: dict[str, float] = {}
     for _ in range(repeats):
         for name, cfg in configs.items():
             task = make_task(cfg.task, cfg.seed)
@@ -140,7 +173,8 @@ def bench_steps(base_overrides: list[str], steps: int, repeats: int, bf16: bool)
                     trainer.train_step()
                     times[name].append(time.perf_counter() - t0)
                     tokens[name].append(step_tokens(trainer))
-    return {name: (statistics.median(times[name]), statistics.mean(tokens[name])) for name in variants}
+                flops.setdefault(name, product_flops(trainer))
+    return {name: (statistics.median(times[name]), statistics.mean(tokens[name]), flops[name]) for name in variants}
 
 
 def profile(base_overrides: list[str], steps: int) -> list[tuple[str, float]]:
@@ -245,18 +279,31 @@ def main() -> None:
             f"| engine / `model.generate`, batch {batch} x 24 tokens (path base) | {eng / gen:.2f}x | >= 1.5x |"
         )
     steps = bench_steps(base, args.steps, args.repeats, args.bf16)
-    par = steps["parallel"][0]
+    rate = matmul_rate()
+    par, _, par_flops = steps["parallel"]
     targets = {"parallel": None, "sequential (solution)": 1.6, "sequential (sketch)": 1.3}  # issues 20 and 32
     bf16 = steps.pop("parallel, bf16 autocast", None)
-    for name, (t, tokens) in steps.items():
+    print(
+        f"(b) matrix products at this CPU's {rate:.0f} GFLOP/s (one (512 x 128) @ (128 x 512) product, measured now)"
+    )
+    for name, (t, tokens, flops) in steps.items():
         target = targets[name]
         verdict = "" if target is None else "holds" if t / par <= target else "not met"
         note = "" if target is None else f" (target <= {target}x: {verdict}{BEFORE.get((what, name), '')})"
-        print(f"(b) {name:22s} {t:6.3f} s/step  {tokens:6.0f} tokens/step  ratio {t / par:.2f}x{note}")
+        floor = flops / 1e9 / rate
+        print(
+            f"(b) {name:22s} {t:6.3f} s/step  {tokens:6.0f} tokens/step  ratio {t / par:.2f}x{note}; "
+            f"products {flops / 1e9:.2f} GFLOP ({flops / par_flops:.2f}x parallel's), {floor:.3f} s at that rate "
+            f"({floor / t:.0%} of the step)"
+        )
         if target is None:
             lines.append(f"| parallel train step | {t:.3f} s | |")
         else:
             lines.append(f"| {name} / parallel, train step | {t / par:.2f}x | <= {target}x ({verdict}) |")
+        lines.append(
+            f"| {name}: matrix products a step, GFLOP (x parallel's); their time at {rate:.0f} GFLOP/s, share of "
+            f"the step | {flops / 1e9:.2f} ({flops / par_flops:.2f}x); {floor / t:.0%} | |"
+        )
     if bf16 is not None:
         print(f"(b) parallel, bf16 autocast {bf16[0]:6.3f} s/step  ratio {bf16[0] / par:.2f}x against float32")
         lines.append(

@@ -13,8 +13,9 @@ The runs are interleaved in one process: for each torch thread count and each ro
 fresh TRL trainer each take ``--warmup`` untimed steps and then ``--steps`` timed ones. Per round: the median
 seconds per step of each side and the seconds per completion token (a side's step time over the completion tokens
 it generated that step: the two policies learn, so their lengths drift apart). Printed: the median over rounds of
-the per-round ratios sesa/TRL beside issue 32's goal (sesa's step <= 0.5x TRL's on one thread; issue 20 asked
-0.7x, reached at 0.68x), and where each side spends its step.
+the per-round ratios sesa/TRL and their range (TRL's step has drifted by a third between rounds of one run) beside
+issue 32's goal (sesa's step <= 0.5x TRL's on one thread; issue 20 asked 0.7x, reached at 0.68x), and where each side
+spends its step.
 
 TRL is a dependency of the bench session only (``nox -s bench`` installs it); sesa does not import it.
 """
@@ -245,20 +246,24 @@ def main() -> None:
                     f"({statistics.mean(peer[-1].tokens):.0f} tokens)",
                     flush=True,
                 )
-            step = statistics.median(s.median_step() / p.median_step() for s, p in zip(sesa, peer, strict=True))
+            ratios = [s.median_step() / p.median_step() for s, p in zip(sesa, peer, strict=True)]
+            step = statistics.median(ratios)
+            spread = f"rounds {min(ratios):.2f}-{max(ratios):.2f}x"
             token = statistics.median(s.per_token() / p.per_token() for s, p in zip(sesa, peer, strict=True))
             s_med = statistics.median(s.median_step() for s in sesa)
-            p_med = statistics.median(p.median_step() for p in peer)
+            p_steps = [p.median_step() for p in peer]
+            p_med = statistics.median(p_steps)
             shares = (statistics.median(s.gen_share() for s in sesa), statistics.median(p.gen_share() for p in peer))
             verdict = "holds" if step <= GOAL else "not met"
             print(
-                f"threads {threads}: sesa/TRL per step {step:.2f}x (goal <= {GOAL}x: {verdict}; before issue 32: "
-                f"0.68x on 1 thread), per completion token {token:.2f}x; sesa {s_med:.3f} s/step, TRL {p_med:.3f}; "
+                f"threads {threads}: sesa/TRL per step {step:.2f}x ({spread}; goal <= {GOAL}x: {verdict}; before "
+                f"issue 32: 0.68x on 1 thread), per completion token {token:.2f}x; sesa {s_med:.3f} s/step, TRL "
+                f"{p_med:.3f} (rounds {min(p_steps):.3f}-{max(p_steps):.3f}); "
                 f"generation {shares[0]:.0%} of sesa's step, {shares[1]:.0%} of TRL's",
                 flush=True,
             )
             lines.append(
-                f"| {threads} | {s_med:.3f} | {p_med:.3f} | **{step:.2f}x** ({verdict}: goal <= {GOAL}x) | "
+                f"| {threads} | {s_med:.3f} | {p_med:.3f} | **{step:.2f}x** ({spread}; {verdict}: goal <= {GOAL}x) | "
                 f"{token:.2f}x | {shares[0]:.0%} / {shares[1]:.0%} |"
             )
     if a.page:

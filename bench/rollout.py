@@ -173,7 +173,8 @@ def bench_steps(
                     trainer.train_step()
                     times[name].append(time.perf_counter() - t0)
                     tokens[name].append(step_tokens(trainer))
-                flops.setdefault(name, product_flops(trainer))
+                if name not in flops:  # the first round's count; setdefault would run the step every round
+                    flops[name] = product_flops(trainer)
     return {name: (statistics.median(times[name]), statistics.mean(tokens[name]), flops[name]) for name in variants}
 
 

@@ -105,7 +105,8 @@ def bench(session: nox.Session) -> None:
 
 @nox.session(default=False)
 def results(session: nox.Session) -> None:
-    """docs/results.md from the claims' sweeps (sesa_cli/report/results.py; recipes under conf/experiment/).
+    """docs/results.md from the claims' sweeps (scripts/results.py, the claims in scripts/claims.yaml; recipes under
+    conf/experiment/).
 
     Runs every sweep that is not complete yet (each sweep's seeds, two single-thread jobs at a time: hours on a 2-core
     machine; a finished job is never rerun, so an interrupted session resumes), then writes the page. Arguments
@@ -116,4 +117,4 @@ def results(session: nox.Session) -> None:
         nox -s results -- --smoke                         # 2 seeds x 3 steps under outputs/claims-smoke (minutes)
     """
     install_project(session)  # the test extra carries Hydra's joblib launcher
-    session.run("python", "-m", "sesa_cli.report.results", *session.posargs, env={"OMP_NUM_THREADS": "1"})
+    session.run("python", "scripts/results.py", *session.posargs, env={"OMP_NUM_THREADS": "1"})

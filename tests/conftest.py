@@ -7,10 +7,12 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
-from sesa_cli.report.results import SMALL_PATH_WORLD
-
-# The path task's small world and short warm start (one definition, shared with `nox -s results -- --smoke`).
+ROOT = Path(__file__).resolve().parent.parent
+# The path task's small world and short warm start (one definition, in the claims file `nox -s results -- --smoke`
+# reads: scripts/claims.yaml).
+SMALL_PATH_WORLD = yaml.safe_load((ROOT / "scripts" / "claims.yaml").read_text())["small_path_world"]
 TINY = ["task=path", *SMALL_PATH_WORLD]
 # Non-slippery 4x4 FrozenLake on the same short warm start (multi-turn rollouts).
 FROZENLAKE = [
@@ -34,9 +36,6 @@ COUNTDOWN = [
     "model.warm_start_steps=500",
     "model.warm_start_corpus_size=4000",
 ]
-
-
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def _tree(path: Path) -> list[str]:
@@ -103,6 +102,14 @@ def _build_the_bases_side_by_side(request: pytest.FixtureRequest, worker_id: str
 @pytest.fixture(scope="session")
 def tiny_overrides(cache_dir: Path) -> list[str]:
     return [*TINY, f"model.cache_dir={cache_dir}"]
+
+
+def sketch_of(r):
+    """The sketch a stage-II solution expands (its origin, sesa_cli.rollout.rollouts.Expansion, says so)."""
+    from sesa_cli.rollout.rollouts import Expansion
+
+    assert isinstance(r.origin, Expansion)
+    return r.origin.sketch
 
 
 def compose_train(overrides: list[str]):

@@ -46,7 +46,7 @@ def test_dapo_dynamic_sampling_keeps_the_batch_size(path_setup, tiny_overrides, 
             "sampler=parallel",
             "train.batch_size=4",
             "sampler.group_size=4",
-            f"algo.max_resample_rounds={cap}",
+            f"sampler.filters.dynamic_sampling.max_rounds={cap}",
         ]
     )
     trainer = Trainer(cfg, make_task(cfg.task, cfg.seed), copy.deepcopy(policy), RunDir(tmp_path))
@@ -75,7 +75,7 @@ def test_kl_to_the_reference_policy(path_setup, tiny_overrides, tmp_path, estima
         ]
     )
     trainer = Trainer(cfg, make_task(cfg.task, cfg.seed), copy.deepcopy(policy), RunDir(tmp_path))
-    assert trainer.ref_model is not None
+    assert trainer.learner.ref_model is not None
     first = trainer.train_step()
     second = trainer.train_step()
     assert first["loss/kl"] == pytest.approx(0.0, abs=1e-6)  # the first update starts at the reference

@@ -157,7 +157,7 @@ def test_a_sequential_run_names_its_parallel_baseline_and_the_report(monkeypatch
 
     seq = tmp_path / "seq run"
     argv = ["train", *FROZENLAKE, f"model.cache_dir={cache_dir}", *SMALL, "train.steps=1", "train.eval_every=0",
-            "eval.instances=2", "sampler.train_sketches=true", "sampler.parallel_rows=2", f"hydra.run.dir={seq}"]  # fmt: skip
+            "eval.instances=2", "algo.train_sketches=true", "sampler.parallel_rows=2", f"hydra.run.dir={seq}"]  # fmt: skip
     assert run_cli(argv, monkeypatch) == 0
     lines = [line.strip() for line in capsys.readouterr().out.splitlines()]
     at = lines.index("# its parallel baseline: the same settings with sampler=parallel")

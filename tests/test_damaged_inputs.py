@@ -134,10 +134,10 @@ CASES = [
     ("warmup-not-below-steps", ["train", "task=path", "train.steps=5", "optim.warmup_steps=5"], nothing,
      "optim.warmup_steps=5 must be < train.steps=5"),
     ("sequential-field-under-parallel", ["train", "task=path", "sampler=parallel", "sampler.stage1=solution",
-                                         "sampler.is_clip=3"], nothing,
-     "sampler.is_clip, sampler.stage1 only apply to sampler=sequential, and this run uses sampler=parallel"),
-    ("sequential-field-on-a-parallel-run", ["eval", "ckpt={run}", "sampler.loss_context=is"], nothing,
-     "sampler.loss_context only applies to sampler=sequential, and this run uses sampler=parallel"),
+                                         "algo.is_clip=3"], nothing,
+     "algo.is_clip, sampler.stage1 only apply to sampler=sequential, and this run uses sampler=parallel"),
+    ("sequential-field-on-a-parallel-run", ["eval", "ckpt={run}", "algo.loss_context=is"], nothing,
+     "algo.loss_context only applies to sampler=sequential, and this run uses sampler=parallel"),
     ("output-unwritable", ["train", "task=path", "hydra.run.dir=/proc/sesa-x"], nothing,
      "hydra.run.dir=/proc/sesa-x is not writable"),
     ("output-under-a-file", ["train", "task=path", "hydra.run.dir={run}/config.yaml/x"], nothing,
@@ -285,22 +285,21 @@ def test_sequential_fields_the_user_did_not_set_or_that_a_job_uses_are_accepted(
     # a sweep in which some job samples sequentially, and a sequential run
     assert validate_argv("train", ["-m", "task=path", "sampler=parallel,sequential", "sampler.stage1=solution",
                                    f"hydra.sweep.dir={tmp_path / 'sweep'}"]) is None  # fmt: skip
-    assert validate_argv("train", ["task=path", "sampler=sequential", "sampler.loss_context=is", out]) is None
+    assert validate_argv("train", ["task=path", "sampler=sequential", "algo.loss_context=is", out]) is None
     # a sequential parent revived in parallel carries its own sequential settings: the user did not set them
     run = tmp_path / "run"
     shutil.copytree(source_run, run)
     sed("config.yaml", "  name: parallel", "  name: sequential")(run)
     sed("config.yaml", "  loss_context: prompt", "  loss_context: conditioned")(run)
     assert validate_argv("revive", [f"ckpt={run}", "sampler=parallel", out]) is None
-    problem = validate_argv("revive", [f"ckpt={run}", "sampler=parallel", "sampler.is_clip=3", out])
-    assert problem.startswith("sampler.is_clip only applies to sampler=sequential")
-    assert validate_argv("revive", [f"ckpt={run}", "sampler.is_clip=3", out]) is None  # the parent's sequential
+    problem = validate_argv("revive", [f"ckpt={run}", "sampler=parallel", "algo.is_clip=3", out])
+    assert problem.startswith("algo.is_clip only applies to sampler=sequential")
+    assert validate_argv("revive", [f"ckpt={run}", "algo.is_clip=3", out]) is None  # the parent's sequential
 
 
 def test_grader_timeouts_are_counted_in_evaluation(path_setup):
     from sesa_cli.evaluation import summarize
-    from sesa_cli.rollout.engine import Completion
-    from sesa_cli.rollout.samplers import Rollout
+    from sesa_cli.rollout.rollouts import Completion, Rollout
     from sesa_cli.tasks.base import Score
 
     _, task, _ = path_setup

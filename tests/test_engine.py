@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from sesa_cli.evaluation import ExactPolicy
+from sesa_cli.exact import ExactPolicy
 from sesa_cli.models.special import suppressed_ids
 from sesa_cli.rollout import engine
 from sesa_cli.rollout.engine import Engine, SamplingParams, filter_logits
@@ -191,9 +191,8 @@ def test_rows_with_the_same_tokens_share_a_cache_row_and_change_no_number(frozen
             for group in sampler.draw(instances, 16, torch.Generator().manual_seed(0))
             for r in group
         ]
-        exact = ExactPolicy(sampled, instances[:2])
-        probs = [p.tolist() for p in exact.probs()]
-        return drawn, probs, exact.keys
+        snapshot = ExactPolicy(sampled, instances[:2]).snapshot()
+        return drawn, [inst.probs.tolist() for inst in snapshot.instances], [inst.keys for inst in snapshot.instances]
 
     shared = outcome()
     shared_rows, rows[:] = sum(rows), []
@@ -224,7 +223,8 @@ def test_the_llama_backend_draws_what_the_models_own_forward_draws(frozenlake_se
             for group in sampler.draw(instances, 8, torch.Generator().manual_seed(0))
             for r in group
         ]
-        probs = [p.tolist() for p in ExactPolicy(ParallelSampler(cfg.sampler, task, policy), instances[:2]).probs()]
+        snapshot = ExactPolicy(ParallelSampler(cfg.sampler, task, policy), instances[:2]).snapshot()
+        probs = [inst.probs.tolist() for inst in snapshot.instances]
         return drawn, probs
 
     fast = outcome()

@@ -19,13 +19,13 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 from sesa_cli import metrics as M
 from sesa_cli.config import SamplerConfig
-from sesa_cli.evaluation import ExactPolicy
+from sesa_cli.exact import ExactPolicy
 from sesa_cli.models.policy import Policy
 from sesa_cli.models.special import suppress_special_tokens, suppressed_ids
 from sesa_cli.models.tiny import build_tokenizer
 from sesa_cli.rollout.engine import Engine
+from sesa_cli.rollout.episode_tree import episode_tree
 from sesa_cli.rollout.samplers import ParallelSampler
-from sesa_cli.tasks.episode_tree import episode_tree
 from sesa_cli.tasks.frozenlake import FrozenLakeInstance, FrozenLakeTask, FrozenLakeTaskConfig
 from sesa_cli.tasks.sokoban import SokobanTask, SokobanTaskConfig
 
@@ -176,7 +176,8 @@ def test_exact_policy_reports_policy_metrics_of_the_brute_force_probabilities():
     sampler = ParallelSampler(SamplerConfig(), task, policy)
     ep = ExactPolicy(sampler, [inst], min_prob=0.0, max_branches=100_000)
     assert ep.available
-    summary = ep.summary(ep.probs(), k=4)
+    snapshot = ep.snapshot()
+    summary = snapshot.summary(k=4)
     keys = sorted(exact)
     expected = M.policy_metrics([exact[k] for k in keys], [success[k] for k in keys], 4)
     for name in ("valid_mass", "target_mass", "effective_solutions", "solutions_above_1pct", "solution_entropy"):
@@ -185,7 +186,7 @@ def test_exact_policy_reports_policy_metrics_of_the_brute_force_probabilities():
     assert "policy/coverage@4" not in summary  # winning action sequences are not a fixed target set
     # by hand: the shortest wins are D,D,R,R and R,R,D,D (4 actions, the hole in the middle); a win needs 4 moves
     assert {k for k, s in success.items() if s} == {"Down,Down,Right,Right", "Right,Right,Down,Down"}
-    record = ep.record(0, ep.probs())
+    record = snapshot.record(0)
     assert set(record["instances"][0]["targets"]) == {"Down,Down,Right,Right", "Right,Right,Down,Down"}
 
 

@@ -153,11 +153,11 @@ def test_a_padding_free_update_takes_the_padded_updates_step(frozenlake_setup, t
         c = replace(cfg, model=model, algo=algo, optim=replace(cfg.optim, lr=1e-5))
         trainers[padding_free] = Trainer(c, task, copy.deepcopy(policy), RunDir(tmp_path / f"run{padding_free}"))
     groups, _ = trainers[False]._draw_batch()
-    inputs = trainers[False].loss_inputs(groups)
+    inputs = trainers[False].learner.inputs(groups)
     lengths = [len(c) + len(y) for c, y in zip(inputs.contexts, inputs.completions, strict=True)]
     assert min(lengths) * 3 < max(lengths)  # ragged: packing has padding to remove
     before = torch.cat([p.detach().flatten() for p in policy.model.parameters()])
-    stats = {pf: t.update(copy.deepcopy(inputs)) for pf, t in trainers.items()}
+    stats = {pf: t.learner.update(copy.deepcopy(inputs)) for pf, t in trainers.items()}
     for key in ("loss/total", "loss/follow_nll", "optim/grad_norm"):
         assert stats[True][key] == pytest.approx(stats[False][key], rel=1e-4, abs=1e-6), key
     moved = {

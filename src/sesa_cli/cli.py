@@ -61,12 +61,15 @@ def main(argv: list[str] | None = None) -> None:
 
 def checked_overrides(name: str, overrides: list[str]) -> list[str]:
     """The argv command ``name``'s Hydra app runs with (the CLI's and sesa_cli.api's): renamed keys upgraded (each
-    noted on stderr) and the overrides validated; a ConfigError with the one-line reason when they are wrong."""
+    noted on stderr), the ``plugins=`` modules imported, the overrides validated, and the plug-ins' config folders
+    put on Hydra's search path; a ConfigError with the one-line reason when they are wrong."""
+    from sesa_cli import plugins
     from sesa_cli.commands.validate import validate_argv
     from sesa_cli.config import ConfigError
     from sesa_cli.deprecations import rename_overrides
 
     rest, notices = rename_overrides(overrides)
+    plugins.load(plugins.named(rest))
     if os.environ.get("RANK", "0") == "0":  # once, not once per data-parallel replica
         for notice in notices:
             print(f"sesa {name}: {notice}", file=sys.stderr)
@@ -77,7 +80,7 @@ def checked_overrides(name: str, overrides: list[str]) -> list[str]:
     problem = validate_argv(COMMANDS[name][0], rest)
     if problem:
         raise ConfigError(problem)
-    return rest
+    return plugins.with_search_path(rest)
 
 
 def dispatch(args: list[str]) -> None:
@@ -105,9 +108,11 @@ def dispatch(args: list[str]) -> None:
     from sesa_cli.config import ConfigError
 
     if any(a in ("-h", "--help", "--help-all") for a in args[1:]):  # the command's own help; Hydra's: --hydra-help
+        from sesa_cli import plugins
         from sesa_cli.commands.help import command_help
 
         try:
+            plugins.load(plugins.named(args[1:]))  # a plug-in's task, term or filter appears in the help
             text = command_help(name, args[1:])
         except ConfigError as exc:  # an unknown help topic
             fail(str(exc), name)

@@ -34,7 +34,8 @@ def _own_runnable() -> int:
 
 def free_cores() -> tuple[int, float]:
     """(cores not busy now, rounded, at least 1; :func:`busy_cores`). On a machine whose cores other jobs keep busy,
-    a thread per core makes every parallel op wait until all its threads get a core (issue 22); one thread per free
+    a thread per core makes every parallel op wait until all its threads get a core (docs/measurements.md,
+    "Threads"); one thread per free
     core degrades gracefully instead."""
     cpus = os.cpu_count() or 1
     busy = busy_cores()

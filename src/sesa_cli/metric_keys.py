@@ -204,7 +204,7 @@ METRIC_KEYS: tuple[MetricKey, ...] = (
         "policy/pruned_mass",
         "Agent tasks walked episode by episode: probability of the branches cut below the walk's threshold "
         "(policy/valid_mass is exact up to it).",
-        "sesa_cli.tasks.episode_tree",
+        "sesa_cli.rollout.episode_tree",
     ),
     MetricKey(
         "policy/solution_entropy",
@@ -240,20 +240,20 @@ METRIC_KEYS: tuple[MetricKey, ...] = (
     ),
     MetricKey(
         "loss/follow_nll",
-        "algo.follow_coef > 0: mean -log pi(t | solve prompt) over the stage-II solution rows, t the first token of "
+        "algo.terms.follow: mean -log pi(t | solve prompt) over the stage-II solution rows, t the first token of "
         "the text that carries out the row's sketch (the supervised term that keeps stage II following its sketches).",
-        "sesa_cli.trainer.Trainer",
+        "sesa_cli.terms.follow",
     ),
     MetricKey(
         "loss/found_nll",
-        "algo.found_coef > 0: mean -log pi(y | x) over the distinct solutions off-policy rows were drawn with, with "
+        "algo.terms.found: mean -log pi(y | x) over the distinct solutions off-policy rows were drawn with, with "
         "success, for the batch's plain prompts (one remembered completion each).",
-        "sesa_cli.trainer.Trainer",
+        "sesa_cli.terms.found",
     ),
     MetricKey(
         "loss/found_solutions",
-        "algo.found_coef > 0: how many found solutions (of the batch's plain prompts) the found_nll term covers.",
-        "sesa_cli.trainer.Trainer",
+        "algo.terms.found: how many found solutions (of the batch's plain prompts) the found_nll term covers.",
+        "sesa_cli.terms.found",
     ),
     MetricKey(
         "loss/off_policy_frac",
@@ -301,8 +301,13 @@ METRIC_KEYS: tuple[MetricKey, ...] = (
         "Gradient norm before clipping to optim.max_grad_norm (mean over mini-batches).",
         "sesa_cli.update.optimizer_step",
     ),
-    MetricKey("train/resample_rounds", "DAPO dynamic sampling: extra sampling rounds of the step."),
-    MetricKey("train/kept_groups", "algo.rollout_filter_ratio < 1: groups trained on."),
+    MetricKey(
+        "train/resample_rounds",
+        "A batch filter that refills (sampler.filters.dynamic_sampling, DAPO): extra sampling rounds of the step.",
+    ),
+    MetricKey(
+        "train/kept_groups", "A batch filter that does not refill (sampler.filters.rollout_filter): groups trained on."
+    ),
     MetricKey("collapse/flag", "1 when the collapse monitor flags the step.", "sesa_cli.collapse.CollapseMonitor"),
     MetricKey("revive/parent", "1 on the rows a revived run copied from its parent's history."),
     # ------------------------------------------------------------------------------------------------------ time
@@ -338,8 +343,8 @@ RENAMED: dict[str, str] = {
     "loss/grad_norm": "optim/grad_norm",
     "train/lr": "optim/lr",
 }
-"""Old metric key -> current one. Statistics of what the sampler drew were ``train/*`` before issue 16 named them
-``rollout/*``; issue 18 gave each remaining concept one name (``is/weight_mean`` was also logged as
+"""Old metric key -> current one. Statistics of what the sampler drew were ``train/*`` before they were named
+``rollout/*``; then each remaining concept got one name (``is/weight_mean`` was also logged as
 ``loss/is_weight_mean``)."""
 
 

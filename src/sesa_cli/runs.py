@@ -8,7 +8,7 @@ Layout::
     <run_dir>/metrics.jsonl          one JSON object per step (training rows and evaluation rows), each with "step"
     <run_dir>/metrics.csv            the same, as a table (rewritten at every checkpoint and at the end)
     <run_dir>/policy_probs.jsonl     per evaluation, the exact probability of each target and likely solution
-                                     (tasks that enumerate their solutions; sesa_cli.evaluation.ExactPolicy)
+                                     (tasks that enumerate their solutions; sesa_cli.exact.ExactPolicy)
     <run_dir>/samples/step_N.jsonl   rollouts of step N
     <run_dir>/checkpoints/step_N/    HF model dir + tokenizer + optimizer.pt + trainer_state.json
 

@@ -197,7 +197,8 @@ def torch_threads(requested: str = "1") -> int:
     joblib sweep job's share (:func:`joblib_cpu_budget`), else the cores not busy now: cores minus the 1-minute load
     average (or the tasks running right now, if fewer), rounded, at least 1 (:func:`sesa_cli.cpus.free_cores`). On
     a machine whose cores other jobs keep busy, a thread per core makes every parallel op wait until all its
-    threads get a core, which slowed the warm start far more than the load alone (issue 22); one thread per free
+    threads get a core, which slowed the warm start far more than the load alone (docs/measurements.md, "Threads"); one
+    thread per free
     core degrades gracefully instead.
     """
     import torch

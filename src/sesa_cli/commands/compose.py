@@ -12,6 +12,7 @@ from typing import Any
 
 from sesa_cli.commands.table import USAGES
 from sesa_cli.config import ConfigError, conf_dir
+from sesa_cli.plugins import with_search_path
 
 
 def compose(config_name: str, overrides: list[str], hydra: bool = False) -> Any:
@@ -20,7 +21,7 @@ def compose(config_name: str, overrides: list[str], hydra: bool = False) -> Any:
     from hydra import initialize_config_dir
 
     with initialize_config_dir(version_base="1.3", config_dir=str(conf_dir()), job_name=config_name):
-        return hydra_compose(config_name, overrides=overrides, return_hydra_config=hydra)
+        return hydra_compose(config_name, overrides=with_search_path(overrides), return_hydra_config=hydra)
 
 
 def _valid_keys(config_name: str, overrides: list[str], parent: str, bad: str) -> list[str]:

@@ -47,12 +47,14 @@ def run(cfg: EvalConfig, run_dir: Path, overrides: list[str] | None = None) -> d
     from rich.table import Table
 
     from sesa_cli.commands.ending import eval_ending
+    from sesa_cli.commands.registered import check_registered
     from sesa_cli.evaluation import Evaluation, sample_records
     from sesa_cli.models.loading import load_checkpoint, load_policy
     from sesa_cli.progress import console, phase
     from sesa_cli.rollout.samplers import make_sampler
     from sesa_cli.tasks.base import make_task
 
+    check_registered(cfg)  # every name a registry holds, before any model work
     seed_everything(cfg.seed)
     run = RunDir(run_dir)
     run.write_config(resolved_yaml(cfg))

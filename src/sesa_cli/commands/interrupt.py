@@ -66,7 +66,7 @@ def _restore(previous: dict[int, Any]) -> None:
 def exit_at_once(command: str | None) -> Iterator[None]:
     """Inside the block (the whole command, in the main thread) every stop signal prints :func:`interrupted`'s line
     and exits at once with its exit code (no buffered IO and no exception: start-up has nothing to save, and a
-    KeyboardInterrupt raised inside a library there can come out as another error; issue 17). A KeyboardInterrupt
+    KeyboardInterrupt raised inside a library there can come out as another error). A KeyboardInterrupt
     raised by code that installed its own handler (:func:`stop_after_step`) ends the same way."""
 
     def exit_now(signum: int, frame: object) -> None:

@@ -17,8 +17,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from sesa_cli import plugins
 from sesa_cli.commands.common import hydra_context, torch_threads
 from sesa_cli.commands.compose import explain
+from sesa_cli.commands.schemas import register_configs
 from sesa_cli.config import ConfigError, conf_dir, first_line, to_object
 from sesa_cli.deprecations import upgrade_config
 
@@ -92,6 +94,11 @@ def reload_config(config_name: str, parent_config: Path, overrides: list[str]) -
     if not isinstance(loaded, dict):
         raise ConfigError(f"{parent_config} holds a {type(loaded).__name__}, not a mapping of config keys")
     parent = upgrade_config(loaded)  # a run written before a config key was renamed
+    modules = parent.get("plugins", [])
+    if not (isinstance(modules, list) and all(isinstance(m, str) for m in modules)):
+        raise ConfigError(f"{parent_config}: 'plugins' must be a list of module names")
+    plugins.load(modules)  # the run's own plug-ins (its task, terms...), before its config is composed
+    register_configs()  # a plug-in task's schema
     for group in GROUPS:
         if group in parent and not (isinstance(parent[group], dict) and isinstance(parent[group].get("name"), str)):
             raise ConfigError(f"{parent_config}: {group!r} must be a mapping with a 'name'")
@@ -102,7 +109,7 @@ def reload_config(config_name: str, parent_config: Path, overrides: list[str]) -
     user_keys = [ov for ov in parsed if ov.key_or_group not in GROUPS]
 
     def _compose(extra: list[str]) -> Any:
-        args = [*extra, *overrides]
+        args = plugins.with_search_path([*extra, *overrides])
         if GlobalHydra.instance().is_initialized():  # inside the command's @hydra.main app
             return compose(config_name, overrides=args)
         with initialize_config_dir(version_base="1.3", config_dir=str(conf_dir())):
@@ -118,16 +125,18 @@ def reload_config(config_name: str, parent_config: Path, overrides: list[str]) -
         cfg = _compose(choices)
     except Exception as exc:  # noqa: BLE001  (a group option the parent names that this install does not have)
         raise ConfigError(f"{parent_config}: {explain(exc, config_name, choices)}") from None
+    overlay: dict[str, Any] = {}  # the values of the options the user chose, by section
+    for group in sorted(user_groups):
+        option = cfg[group]["name"]
+        if group == "task" and option != parent.get("task", {}).get("name"):
+            continue  # another task: its own config, not the parent's
+        for section, values in option_values(group, option).items():
+            overlay[section] = OmegaConf.merge(overlay.get(section, {}), values)
     for key, value in parent.items():
         if key not in schema_keys or key in ("ckpt", "step", "more_steps"):
             continue
-        if key in user_groups:
-            option = cfg[key]["name"]
-            if key == "task" and option != value.get("name"):
-                continue  # another task: its own config, not the parent's
-            option_yaml = OmegaConf.load(conf_dir() / key / f"{option}.yaml")
-            option_values = {k: v for k, v in option_yaml.items() if k != "defaults"}
-            value = OmegaConf.to_container(OmegaConf.merge(value, option_values), resolve=False)
+        if key in overlay:
+            value = OmegaConf.to_container(OmegaConf.merge(value, overlay[key]), resolve=False)
         try:
             OmegaConf.update(cfg, key, value, merge=True)
         except Exception as exc:  # noqa: BLE001  (a value of the wrong type for the schema: the file was edited)
@@ -135,6 +144,23 @@ def reload_config(config_name: str, parent_config: Path, overrides: list[str]) -
     for ov in user_keys:  # the user's own values win over the parent's
         OmegaConf.update(cfg, ov.key_or_group, ov.value(), merge=True)
     return to_object(cfg)
+
+
+def option_values(group: str, option: str) -> dict[str, Any]:
+    """The values a group option's YAML sets, by config section: ``{group: values}``, or for an option in the global
+    package (``# @package _global_``: ``algo=dapo`` also turns on a sampler filter) each section it sets. The file
+    is sesa's own (``conf/``) or a plug-in's (sesa_cli.plugins.add_config_dir)."""
+    from omegaconf import OmegaConf
+
+    folders = plugins.config_folders()
+    path = next((f / group / f"{option}.yaml" for f in folders if (f / group / f"{option}.yaml").is_file()), None)
+    if path is None:
+        raise ConfigError(f"{group}={option}: no {group}/{option}.yaml in {', '.join(map(str, folders))}")
+    values = {k: v for k, v in OmegaConf.load(path).items() if k != "defaults"}
+    header = [line for line in path.read_text().splitlines() if line.startswith("#")]
+    if any(line.replace(" ", "") == "#@package_global_" for line in header):
+        return {str(k): v for k, v in values.items()}
+    return {group: values}
 
 
 def with_total_steps(cfg: Any) -> tuple[Any, Path, int]:

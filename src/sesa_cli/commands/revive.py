@@ -43,6 +43,7 @@ def run(cfg: ReviveConfig, run_dir: Path, overrides: list[str] | None = None) ->
     check_checkpoint(ckpt, training=True)  # every file it holds, before any model work (or its imports)
     resolved = resolved_yaml(cfg)
 
+    from sesa_cli.commands.registered import check_registered
     from sesa_cli.commands.train import fit, last_checkpoint, previous_resumes
     from sesa_cli.distributed import replicas
     from sesa_cli.loggers import attached
@@ -53,6 +54,7 @@ def run(cfg: ReviveConfig, run_dir: Path, overrides: list[str] | None = None) ->
     from sesa_cli.tasks.base import make_task
     from sesa_cli.trainer import Trainer
 
+    check_registered(cfg)  # every name a registry holds, before any model work
     if cfg.step == "auto":
         flagged = read_trainer_state(ckpt, training=True)["collapse"].get("first_flag_step")
         log.info("step=auto: the collapse monitor first flagged step %s; reviving from its first checkpoint since, "

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from sesa_cli.config import ConfigError
+from sesa_cli.deprecations import upgrade_config
 from sesa_cli.runs import read_json_object, read_yaml
 
 RUN_FILES = ("metrics.jsonl", "metrics.json", "checkpoints")
@@ -125,7 +126,8 @@ def check_existing(command: str, run_dir: Path, resolved: str | None, key: str =
         found = read_yaml(config)
     except ConfigError as exc:
         raise ConfigError(f"{refuse} whose config.yaml cannot be read ({exc}); choose a new directory") from None
-    diff = config_differences(found if isinstance(found, dict) else {}, wanted)
+    # a run written before a config key was renamed compares under the current names
+    diff = config_differences(upgrade_config(found) if isinstance(found, dict) else {}, wanted)
     if diff:
         shown = ", ".join(diff[:3]) + (f" and {len(diff) - 3} more" if len(diff) > 3 else "")
         raise ConfigError(
@@ -158,6 +160,7 @@ def config_differences(found: dict[str, Any], wanted: dict[str, Any]) -> list[st
     a, b = _flat(found), _flat(wanted)
     keys = sorted((set(a) | set(b)) - {"train.resume"})
     missing = "(unset)"
+    a, b = ({k: v for k, v in d.items() if v != []} for d in (a, b))  # an empty list: a key a run did not have
     return [f"{k}: {a.get(k, missing)} -> {b.get(k, missing)}" for k in keys if a.get(k, missing) != b.get(k, missing)]
 
 

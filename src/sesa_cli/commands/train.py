@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 import hydra
 from omegaconf import DictConfig
 
+from sesa_cli import plugins
 from sesa_cli.commands.common import (
     hydra_context,
     resolved_yaml,
@@ -35,6 +36,7 @@ def run(
     show_progress: bool = True,
 ) -> dict[str, Any]:
     """Train as configured, writing everything under ``run_dir``; returns the final metrics."""
+    from sesa_cli.commands.registered import check_registered
     from sesa_cli.commands.rundir import check_existing, resume_point
     from sesa_cli.distributed import replicas
     from sesa_cli.loggers import attached
@@ -44,6 +46,7 @@ def run(
     from sesa_cli.tasks.base import make_task
     from sesa_cli.trainer import Trainer
 
+    check_registered(cfg)  # every name a registry holds, before any model work
     dist = replicas(cfg.device)  # one process unless started by `accelerate launch` (sesa_cli.distributed)
     seed_everything(cfg.seed)
     resolved = resolved or resolved_yaml(cfg)
@@ -112,12 +115,11 @@ def fit(trainer: Trainer, run_dir: Path, show_progress: bool = True, command: st
 
     cfg = trainer.cfg
     n_params = sum(p.numel() for p in trainer.model.parameters())
-    stage1 = getattr(trainer.sampler, "stage1", None)  # the sequential sampler's resolved stage1 (auto -> ...)
-    n_trainable = sum(p.numel() for p in trainer.trainable)
+    stage1 = trainer.sampler.stage1  # a sequential sampler's resolved stage1 (auto -> ...)
+    n_trainable = sum(p.numel() for p in trainer.learner.trainable)
     world = trainer.dist.world
-    per_step = (
-        cfg.train.batch_size * cfg.sampler.group_size * (cfg.sampler.solutions_per_sketch if stage1 == "sketch" else 1)
-    )
+    per_group = trainer.sampler.rows_per_group
+    per_step = cfg.train.batch_size * per_group
     log.info(
         "run dir %s | task=%s sampler=%s%s algo=%s | %s params%s | %d prompts x %d = %d rollouts/step%s, <= %d new "
         "tokens each | steps %d..%d",
@@ -129,7 +131,7 @@ def fit(trainer: Trainer, run_dir: Path, show_progress: bool = True, command: st
         f"{n_params:,}",
         f" ({n_trainable:,} trainable)" if n_trainable != n_params else "",
         cfg.train.batch_size,
-        cfg.sampler.group_size,
+        per_group,
         per_step,
         f" over {world} processes ({trainer.local_batch} prompts each)" if world > 1 else "",
         cfg.task.max_new_tokens,
@@ -175,6 +177,7 @@ def fit(trainer: Trainer, run_dir: Path, show_progress: bool = True, command: st
 
 def job(cfg: DictConfig) -> tuple[Path, dict[str, Any]]:
     """The command inside its Hydra job (``main`` and sesa_cli.api run it): (run dir, final metrics)."""
+    plugins.load(cfg.get("plugins") or [])  # a sweep's job may run in a process of its own
     config = to_object(cfg)
     torch_threads(config.threads)
     run_dir, overrides = hydra_context()

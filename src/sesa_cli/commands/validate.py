@@ -15,6 +15,7 @@ from sesa_cli.commands.compose import compose, explain
 from sesa_cli.commands.reload import command_config
 from sesa_cli.commands.schemas import register_configs
 from sesa_cli.config import SEQUENTIAL_ONLY, to_object
+from sesa_cli.plugins import settings_problems
 
 
 def _split_sweeps(overrides: list[str]) -> list[list[str]]:
@@ -187,6 +188,9 @@ def validate_argv(config_name: str, argv: list[str]) -> str | None:
             final = command_config(config_name, composed, overrides)
         except Exception as exc:  # noqa: BLE001  (Hydra/OmegaConf raise many types; explain() names the key)
             return explain(exc, config_name, overrides)
+        problems = settings_problems(final)  # the plug-ins' registries: loss terms, batch filters, loggers
+        if problems:
+            return "; ".join(problems)
         if hasattr(final, "sampler"):
             samplers.add(final.sampler.name)
             problem = memory_problem(final)

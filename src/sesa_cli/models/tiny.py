@@ -174,7 +174,8 @@ def warm_start(cfg: ModelConfig, task: Task, out_dir: Path) -> dict[str, Any]:
     It runs on every core other work leaves free (:func:`sesa_cli.cpus.free_cores`), whatever the command's
     ``threads``, which is restored after: its steps are large matrix products (8 rows x 256 tokens), which a second
     thread speeds 1.85x, and on this project's CPU the base it writes is bit for bit the one-thread base (the same
-    sha256 of model.safetensors, 400 FrozenLake steps on one and on two threads; issue 32), so runs read the same
+    sha256 of model.safetensors, 400 FrozenLake steps on one and on two threads; docs/measurements.md,
+    "Threads"), so runs read the same
     base whatever the count it was built with. The count is taken again every :data:`RECOUNT_STEPS` steps: the jobs
     of a sweep start together, and the ones that then wait for this base (its file lock) free their cores a few
     seconds into the build, which a count taken once at its start would leave idle for all of it."""

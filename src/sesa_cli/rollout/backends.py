@@ -6,7 +6,7 @@ chunk of tokens through the decoder; everything else (sampling, stops, cache con
 for another engine (vLLM, SGLang) implements the same four methods, ``new_state(batch)``,
 ``forward(state, ids, mask, position_ids) -> hidden``, ``logits(hidden)`` and ``select(state, rows)``, and registers in ``BACKENDS``.
 
-Measured (issue #4): a hand-fused Llama decode path (preallocated KV buffer, fused q/k/v and gate/up projections)
+Measured (docs/measurements.md, "Rollout cost"): a hand-fused Llama decode path (preallocated KV buffer, fused q/k/v and gate/up projections)
 ran within 0.95-1.2x of this backend on ``model=tiny``, and ``torch.compile`` of it was 2-3x slower (graph breaks
 on the growing cache), so neither is here: at batch 8-64 the 1M-parameter model's decode step is bound by its
 matmuls and a ~20-40 us per-op floor on this CPU, not by ``transformers``' Python overhead. Measured again (issue
@@ -14,12 +14,12 @@ matmuls and a ~20-40 us per-op floor on this CPU, not by ``transformers``' Pytho
 graph and 0.61-0.64x the eager decode forward, but takes 12-36 s to compile per process, more than it saves in this
 project's runs, and rounds differently (docs/measurements.md, "Inference mode for sampling").
 
-Measured and not kept (issue 20): cache layers that write each token into a buffer doubled when full, instead of
+Measured and not kept: cache layers that write each token into a buffer doubled when full, instead of
 ``DynamicCache``'s concatenation (same draws and log-probs). Paired runs, one thread: 64 rows x 24 tokens 1.11x the
 time (attention reads the strided buffer slower than a contiguous cache, which costs what the concatenation saved),
 chains of 8 items at batch 8 0.92x, SmolLM2-135M 8 rows x (218 + 32) tokens on two threads 0.98x: no clear gain.
 
-:class:`LlamaBackend` (issue 32) runs a plain Llama decoder (``model=tiny``) with the same operations as
+:class:`LlamaBackend` (docs/measurements.md, "Time to result") runs a plain Llama decoder (``model=tiny``) with the same operations as
 ``transformers``' own Llama forward, in the same order, but as one function over the weights: no module calls,
 output capturing, keyword plumbing or cache objects per layer, the padding mask built once per chunk. On
 ``model=tiny`` a decode forward at 8 rows took 0.74-0.77x the time of :class:`HFBackend`'s, at 64 rows

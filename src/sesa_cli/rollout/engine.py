@@ -30,6 +30,7 @@ from transformers import PreTrainedModel
 
 from sesa_cli.models.special import banned_mask, masked_logps
 from sesa_cli.rollout.backends import make_backend
+from sesa_cli.rollout.rollouts import Completion
 
 
 @dataclass
@@ -38,35 +39,6 @@ class SamplingParams:
     """> 0 samples; 0 = greedy decoding (argmax; logps/entropies are then those of the untempered distribution)."""
     top_p: float = 1.0
     top_k: int = 0
-
-
-@dataclass
-class Completion:
-    """One sampled continuation of one row."""
-
-    ids: list[int]
-    """Sampled token ids, up to and including the stop token (if one was sampled)."""
-    logps: list[float]
-    """log pi(token | context) of each sampled token under the temperature-scaled distribution (banned ids masked)."""
-    entropies: list[float]
-    """Entropy (nats) of the temperature-scaled distribution (banned ids masked) at each sampled position."""
-    stopped: bool
-    """True if the row ended on a stop token, False if it hit its length limit."""
-    mask: list[bool] | None = None
-    """Multi-turn episodes: True on tokens the policy sampled, False on teacher-forced environment feedback (whose
-    ``logps``/``entropies`` entries are 0). None: every token was sampled."""
-
-    @property
-    def policy_entropies(self) -> list[float]:
-        """Entropies at the sampled positions only."""
-        if self.mask is None:
-            return self.entropies
-        return [e for e, m in zip(self.entropies, self.mask, strict=True) if m]
-
-    @property
-    def n_sampled(self) -> int:
-        """Number of tokens the policy sampled."""
-        return len(self.ids) if self.mask is None else sum(self.mask)
 
 
 def filter_logits(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
@@ -169,8 +141,8 @@ class Session:
     ) -> list[list[tuple[list[int], Completion]]]:
         """Sample ``items`` continuations per row one after another on the row's own cache (SESA's chains): item k
         of row i ends on its stop token or its length limit, then ``between(i, item)`` is teacher-forced onto row i
-        alone and row i samples item k+1 at once, while the other rows go on with their own items (issue 20: no row
-        waits for the slowest row of the batch, so a chain costs its own length, not the sum over positions of the
+        alone and row i samples item k+1 at once, while the other rows go on with their own items (no row waits for
+        the slowest row of the batch, so a chain costs its own length, not the sum over positions of the
         longest item). Returns, per row, ``items`` pairs (the row's tokens when the item began, the item).
 
         The tokens a row draws are those it would draw alone given the same generator state, but with one
@@ -268,7 +240,7 @@ class Session:
             index = torch.as_tensor(parents, dtype=torch.long, device=dev)
             self.engine.backend.select(self.state, index)
             self.physical_pos = self.physical_pos[index]
-        # one tensor from nested lists: a copy per row cost ~1.4 ms of a 64-row decode step (issue 20's profile)
+        # one tensor from nested lists: a copy per row cost ~1.4 ms of a 64-row decode step (bench/rollout.py --profile)
         ids = torch.tensor([[*r, *[pad] * (width - len(r))] for r in feeds], dtype=torch.long, device=dev)
         mask = torch.tensor([[1] * len(r) + [0] * (width - len(r)) for r in feeds], dtype=torch.long, device=dev)
         for tokens, r in zip(self.tokens, rows, strict=True):

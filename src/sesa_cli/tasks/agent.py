@@ -223,7 +223,7 @@ class AgentTask(RagenTask):
     def turn_responses(self) -> list[str] | None:
         """Every well-formed response of one turn (stop included, each once) when the environment is deterministic
         and the list is short enough to walk turn by turn: the exact plain-prompt policy over whole episodes
-        (sesa_cli.tasks.episode_tree, ``policy/*`` metrics). None otherwise (the default)."""
+        (sesa_cli.rollout.episode_tree, ``policy/*`` metrics). None otherwise (the default)."""
         return None
 
     @property

@@ -70,8 +70,8 @@ class GridTask(AgentTask):
         counts = Counter(word for line in corpus for word in row.findall(line))
         rows = sorted(word for word, n in counts.items() if n >= ROW_MIN_COUNT)
         # a row after a line break is one token too, and so is each mark that ends a state (``\n:`` a turn follows,
-        # ``\n?`` plans follow): an observation of h rows is h + 1 tokens instead of 2h + 1 (issue 32: a FrozenLake
-        # turn 7 tokens instead of 12, so the update and the warm start read ~40% fewer)
+        # ``\n?`` plans follow): an observation of h rows is h + 1 tokens instead of 2h + 1 (a FrozenLake turn 7
+        # tokens instead of 12, so the update and the warm start read ~40% fewer)
         broken = re.compile(f"\n[{re.escape(symbols)}]{{2,}}")
         counts_broken = Counter(word for line in corpus for word in broken.findall(line))
         broken_rows = sorted(word for word, n in counts_broken.items() if n >= ROW_MIN_COUNT)

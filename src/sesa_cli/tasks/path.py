@@ -199,7 +199,7 @@ class PathTask(Task):
         * 20%: lists of every region in a random order ``S:r1|r2|...`` (sequential sketches);
         * 40%: sketch -> solution pairs ``Pr:r/c/d|``.
 
-        Lists end the way the sampler's chains do (issue 16): a chain of G items is cut by the sampler, never ended
+        Lists end the way the sampler's chains do: a chain of G items is cut by the sampler, never ended
         by the model, so no list ends before ``list_max`` (>= G) items, or before the regions run out; with lists of
         1..list_max items the base learned to end a list early with BOS (the separator of packed lines), which
         sampling must then mask. The pairs are 40% of the lines (about a tenth of the tokens): with 15%, stage II

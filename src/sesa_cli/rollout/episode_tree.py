@@ -24,7 +24,7 @@ solution key, ``Score.key``). The rest of the mass is accounted for, never dropp
   the cost (rows x context in the KV cache); a trained policy concentrates and prunes little.
 
 So Σ_a π(a | x) + other + pruned = 1 (up to float rounding). top_p/top_k truncation is not applied (the defaults
-disable it), as in sesa_cli.evaluation.ExactPolicy. The module imports torch; it is imported by the evaluation only.
+disable it), as in sesa_cli.exact.ExactPolicy. The module imports torch; the exact policy metrics import it.
 """
 
 from __future__ import annotations

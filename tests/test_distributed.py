@@ -182,7 +182,7 @@ def test_distinct_solutions_batch_repeats_a_solution_across_the_shards(dp_distin
     assert [r.score.key for g in g1 for r in g[1:]].count(repeated) == 1
     cfg = compose_train(overrides)
     strategy = off_policy_strategy(cfg.algo)  # one process's: no other shard to gather
-    shard, union = loss_inputs(g1, strategy, cfg.sampler), loss_inputs(g0 + g1, strategy, cfg.sampler)
+    shard, union = loss_inputs(g1, strategy, cfg.algo), loss_inputs(g0 + g1, strategy, cfg.algo)
     alone, _ = strategy.rows(shard.advantages, shard.off_policy, None, shard.n_solutions, shard.solutions)
     whole, _ = strategy.rows(union.advantages, union.off_policy, None, union.n_solutions, union.solutions)
     assert not torch.allclose(alone, whole[union.n_solutions - shard.n_solutions :])

@@ -128,7 +128,9 @@ def named(overrides: Iterable[str]) -> list[str]:
 def settings_problems(config: Any) -> list[str]:
     """One line per plug-in setting of a typed command config that its registry refuses: an unknown loss term,
     batch filter or logger, or a setting they do not have (checked without torch, before any model work)."""
-    checks: list[Callable[[], object]] = [lambda: check_names(list(config.logger))]
+    checks: list[Callable[[], object]] = []
+    if hasattr(config, "logger"):
+        checks.append(lambda: check_names(list(config.logger)))
     if hasattr(config, "algo"):
         checks.append(lambda: term_settings(dict(config.algo.terms)))
     if hasattr(config, "sampler"):

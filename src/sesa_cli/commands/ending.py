@@ -14,6 +14,7 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from rich.table import Table
 
+from sesa_cli.config import SEQUENTIAL_ONLY
 from sesa_cli.metric_keys import key
 from sesa_cli.progress import console
 
@@ -126,9 +127,11 @@ def train_summary(command: str, final: dict[str, Any], base: dict[str, Any] | No
 
 
 def parallel_baseline(run_dir: Path, overrides: list[str]) -> tuple[str, str]:
-    """The ``sesa train`` of a sequential run's parallel baseline (its overrides without the sampler's, plus
-    ``sampler=parallel``, into ``<run dir>-parallel``) and the report that compares the two runs."""
-    kept = [o for o in overrides if not re.match(r"[+~]*(sampler[.=]|hydra\.)", o)]
+    """The ``sesa train`` of a sequential run's parallel baseline (its overrides without the sampler's and the other
+    sequential-only settings, plus ``sampler=parallel``, into ``<run dir>-parallel``) and the report that compares
+    the two runs."""
+    kept = [o for o in overrides if not re.match(r"[+~]*(sampler[.=]|hydra\.)", o)
+            and o.partition("=")[0].lstrip("+~") not in SEQUENTIAL_ONLY]  # fmt: skip
     other = Path(f"{run_dir}-parallel")
     train = " ".join(["sesa train", *map(shlex.quote, kept), "sampler=parallel", arg("hydra.run.dir", other)])
     runs = shlex.quote(f"runs=[{hydra_value(shown_path(run_dir))},{hydra_value(shown_path(other))}]")

@@ -215,7 +215,7 @@ def bench_engine(name: str, shape: dict[str, int], rows: list[int], args: argpar
     return out
 
 
-def save_shape(shape: dict[str, int], path: Path, positions: int) -> None:
+def save_shape(shape: dict[str, int], path: Path, positions: int, device: str) -> None:
     """A random-weight model of ``shape`` with a tokenizer of as many tokens, one character each (no word list to
     match): the printable ASCII characters the chat prompts are written in, then characters no prompt holds; saved as
     a Hugging Face directory."""
@@ -224,7 +224,7 @@ def save_shape(shape: dict[str, int], path: Path, positions: int) -> None:
     need = shape["vocab_size"] - 4 - len(alphabet)
     tokenizer = build_tokenizer([*alphabet, *(next(fillers) for _ in range(need))])
     assert len(tokenizer) == shape["vocab_size"], len(tokenizer)
-    model = random_model(shape, "cpu", torch.bfloat16, positions)
+    model = random_model(shape, device, torch.bfloat16, positions)  # initialised on the GPU: seconds less
     model.save_pretrained(path)
     tokenizer.save_pretrained(path)
 
@@ -241,7 +241,7 @@ def bench_train(name: str, shape: dict[str, int], args: argparse.Namespace, tmp:
     from sesa_cli import api
 
     model_dir = tmp / f"model-{name}"
-    save_shape(shape, model_dir, 4096)
+    save_shape(shape, model_dir, 4096, args.device)
     out = []
     for sampler, overrides in SAMPLERS.items():
         figures: dict[str, Any] = {"shape": name, "sampler": sampler}

@@ -102,8 +102,9 @@ def test_a_cpu_generator_is_used_as_it_is_on_the_cpu():
 
 @pytest.fixture(scope="module")
 def training_run_sites(tiny_overrides, tmp_path_factory) -> list[str]:
-    """The unnamed factories of a short training run that takes most of the learner's paths: two-stage sequential
-    sampling with importance-weighted rows, a KL term, packed (padding-free) scoring, exact policy rows each step."""
+    """The unnamed factories of a short training run that takes most of the learner's paths (two-stage sequential
+    sampling with importance-weighted rows, a KL term, packed (padding-free) scoring, exact policy rows each step),
+    then of ``sesa eval`` of its checkpoint."""
     from sesa_cli import api
 
     overrides = [
@@ -121,8 +122,10 @@ def training_run_sites(tiny_overrides, tmp_path_factory) -> list[str]:
         "train.checkpoint_every=0",
         "train.sample_every=0",
     ]
+    run = tmp_path_factory.mktemp("rule") / "run"
     with device_rule() as rule:
-        api.train(overrides, run_dir=tmp_path_factory.mktemp("rule") / "run")
+        api.train(overrides, run_dir=run)
+        api.eval([f"ckpt={run}", "eval.samples=4"], run_dir=run.parent / "eval")  # sesa eval of its checkpoint
     return rule.found
 
 

@@ -66,6 +66,22 @@ def thread_count(threads: str) -> int | None:
     raise ConfigError(f"threads={threads} must be a thread count >= 1 or auto{hint}")
 
 
+DEVICES = "auto, cpu, cuda or cuda:N"
+"""The ``device`` values, in words."""
+
+
+def device_form(device: str) -> tuple[str, int | None]:
+    """(kind, index) of a ``device`` value: ``("auto", None)``, ``("cpu", None)``, ``("cuda", None)`` or ``("cuda",
+    N)`` for ``cuda:N``; a ConfigError for anything else. Only the form: whether this machine has that device is
+    sesa_cli.devices.device_problem's to say (it needs torch)."""
+    kind, colon, index = str(device).strip().partition(":")
+    if kind in ("auto", "cpu") and not colon:
+        return kind, None
+    if kind == "cuda" and (not colon or index.isdigit()):
+        return kind, int(index) if colon else None
+    raise ConfigError(f"device={device} is not a device; choose {DEVICES}")
+
+
 def raise_if(problems: list[str]) -> None:
     """One ConfigError naming every wrong key found (so a user fixes them all in one go)."""
     if problems:
@@ -111,11 +127,13 @@ class ModelConfig:
     cache_dir: str = "outputs/cache"
     """Where warm-started bases are cached, keyed by task + model config (relative paths are from the cwd)."""
     dtype: str = "float32"
-    """Compute dtype: float32, or bfloat16 (CPU autocast). Whether bfloat16 is faster depends on the CPU and the
-    model's size: it pays with bf16 instructions (avx512_bf16, AMX in /proc/cpuinfo's flags) and large matmuls, and
-    costs without them: on a 2-core CPU without bf16 instructions a ``model=tiny`` train step took 4.8x its float32
-    time, a SmolLM2-135M LoRA update 0.6x (docs/measurements.md, docs/real-models.md). Weights and optimizer state
-    stay float32 either way."""
+    """Compute dtype: float32, or bfloat16. On a CPU bfloat16 is autocast around float32 weights: whether it is
+    faster depends on the CPU and the model's size: it pays with bf16 instructions (avx512_bf16, AMX in
+    /proc/cpuinfo's flags) and large matmuls, and costs without them: on a 2-core CPU without bf16 instructions a
+    ``model=tiny`` train step took 4.8x its float32 time, a SmolLM2-135M LoRA update 0.6x (docs/measurements.md,
+    docs/real-models.md); weights and optimizer state stay float32. On a GPU (``device=cuda``) bfloat16 loads the
+    weights in bfloat16 (half the bytes every decode step reads), so a full-weight update steps bfloat16 weights and
+    AdamW moments; LoRA adapters stay float32 (peft's default)."""
     padding_free: bool = False
     """Score the update's rows packed side by side without their padding, rows under the same context sharing one
     copy of it (verl's ``use_remove_padding``, TRL's ``padding_free``; ``sesa_cli.rollout.scoring.pack_rows``), instead
@@ -160,8 +178,12 @@ class ModelConfig:
     """Recompute decoder-layer activations in backward instead of storing them (less memory; on SmolLM2 here it cost
     no measurable time, see bench/memory.py)."""
     max_batch_rows: int = 0
-    """Evaluation draws at most this many rows (instances x samples) at once; 0 = all at once. Bounds the KV cache
-    and prefill memory of real models (countdown's 16 x 64 evaluation rows with SmolLM2 would need > 10 GB)."""
+    """Evaluation draws at most this many rows (instances x samples) at once. Bounds the KV cache and prefill memory
+    of real models (countdown's 16 x 64 evaluation rows with SmolLM2 would need > 10 GB; the real models' configs set
+    64, sized for a CPU's memory). 0 = chosen by the device: on a CPU all rows at once; on a GPU from the free GPU
+    memory when the evaluation is built (sesa_cli.devices.rows_for_memory: half of it over a row's key/value cache at
+    the model's full length plus its logits, rounded down to a power of two; logged). On a GPU set
+    ``model.max_batch_rows=0`` with the real models' configs to use it."""
 
     def __post_init__(self) -> None:
         raise_if(
@@ -187,7 +209,7 @@ class ModelConfig:
         _choice(self.tokenizer, "model.tokenizer", ("words", "chars"))
         _choice(self.prompt_style, "model.prompt_style", ("compact", "chat"))
         if self.max_batch_rows < 0:
-            raise ConfigError("model.max_batch_rows must be >= 0 (0 = no limit)")
+            raise ConfigError("model.max_batch_rows must be >= 0 (0 = chosen by the device)")
         if self.lora_rank < 1:
             raise ConfigError("model.lora_rank must be >= 1")
         if not 0 <= self.lora_dropout < 1:
@@ -656,7 +678,11 @@ class TrainConfig:
     seed: int = 0
     """The one seed: python, numpy and torch generators, training instances and (path task) targets."""
     device: str = "cpu"
-    """Torch device."""
+    """Where the policy runs: ``cpu``, ``cuda`` (the current GPU), ``cuda:N``, or ``auto`` (``cuda`` where torch
+    finds a GPU, else ``cpu``). A GPU this machine does not have is one line and exit 2 before any model work. On a
+    GPU ``model.dtype=bfloat16`` holds the weights in bfloat16 and ``model.max_batch_rows=0`` sizes evaluation draws
+    from the free GPU memory (sesa_cli.devices); the tiny model's warm start runs on the CPU either way, so its cached
+    base is the same for every device (docs/real-models.md, "On a GPU")."""
     threads: str = "1"
     """Torch intra-op threads (CPU): a count, or ``auto``. The default is one thread on every machine, whatever its
     load and whatever ``OMP_NUM_THREADS`` says (the environment is not read): float sums split differently on other
@@ -680,6 +706,7 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         thread_count(self.threads)
+        device_form(self.device)
         check_logger_names(self.logger)
         if self.algo.off_policy == "weight_negatives" and self.sampler.loss_context == "is":
             raise ConfigError(
@@ -736,13 +763,15 @@ class EvalConfig:
     evaluation is a run of its own there, linked to the evaluated run as a revived run is."""
     logger_options: LoggerOptions = field(default_factory=LoggerOptions)
     device: str = "cpu"
-    """Torch device."""
+    """Where the policy runs: ``cpu``, ``cuda``, ``cuda:N`` or ``auto``, as for ``sesa train`` (TrainConfig's
+    ``device``)."""
     threads: str = "1"
     """Torch intra-op threads (CPU): a count, or ``auto``; one thread by default whatever the machine's load, as for
     ``sesa train`` (sesa_cli.config.TrainConfig's ``threads`` says why and what ``auto`` does)."""
 
     def __post_init__(self) -> None:
         thread_count(self.threads)
+        device_form(self.device)
         check_logger_names(self.logger)
 
 

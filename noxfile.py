@@ -101,6 +101,12 @@ def bench(session: nox.Session) -> None:
     session.run("python", "bench/time_to_result.py", "--page", MEASUREMENTS)  # the default run from an empty cache
     session.run("python", "bench/memory.py")
     session.run("python", "bench/smollm2.py")
+    # the GPU bench where this environment's torch finds a GPU (its --smoke form is a test: tests/test_bench_gpu.py)
+    cuda = session.run("python", "-c", "import torch; print(int(torch.cuda.is_available()))", silent=True)
+    if str(cuda).strip() == "1":
+        session.run("python", "bench/gpu.py", "--page", MEASUREMENTS)
+    else:
+        session.log("bench/gpu.py skipped: torch finds no CUDA GPU here (bash bench/gpu_check.sh runs it on one)")
 
 
 @nox.session(default=False)

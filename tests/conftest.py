@@ -67,6 +67,19 @@ def pytest_configure(config: pytest.Config) -> None:
     torch.set_num_threads(1)
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests marked ``cuda`` are skipped where torch finds no GPU (every CPU machine, CI included); on a GPU they run
+    (``pytest -m cuda``, bench/gpu_check.sh)."""
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU (torch finds none)")
+    for item in items:
+        if item.get_closest_marker("cuda") is not None:
+            item.add_marker(skip)
+
+
 @pytest.fixture(scope="session")
 def cache_dir(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> Path:
     """The session's model cache, one for all pytest-xdist workers: each tiny base is warm-started once (a worker

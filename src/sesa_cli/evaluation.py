@@ -22,6 +22,7 @@ import torch
 
 from sesa_cli import metrics as M
 from sesa_cli.config import EvalProtocolConfig, SamplerConfig
+from sesa_cli.devices import auto_batch_rows
 from sesa_cli.exact import ExactPolicy, PolicySnapshot
 from sesa_cli.models.policy import Policy
 from sesa_cli.rollout.rollouts import Expansion, Rollout
@@ -182,11 +183,12 @@ class Evaluation:
         sampler: Sampler | None = None,
     ) -> None:
         """``sampler_cfg``: the sampling settings (temperature, ...); ``sampler``: what draws the samples (None = a
-        plain-prompt :class:`ParallelSampler` of ``sampler_cfg``); ``max_rows``: ``model.max_batch_rows``."""
+        plain-prompt :class:`ParallelSampler` of ``sampler_cfg``); ``max_rows``: ``model.max_batch_rows`` (0: chosen by
+        the policy's device, :func:`sesa_cli.devices.auto_batch_rows`; the exact policy's passes keep their 256)."""
         self.task = task
         self.seed = seed
         self.samples = protocol.samples
-        self.max_rows = max_rows
+        self.max_rows = max_rows or auto_batch_rows(policy.model)
         self.instances = validation_instances(task, protocol)
         self.plain = ParallelSampler(sampler_cfg, task, policy, dtype)  # the plain prompt, whatever draws
         self.sampler: Sampler = sampler if sampler is not None else self.plain

@@ -125,7 +125,7 @@ class SolutionList:
         engine, temperature = self.sampler.engine, self.sampler.cfg.temperature
         # In token order, the spellings of a chunk share the longest prefixes (scored once each).
         order = sorted(range(len(self.spellings)), key=lambda i: self.spellings[i])
-        logps = torch.empty(len(self.spellings), dtype=torch.float64)
+        logps = torch.empty(len(self.spellings), dtype=torch.float64, device="cpu")  # read as numbers: the host
         with torch.no_grad():
             for s in range(0, len(order), self.rows):
                 rows = order[s : s + self.rows]

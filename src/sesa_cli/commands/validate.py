@@ -1,7 +1,8 @@
 """Validate a command's overrides before any work starts, and explain a failure in one line.
 
 Composition uses Hydra's compose API against the same conf/ and schemas as the command's ``@hydra.main`` app
-(sesa_cli.commands.compose, which also words the one-line explanation), so whatever passes here composes there. In multirun mode every value of every sweep is checked. Never imports torch.
+(sesa_cli.commands.compose, which also words the one-line explanation), so whatever passes here composes there. In multirun mode every value of every sweep is checked. Imports torch only to check a
+``device=cuda`` against the machine (sesa_cli.devices).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from sesa_cli.commands.compose import compose, explain
 from sesa_cli.commands.reload import command_config
 from sesa_cli.commands.schemas import register_configs
 from sesa_cli.config import SEQUENTIAL_ONLY, to_object
+from sesa_cli.devices import device_problem
 from sesa_cli.plugins import settings_problems
 
 
@@ -165,6 +167,17 @@ def memory_problem(config: Any) -> str | None:
     return None
 
 
+LOCAL_LAUNCHERS = ("basic", "joblib", "submitit_local")
+"""Hydra launchers whose jobs run on this machine; under any other (``submitit_slurm``, ``ray``) they run on the
+cluster's machines, which check their own ``device`` when a job loads its model (sesa_cli.models.loading)."""
+
+
+def runs_here(overrides: list[str]) -> bool:
+    """Whether the command's jobs run on this machine (the launcher the overrides choose is a local one)."""
+    chosen = [o.split("=", 1)[1] for o in overrides if o.lstrip("+~").startswith("hydra/launcher=")]
+    return not chosen or chosen[-1] in LOCAL_LAUNCHERS
+
+
 def validate_argv(config_name: str, argv: list[str]) -> str | None:
     """None if the command line composes into a valid config, else a one-line explanation."""
     from hydra._internal.utils import get_args_parser
@@ -193,7 +206,7 @@ def validate_argv(config_name: str, argv: list[str]) -> str | None:
             return "; ".join(problems)
         if hasattr(final, "sampler"):
             samplers.add(final.sampler.name)
-            problem = memory_problem(final)
+            problem = (device_problem(final.device) if runs_here(overrides) else None) or memory_problem(final)
             if problem:
                 return problem
     problem = sequential_only_problem(args.overrides, samplers) if samplers else None

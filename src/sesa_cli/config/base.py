@@ -8,9 +8,11 @@ from pathlib import Path
 from typing import Any
 
 __all__ = [
+    "DEVICES",
     "ConfigError",
     "at_least",
     "conf_dir",
+    "device_form",
     "first_line",
     "nonfinite_values",
     "one_of",
@@ -69,6 +71,22 @@ def thread_count(threads: str) -> int | None:
         return int(value)
     hint = " (0 meant auto before: write threads=auto)" if value == "0" else ""
     raise ConfigError(f"threads={threads} must be a thread count >= 1 or auto{hint}")
+
+
+DEVICES = "auto, cpu, cuda or cuda:N"
+"""The ``device`` values, in words."""
+
+
+def device_form(device: str) -> tuple[str, int | None]:
+    """(kind, index) of a ``device`` value: ``("auto", None)``, ``("cpu", None)``, ``("cuda", None)`` or ``("cuda",
+    N)`` for ``cuda:N``; a ConfigError for anything else. Only the form: whether this machine has that device is
+    sesa_cli.devices.device_problem's to say (it needs torch)."""
+    kind, colon, index = str(device).strip().partition(":")
+    if kind in ("auto", "cpu") and not colon:
+        return kind, None
+    if kind == "cuda" and (not colon or index.isdigit()):
+        return kind, int(index) if colon else None
+    raise ConfigError(f"device={device} is not a device; choose {DEVICES}")
 
 
 def raise_if(problems: list[str]) -> None:

@@ -50,11 +50,13 @@ class ModelConfig:
     cache_dir: str = "outputs/cache"
     """Where warm-started bases are cached, keyed by task + model config (relative paths are from the cwd)."""
     dtype: str = "float32"
-    """Compute dtype: float32, or bfloat16 (CPU autocast). Whether bfloat16 is faster depends on the CPU and the
-    model's size: it pays with bf16 instructions (avx512_bf16, AMX in /proc/cpuinfo's flags) and large matmuls, and
-    costs without them: on a 2-core CPU without bf16 instructions a ``model=tiny`` train step took 4.8x its float32
-    time, a SmolLM2-135M LoRA update 0.6x (docs/measurements.md, docs/real-models.md). Weights and optimizer state
-    stay float32 either way."""
+    """Compute dtype: float32, or bfloat16. On a CPU bfloat16 is autocast around float32 weights: whether it is
+    faster depends on the CPU and the model's size: it pays with bf16 instructions (avx512_bf16, AMX in
+    /proc/cpuinfo's flags) and large matmuls, and costs without them: on a 2-core CPU without bf16 instructions a
+    ``model=tiny`` train step took 4.8x its float32 time, a SmolLM2-135M LoRA update 0.6x (docs/measurements.md,
+    docs/real-models.md); weights and optimizer state stay float32. On a GPU (``device=cuda``) bfloat16 loads the
+    weights in bfloat16 (half the bytes every decode step reads), so a full-weight update steps bfloat16 weights and
+    AdamW moments; LoRA adapters stay float32 (peft's default)."""
     padding_free: bool = False
     """Score the update's rows packed side by side without their padding, rows under the same context sharing one
     copy of it (verl's ``use_remove_padding``, TRL's ``padding_free``; ``sesa_cli.rollout.scoring.pack_rows``), instead
@@ -99,8 +101,12 @@ class ModelConfig:
     """Recompute decoder-layer activations in backward instead of storing them (less memory; on SmolLM2 here it cost
     no measurable time, see bench/memory.py)."""
     max_batch_rows: int = 0
-    """Evaluation draws at most this many rows (instances x samples) at once; 0 = all at once. Bounds the KV cache
-    and prefill memory of real models (countdown's 16 x 64 evaluation rows with SmolLM2 would need > 10 GB)."""
+    """Evaluation draws at most this many rows (instances x samples) at once. Bounds the KV cache and prefill memory
+    of real models (countdown's 16 x 64 evaluation rows with SmolLM2 would need > 10 GB; the real models' configs set
+    64, sized for a CPU's memory). 0 = chosen by the device: on a CPU all rows at once; on a GPU from the free GPU
+    memory when the evaluation is built (sesa_cli.devices.rows_for_memory: half of it over a row's key/value cache at
+    the model's full length plus its logits, rounded down to a power of two; logged). On a GPU set
+    ``model.max_batch_rows=0`` with the real models' configs to use it."""
 
     def __post_init__(self) -> None:
         raise_if(
@@ -126,7 +132,7 @@ class ModelConfig:
         one_of(self.tokenizer, "model.tokenizer", ("words", "chars"))
         one_of(self.prompt_style, "model.prompt_style", ("compact", "chat"))
         if self.max_batch_rows < 0:
-            raise ConfigError("model.max_batch_rows must be >= 0 (0 = no limit)")
+            raise ConfigError("model.max_batch_rows must be >= 0 (0 = chosen by the device)")
         if self.lora_rank < 1:
             raise ConfigError("model.lora_rank must be >= 1")
         if not 0 <= self.lora_dropout < 1:

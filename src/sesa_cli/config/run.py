@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 from omegaconf import MISSING
 
-from sesa_cli.config.base import ConfigError, at_least, one_of, raise_if, thread_count
+from sesa_cli.config.base import ConfigError, at_least, device_form, one_of, raise_if, thread_count
 from sesa_cli.config.method import AlgoConfig, OptimConfig, SamplerConfig
 from sesa_cli.config.model import ModelConfig, TaskConfig
 
@@ -208,7 +208,11 @@ class TrainConfig(PolicyRunConfig):
     seed: int = 0
     """The one seed: python, numpy and torch generators, training instances and (path task) targets."""
     device: str = "cpu"
-    """Torch device."""
+    """Where the policy runs: ``cpu``, ``cuda`` (the current GPU), ``cuda:N``, or ``auto`` (``cuda`` where torch
+    finds a GPU, else ``cpu``). A GPU this machine does not have is one line and exit 2 before any model work. On a
+    GPU ``model.dtype=bfloat16`` holds the weights in bfloat16 and ``model.max_batch_rows=0`` sizes evaluation draws
+    from the free GPU memory (sesa_cli.devices); the tiny model's warm start runs on the CPU either way, so its cached
+    base is the same for every device (docs/real-models.md, "On a GPU")."""
     threads: str = "1"
     """Torch intra-op threads (CPU): a count, or ``auto``. The default is one thread on every machine, whatever its
     load and whatever ``OMP_NUM_THREADS`` says (the environment is not read): float sums split differently on other
@@ -238,6 +242,7 @@ class TrainConfig(PolicyRunConfig):
 
     def __post_init__(self) -> None:
         thread_count(self.threads)
+        device_form(self.device)
         if self.optim.warmup_steps >= self.train.steps:
             raise ConfigError(
                 f"optim.warmup_steps={self.optim.warmup_steps} must be < train.steps={self.train.steps} (the warm-up "
@@ -288,13 +293,15 @@ class EvalConfig(PolicyRunConfig):
     """Plug-in modules imported before the config is checked, as ``sesa train``'s ``plugins``
     (sesa_cli.config.TrainConfig); with ``ckpt=`` the run's own are imported too."""
     device: str = "cpu"
-    """Torch device."""
+    """Where the policy runs: ``cpu``, ``cuda``, ``cuda:N`` or ``auto``, as for ``sesa train`` (TrainConfig's
+    ``device``)."""
     threads: str = "1"
     """Torch intra-op threads (CPU): a count, or ``auto``; one thread by default whatever the machine's load, as for
     ``sesa train`` (sesa_cli.config.TrainConfig's ``threads`` says why and what ``auto`` does)."""
 
     def __post_init__(self) -> None:
         thread_count(self.threads)
+        device_form(self.device)
 
 
 @dataclass

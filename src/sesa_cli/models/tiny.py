@@ -150,20 +150,21 @@ def pack_lines(tokenizer: PreTrainedTokenizerFast, lines: Sequence[str], block: 
             used = 0
         rows[-1].append(encoded)
         used += len(encoded)
-    ids = torch.full((len(rows), block), pad, dtype=torch.long)
-    labels = torch.full((len(rows), block), -100, dtype=torch.long)
-    positions = torch.zeros((len(rows), block), dtype=torch.long)
+    cpu = torch.device("cpu")  # the warm start runs on the CPU whatever the run's device: one cached base for all
+    ids = torch.full((len(rows), block), pad, dtype=torch.long, device=cpu)
+    labels = torch.full((len(rows), block), -100, dtype=torch.long, device=cpu)
+    positions = torch.zeros((len(rows), block), dtype=torch.long, device=cpu)
     for r, row in enumerate(rows):
         at = 0
         for line_ids in row:
             n = len(line_ids)
-            ids[r, at : at + n] = torch.tensor(line_ids)
+            ids[r, at : at + n] = torch.tensor(line_ids, device=cpu)
             labels[r, at : at + n] = ids[r, at : at + n]
-            positions[r, at : at + n] = torch.arange(n)
+            positions[r, at : at + n] = torch.arange(n, device=cpu)
             at += n
         # the padding continues the last line's positions: it comes after that line (causal), so no line sees it
         last = len(row[-1]) if row else 0
-        positions[r, at:] = torch.arange(last, last + block - at)
+        positions[r, at:] = torch.arange(last, last + block - at, device=cpu)
     return PackedLines(ids, labels, positions)
 
 
@@ -241,7 +242,7 @@ def _warm_start(cfg: ModelConfig, task: Task, out_dir: Path, recount: Callable[[
             if step and step % RECOUNT_STEPS == 0:
                 count = recount()
             used[count] = used.get(count, 0) + 1
-            rows = torch.randint(len(data.ids), (cfg.warm_start_batch_size,), generator=gen)
+            rows = torch.randint(len(data.ids), (cfg.warm_start_batch_size,), generator=gen, device="cpu")
             # use_cache=False: transformers builds the packed-sequence mask only for a forward without a cache
             out = model(
                 input_ids=data.ids[rows],

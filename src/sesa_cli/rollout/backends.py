@@ -5,6 +5,19 @@ chunk of tokens through the decoder; everything else (sampling, stops, cache con
 :class:`HFBackend` works for any causal ``transformers`` model: its own forward with a ``DynamicCache``. A backend
 for another engine (vLLM, SGLang) implements the same four methods, ``new_state(batch)``,
 ``forward(state, ids, mask, position_ids) -> hidden``, ``logits(hidden)`` and ``select(state, rows)``, and registers in ``BACKENDS``.
+On such an engine they map onto its own cache: ``new_state`` opens ``batch`` sequences in its paged KV cache,
+``forward`` appends a chunk of tokens to each (right-padded rows: the holes take no cache slot) and returns the last
+layer's hidden states, ``logits`` applies the vocabulary head, and ``select`` forks and drops sequences (their blocks
+shared copy-on-write, as for beam search or prefix caching). Sampling, the banned ids, the recorded log-probs and
+entropies, stops and chains stay in the engine above, so every sampler runs unchanged on it.
+
+Why sesa keeps its own engine rather than calling a serving engine's ``generate``: a sequential chain's row continues
+its own KV cache (:meth:`sesa_cli.rollout.engine.Session.sample_chains`): item k+1 is drawn right after item k and the
+text between them, on the same cache row, and each row starts its next item the moment its current one stops. Through
+a request API every item would be a new request whose prompt is the whole growing chain (prefix caching saves
+recomputing the cached blocks, not the scheduling of a new request per item), and the log-probs the loss compares
+with would come from another pass. A backend at the level of these four methods keeps the chain on one cache; on a
+GPU the parallel rows of GRPO are where a serving engine's batching would pay most.
 
 Measured (docs/measurements.md, "Rollout cost"): a hand-fused Llama decode path (preallocated KV buffer, fused q/k/v and gate/up projections)
 ran within 0.95-1.2x of this backend on ``model=tiny``, and ``torch.compile`` of it was 2-3x slower (graph breaks

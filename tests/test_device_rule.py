@@ -1,6 +1,6 @@
 """The device rule (issue 54): every tensor sesa's code creates names its device (tests/device_rule.py says how the
 mode finds the ones that do not, and why on a CPU). The engine, the samplers and the evaluation hold it now; the
-learner (trainer.py, update.py, rollout/scoring.py, algos/) is checked in :data:`SECOND_PASS`'s test, which fails as
+learner (learner.py, trainer.py, update.py, rollout/scoring.py, algos/) is checked in :data:`SECOND_PASS`'s test, which fails as
 long as the training run below meets an unnamed factory there and passes once none is left: then drop its xfail."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from tests.device_rule import device_rule, explain
 
 HERE = Path(__file__).resolve().parent
 
-SECOND_PASS = ("trainer.py", "update.py", "rollout/scoring.py", "algos/")
+SECOND_PASS = ("learner.py", "trainer.py", "update.py", "rollout/scoring.py", "algos/")
 """The files whose device fixes wait for the learner's refactor (issue 54's second pass)."""
 
 

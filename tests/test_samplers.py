@@ -112,3 +112,14 @@ def test_parallel_rows_follow_the_chain_and_are_drawn_from_the_plain_prompt(path
         assert health is not None
         assert len(health.valid) == 3
         assert health.chains == 2 * 2  # two instances x 10 samples = two groups of 5 each, one chain per group
+
+
+def test_a_group_counts_its_chain_items_expansions_and_iid_rows(path_setup):
+    """The rollouts of one group (what `sesa train` counts per step): the chain's items times the solutions per sketch,
+    plus the i.i.d. rows; every row says which it is."""
+    sampler, _, _ = _sampler(path_setup, name="sequential", stage1="sketch", group_size=4, parallel_rows=1,
+                             solutions_per_sketch=2, sketch_max_tokens=8)  # fmt: skip
+    (group,) = sampler.sample([None], torch.Generator().manual_seed(0))
+    assert sampler.rows_per_group == len(group) == 3 * 2 + 1
+    assert [type(r.origin).__name__ for r in group] == ["Expansion"] * 6 + ["Plain"]
+    assert [r.origin.position for r in group] == [0, 0, 1, 1, 2, 2, 0]

@@ -218,11 +218,10 @@ def test_a_signal_saves_a_checkpoint_and_marks_the_run_interrupted(tmp_path, tin
     _check_checkpoint(run, last)
     if not twice:  # the step under way finished and its checkpoint holds it: nothing lost
         assert last == steps[-1]
-        # the ending names the commands that continue the run
-        assert (
-            f"stopped at step {last} of 40; continue with: rerun the same command (train.resume=auto) or sesa "
-            f"revive ckpt=run more_steps={40 - last}" in " ".join(out.split())
-        )
+        # the ending names the commands that continue the run: this very command into this run dir, or a revival
+        text = " ".join(out.split())
+        assert f"stopped at step {last} of 40; continue with: sesa train {' '.join(tiny_overrides)} " in text
+        assert f"hydra.run.dir={run} (train.resume=auto) or sesa revive ckpt=run more_steps={40 - last}" in text
     else:
         assert last <= steps[-1]
 

@@ -114,23 +114,24 @@ def dispatch(args: list[str]) -> None:
         print_text(text)
         return
     from sesa_cli import run_lock
-    from sesa_cli.commands.rundir import claim_planned_run_dir
+    from sesa_cli.commands import rundir, sweep
 
     try:
-        rest = checked_overrides(name, args[1:])
-        # The run dir is this command's from here on, before Hydra's job writes into it (sesa_cli.run_lock).
-        _, rest = claim_planned_run_dir(name, rest)
-    except ConfigError as exc:
-        fail(str(exc), name)
-    try:
-        if name in ("train", "revive", "eval") and ("-m" in rest or "--multirun" in rest):
-            # after the last job: the sweep dir and how to report on it (sesa_cli.commands.ending.SweepEnding)
-            rest = [*rest, "+hydra.callbacks.sesa_ending._target_=sesa_cli.commands.ending.SweepEnding"]
+        try:
+            rest = checked_overrides(name, args[1:])
+            # The run dir is this command's from here on, before Hydra's job writes into it (sesa_cli.run_lock); a
+            # sweep's jobs each take theirs before Hydra writes into it (sesa_cli.commands.sweep).
+            _, rest = rundir.claim_planned_run_dir(name, rest)
+            rest = sweep.prepare_sweep(name, args[1:], rest)
+        except ConfigError as exc:
+            fail(str(exc), name)
         module = import_module(f"sesa_cli.commands.{module_name}")
         # Keep argv[0] (the real `sesa` path): Hydra registers shell completion under it.
         sys.argv = [sys.argv[0], *rest]
         module.main()
     finally:
+        rundir.discard_staged()  # a report that did not finish: its staging dir (the old report stays)
+        sweep.end_sweep()
         run_lock.release_all()
 
 

@@ -9,42 +9,49 @@ import os
 import platform
 import random
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 from sesa_cli.commands import interrupt
 from sesa_cli.config import ConfigError, first_line
 from sesa_cli.cpus import free_cores
+from sesa_cli.paths import cut
 
 log = logging.getLogger("sesa")
 
 
 @contextlib.contextmanager
-def user_errors(command: str) -> Iterator[None]:
+def user_errors(command: str, on_end: Callable[[str, str], None] | None = None) -> Iterator[None]:
     """Bad input -> one line on stderr and exit 2; Ctrl-C -> a clean exit 130 (the trainer saved a checkpoint).
     Either way, and on any other error, the run dir's run.json records how it ended (``RunDir.mark_ended``), so a
     command that later meets the dir can say it is a failed run; a run dir the command wrote nothing into but its
-    bookkeeping is removed instead (:func:`drop_empty_run_dir`)."""
+    bookkeeping is removed instead (:func:`drop_empty_run_dir`). ``on_end(status, reason)`` hears how a command
+    that did not finish ended (a sweep job's record: sesa_cli.commands.sweep)."""
     from sesa_cli.progress import use_console
 
     use_console()
+    ended = on_end or (lambda status, reason: None)
     with contextlib.ExitStack() as owning:  # released after the handlers below marked the dir
         try:
             owning.enter_context(_owned_job_dir(command))
             yield
         except ConfigError as exc:
-            _mark_run_dir(command, "failed", str(exc), 2)
+            message = cut(str(exc))
+            _mark_run_dir(command, "failed", message, 2)
             drop_empty_run_dir(command)
-            print(f"sesa {command}: error: {exc}", file=sys.stderr)
+            ended("failed", message)
+            print(f"sesa {command}: error: {message}", file=sys.stderr)
             raise SystemExit(2) from None
         except KeyboardInterrupt:
             _mark_run_dir(command, "interrupted", interrupt.reason(), interrupt.exit_code())
             drop_empty_run_dir(command)
+            ended("interrupted", interrupt.reason())
             interrupt.interrupted(command)
         except Exception as exc:  # Hydra prints the traceback and exits 1
             _mark_run_dir(command, "failed", f"{type(exc).__name__}: {first_line(exc)}", 1)
             drop_empty_run_dir(command)
+            ended("failed", f"{type(exc).__name__}: {first_line(exc)}")
             raise
 
 

@@ -14,10 +14,10 @@ from omegaconf import DictConfig
 from sesa_cli.commands.common import (
     resolved_yaml,
     seed_everything,
-    user_errors,
 )
 from sesa_cli.commands.ending import number
 from sesa_cli.commands.schemas import register_configs
+from sesa_cli.commands.sweep import run_command
 from sesa_cli.config import EvalConfig, conf_dir
 
 log = logging.getLogger("sesa.eval")
@@ -166,5 +166,4 @@ def job(cfg: DictConfig) -> tuple[Path, dict[str, Any]]:
 
 @hydra.main(version_base="1.3", config_path=str(conf_dir()), config_name="eval")
 def main(cfg: DictConfig) -> None:
-    with user_errors("eval"):
-        job(cfg)
+    run_command("eval", lambda: job(cfg))

@@ -17,10 +17,10 @@ from omegaconf import DictConfig
 from sesa_cli.commands.common import (
     resolved_yaml,
     seed_everything,
-    user_errors,
 )
 from sesa_cli.commands.reload import checkpoint_job
 from sesa_cli.commands.schemas import register_configs
+from sesa_cli.commands.sweep import run_command
 from sesa_cli.config import ConfigError, ReviveConfig, conf_dir
 
 log = logging.getLogger("sesa.revive")
@@ -130,5 +130,4 @@ def job(cfg: DictConfig) -> tuple[Path, dict[str, Any]]:
 
 @hydra.main(version_base="1.3", config_path=str(conf_dir()), config_name="revive")
 def main(cfg: DictConfig) -> None:
-    with user_errors("revive"):
-        job(cfg)
+    run_command("revive", lambda: job(cfg))

@@ -15,9 +15,9 @@ from sesa_cli.commands.common import (
     resolved_yaml,
     seed_everything,
     torch_threads,
-    user_errors,
 )
 from sesa_cli.commands.schemas import register_configs
+from sesa_cli.commands.sweep import finished_metrics, run_command
 from sesa_cli.config import TrainConfig, conf_dir, to_object
 
 if TYPE_CHECKING:
@@ -194,7 +194,7 @@ def objective(final: dict[str, Any], name: str) -> float:
 
 @hydra.main(version_base="1.3", config_path=str(conf_dir()), config_name="train")
 def main(cfg: DictConfig) -> float:
-    """The Hydra app; returns ``sweep.objective`` to a sweeper (hydra/sweeper=optuna)."""
-    with user_errors("train"):
-        _, final = job(cfg)
-        return objective(final, str(cfg.sweep.objective))
+    """The Hydra app; returns ``sweep.objective`` to a sweeper (hydra/sweeper=optuna): a sweep job whose run finished
+    earlier returns that run's, one that did not run (refused, failed) NaN."""
+    final = run_command("train", lambda: job(cfg)[1], done=finished_metrics)
+    return math.nan if final is None else objective(final, str(cfg.sweep.objective))

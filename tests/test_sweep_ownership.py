@@ -165,10 +165,12 @@ def _wait(proc: subprocess.Popen, until: Callable[[], bool], timeout: float = 30
         time.sleep(0.01)
 
 
-def stopped_sweep_resumes(tmp_path: Path, tiny_overrides: list[str], launcher: list[str]) -> None:
+def stopped_sweep_resumes(tmp_path: Path, tiny_overrides: list[str], launcher: list[str],
+                          rerun_launcher: list[str] | None = None) -> None:  # fmt: skip
     """A 3-job sweep stopped with SIGTERM during its second job, rerun with the same command, ends with 3 finished
     runs whose metrics equal an uninterrupted sweep's (timings aside): launcher-independent, so the uninterrupted
-    sweep runs on Hydra's basic launcher."""
+    sweep runs on Hydra's basic launcher (and the rerun on ``rerun_launcher`` when given: a sweep stopped on one
+    machine, resumed on a cluster)."""
     settings = [*tiny_overrides, *S, "train.steps=4", "train.checkpoint_every=1", "seed=0,1,2"]
     whole, sweep = tmp_path / "whole", tmp_path / "sw"
     mp = pytest.MonkeyPatch()
@@ -191,7 +193,9 @@ def stopped_sweep_resumes(tmp_path: Path, tiny_overrides: list[str], launcher: l
     assert f"stopped at step {stopped_at} of 4; continue with: sesa train -m " in text
     assert f"hydra.sweep.dir={sweep} (its finished jobs are skipped, this one resumes: train.resume=auto)" in text
 
-    code, out, err = finish(sesa(command, cwd=tmp_path))
+    if rerun_launcher is not None:
+        command = ["train", "-m", *settings, *rerun_launcher, f"hydra.sweep.dir={sweep}"]
+    code, out, err = finish(sesa(command, cwd=tmp_path), timeout=600)
     assert code == 0, err[-3000:]
     assert f"sweep {sweep}: 3 finished, 0 refused, 0 failed" in out
     for job in ("0", "1", "2"):
@@ -284,3 +288,10 @@ def test_a_second_report_into_a_report_dir_in_use_is_refused(tmp_path, monkeypat
     assert (out / "compare.csv").is_file()
     for name in ("summary.csv", "report.md", "report.html"):
         assert str(seq) in (out / name).read_text(), name
+
+
+def test_a_sweep_stopped_here_resumes_on_submitit(tmp_path, tiny_overrides, path_setup):
+    # submitit's local executor runs each job in a process of its own, through the launcher sesa's SLURM preset
+    # uses (run_job inside a pickled submission): the interrupted job resumes, the missing one runs
+    pytest.importorskip("hydra_plugins.hydra_submitit_launcher", reason="pip install 'sesa[launchers]'")
+    stopped_sweep_resumes(tmp_path, tiny_overrides, [], rerun_launcher=["hydra/launcher=submitit_local"])

@@ -475,6 +475,8 @@ def prepare_sweep(command: str, argv: list[str], overrides: list[str]) -> list[s
     os.environ[MAIN_PID] = str(os.getpid())
     os.environ[SWEEP_COMMAND] = " ".join(shlex.quote(a) for a in resume)
     interrupt.on_first_stop = lambda signum: stop_sweep(sweep_dir, signum)
+    if "ray" in str(hydra.launcher.get("_target_", "")).lower():
+        _keep_stop_policy_under_ray()
     return [*rest, "+hydra.callbacks.sesa_ending._target_=sesa_cli.commands.ending.SweepEnding"]
 
 
@@ -489,3 +491,24 @@ def end_sweep() -> None:
     os.environ.pop(MAIN_PID, None)
     os.environ.pop(SWEEP_COMMAND, None)
     interrupt.on_first_stop = None
+
+
+def _keep_stop_policy_under_ray() -> None:
+    """Hydra's Ray launcher calls ``ray.init`` in the sweep's own process, which replaces its SIGTERM handling twice:
+    a Python handler that exits at once and a C-level crash handler that aborts, so a SIGTERM to the sweep would end
+    it without its jobs' checkpoints (the Ray workers then die with the driver). The sweep's process keeps sesa's
+    stop policy instead (:func:`stop_sweep`); Ray's workers keep Ray's own handling, which sesa's trainer replaces
+    while a job trains. Only in this process, only for the sweep."""
+    os.environ.setdefault("RAY_DISABLE_FAILURE_SIGNAL_HANDLER", "1")  # read by ray.init (the driver's core worker)
+    try:
+        import ray._private.utils as ray_utils
+    except ImportError:  # no Ray: hydra/launcher=ray is refused before this (sesa_cli.commands.compose)
+        return
+    original: Callable[[Any], None] = ray_utils.set_sigterm_handler
+    sweep_process = os.getpid()
+
+    def keep_sesas(handler: Any) -> None:
+        if os.getpid() != sweep_process:
+            original(handler)
+
+    ray_utils.set_sigterm_handler = keep_sesas

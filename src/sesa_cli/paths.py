@@ -10,9 +10,11 @@ config errors.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import re
+import shutil
 from pathlib import Path
 
 from sesa_cli.config import ConfigError, first_line
@@ -93,3 +95,41 @@ def hydra_value(text: str) -> str:
     body = re.sub(r"(\\*)'", lambda m: m.group(1) * 2 + "\\'", body)
     body = re.sub(r"(\\+)$", lambda m: m.group(1) * 2, body)
     return f"'{body}'"
+
+
+def replace_dir(new: Path, target: Path) -> None:
+    """Put the directory ``new`` in the place of ``target`` (a directory, or nothing) and remove the old one: in one
+    atomic step where Linux's ``renameat2(RENAME_EXCHANGE)`` can swap them, so a reader finds the old dir or the new
+    one, never a mix and never nothing; elsewhere in two renames. An empty ``target`` is replaced by one rename."""
+    new, target = Path(new), Path(target)
+    old = new.with_name(new.name + ".old")
+    shutil.rmtree(old, ignore_errors=True)
+    if not os.path.lexists(target):
+        new.rename(target)
+        return
+    if _exchange(new, target):
+        new.rename(old)  # after the swap it holds the old dir
+    else:
+        try:
+            target.rmdir()  # empty: replaced by the rename below
+        except OSError:
+            target.rename(old)
+        new.rename(target)
+    with contextlib.suppress(OSError):
+        shutil.rmtree(old)
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap two directories in one atomic step (``renameat2(RENAME_EXCHANGE)``, Linux >= 3.15); False where the
+    system or the file system cannot."""
+    import ctypes
+    import platform
+
+    if platform.system() != "Linux":
+        return False
+    try:
+        renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
+    except (OSError, AttributeError):
+        return False
+    at_fdcwd, rename_exchange = -100, 2
+    return bool(renameat2(at_fdcwd, bytes(a), at_fdcwd, bytes(b), rename_exchange) == 0)

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from sesa_cli.config import ConfigError
-from sesa_cli.paths import cut, hydra_value, path_error
+from sesa_cli.paths import cut, hydra_value, path_error, replace_dir
 from sesa_cli.runs import read_json_object, read_yaml
 
 RUN_FILES = ("metrics.jsonl", "metrics.json", "checkpoints")
@@ -237,46 +237,15 @@ def stage_report(target: Path, where: str) -> Path:
 
 def publish_report(out_dir: Path) -> Path:
     """Put a finished report in its place: the staging dir ``out_dir`` (:func:`stage_report`) takes the place
-    of its report dir in one rename (Linux's ``renameat2`` exchange; elsewhere two renames), and the old report is
-    removed. Returns the report dir (``out_dir`` itself when it is not a staging dir)."""
-    import shutil
-
+    of its report dir in one step (sesa_cli.paths.replace_dir), and the old report is removed. Returns the report
+    dir (``out_dir`` itself when it is not a staging dir)."""
     staging = Path(out_dir).resolve()
     target = _staged.pop(staging, None)
     if target is None:
         return Path(out_dir)
     _created.discard(target)
-    old = staging.with_name(staging.name + ".old")
-    with contextlib.suppress(OSError):
-        if old.exists():
-            shutil.rmtree(old)
-    if not _exchange(staging, target):
-        try:
-            target.rmdir()  # the dir this command created (empty): replaced at once
-        except OSError:
-            target.rename(old)
-        staging.rename(target)
-    elif staging.exists():
-        staging.rename(old)  # after the exchange it holds the old report
-    shutil.rmtree(old, ignore_errors=True)
+    replace_dir(staging, target)
     return target
-
-
-def _exchange(a: Path, b: Path) -> bool:
-    """Swap two directories in one atomic step (``renameat2(RENAME_EXCHANGE)``, Linux >= 3.15); False where the
-    system or the file system cannot."""
-    import ctypes
-    import platform
-
-    if platform.system() != "Linux":
-        return False
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        renameat2 = libc.renameat2
-    except (OSError, AttributeError):
-        return False
-    at_fdcwd, rename_exchange = -100, 2
-    return bool(renameat2(at_fdcwd, bytes(a), at_fdcwd, bytes(b), rename_exchange) == 0)
 
 
 def discard_staged() -> None:

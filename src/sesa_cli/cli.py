@@ -47,8 +47,10 @@ def print_text(text: str) -> None:
 
 def fail(message: str, command: str | None = None) -> NoReturn:
     """Print one line to stderr and exit 2 (bad input)."""
+    from sesa_cli.config import cut
+
     prefix = f"sesa {command}" if command else "sesa"
-    print(f"{prefix}: error: {message}", file=sys.stderr)
+    print(f"{prefix}: error: {cut(message)}", file=sys.stderr)
     raise SystemExit(2)
 
 
@@ -115,6 +117,7 @@ def dispatch(args: list[str]) -> None:
         return
     from sesa_cli import run_lock
     from sesa_cli.commands import rundir, sweep
+    from sesa_cli.paths import user_path_problem
 
     try:
         try:
@@ -125,6 +128,11 @@ def dispatch(args: list[str]) -> None:
             rest = sweep.prepare_sweep(name, args[1:], rest)
         except ConfigError as exc:
             fail(str(exc), name)
+        except OSError as exc:  # a path the machine refuses (a name too long, a file in the way): one line
+            line = user_path_problem(exc, args[1:])
+            if line is None:
+                raise
+            fail(line, name)
         module = import_module(f"sesa_cli.commands.{module_name}")
         # Keep argv[0] (the real `sesa` path): Hydra registers shell completion under it.
         sys.argv = [sys.argv[0], *rest]

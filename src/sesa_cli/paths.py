@@ -3,7 +3,7 @@
 Every command names paths the user chose (``hydra.run.dir``, a sweep's job dirs, ``model.cache_dir``): an OSError
 there (a name longer than the file system allows, a file where a directory should be, no permission, a read-only or
 full disk) becomes one line naming the key and what is wrong (:func:`path_problem`), never a traceback. Values a
-message quotes are cut (:func:`cut`), so a 128 KiB override is not echoed back whole; a path written into a command
+message quotes are cut (sesa_cli.config.cut), so a 128 KiB override is not echoed back whole; a path written into a command
 line a user copies is quoted for Hydra's override grammar (:func:`hydra_value`). Imports nothing of sesa_cli but its
 config errors.
 """
@@ -15,22 +15,10 @@ import errno
 import os
 import re
 import shutil
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from sesa_cli.config import ConfigError, first_line
-
-LONGEST_SHOWN = 160
-"""The most characters of one value (a word without spaces) a one-line message shows (:func:`cut`)."""
-
-
-def cut(text: str, limit: int = LONGEST_SHOWN) -> str:
-    """``text`` with every word (a run of characters without whitespace) longer than ``limit`` cut to its first and
-    last characters around ``…(N characters)…``: a long value stays recognisable, the line stays readable."""
-    if len(text) <= limit:
-        return text
-    words = text.split(" ")
-    head, tail = limit * 2 // 3, limit // 6
-    return " ".join(f"{w[:head]}…({len(w):,} characters)…{w[-tail:]}" if len(w) > limit else w for w in words)
+from sesa_cli.config import ConfigError, cut, first_line
 
 
 def _name_max(path: Path) -> int:
@@ -42,6 +30,18 @@ def _name_max(path: Path) -> int:
         return int(os.pathconf(existing, "PC_NAME_MAX"))
     except (OSError, ValueError):
         return 255
+
+
+REASONS = {
+    errno.EACCES: "permission denied",
+    errno.EPERM: "permission denied",
+    errno.EROFS: "read-only file system",
+    errno.ENOSPC: "no space left on device",
+    errno.EDQUOT: "disk quota exceeded",
+    errno.ELOOP: "too many levels of symbolic links",
+}
+"""The machine's reasons a path is refused, in the words of every one-line error (:func:`os_reason`,
+:func:`write_problem`)."""
 
 
 def os_reason(exc: OSError, path: Path) -> str:
@@ -59,20 +59,99 @@ def os_reason(exc: OSError, path: Path) -> str:
             blocker = blocker.parent
         if os.path.lexists(blocker) and not blocker.is_dir():
             return f"{cut(str(blocker))} is a file, not a directory"
-    known = {
-        errno.EACCES: "permission denied",
-        errno.EPERM: "permission denied",
-        errno.EROFS: "read-only file system",
-        errno.ENOSPC: "no space left on device",
-        errno.EDQUOT: "disk quota exceeded",
-        errno.ELOOP: "too many levels of symbolic links",
-    }
-    return known.get(code or 0) or exc.strerror or first_line(exc)
+    return REASONS.get(code or 0) or exc.strerror or first_line(exc)
 
 
 def path_problem(exc: OSError, where: str, path: Path) -> str:
     """The one line for ``exc`` raised on ``path`` (named in the line by ``where``, e.g. ``hydra.run.dir=...``)."""
     return f"{where}: {os_reason(exc, path)}"
+
+
+class RunDirWriteError(ConfigError):
+    """A run dir the command cannot write: the disk is full, the file system read-only, the dir deleted."""
+
+
+@contextlib.contextmanager
+def writing(target: Path, cleanup: Path | None = None, run_dir: Path | None = None) -> Iterator[None]:
+    """Write ``target`` inside the block. Whatever stops the write (an error, Ctrl-C) removes ``cleanup`` (its
+    ``.tmp`` file or dir), so no half-written file stays; an error of the machine, not of the program (no space, a
+    read-only file system, the run dir ``run_dir`` gone) becomes a one-line :class:`RunDirWriteError`."""
+    try:
+        yield
+    except BaseException as exc:
+        if cleanup is not None:
+            with contextlib.suppress(OSError):
+                if cleanup.is_dir() and not cleanup.is_symlink():
+                    shutil.rmtree(cleanup, ignore_errors=True)
+                else:
+                    cleanup.unlink(missing_ok=True)
+        problem = None
+        if isinstance(exc, Exception) and not isinstance(exc, ConfigError):  # a nested write said it already
+            problem = write_problem(exc, target, run_dir)
+        if problem is None:
+            raise
+        raise RunDirWriteError(problem) from None
+
+
+def write_problem(exc: Exception, target: Path, run_dir: Path | None = None) -> str | None:
+    """The one line for a failed write of ``target`` (see :func:`writing`), or None for an error of the program.
+    torch's and safetensors' writers do not raise OSError: their messages name the OS error, or, for torch's zip
+    writer, only a short write ("unexpected pos"), which a full disk is when almost no space is left."""
+    if run_dir is not None and not run_dir.is_dir():
+        return f"run dir {run_dir} disappeared while writing {target.name} (deleted or unmounted); the run stopped"
+    code = exc.errno if isinstance(exc, OSError) else None
+    if code is None:
+        text = str(exc)
+        m = re.search(r"(?:os error|code:|Errno) ?(\d+)", text)
+        if m:
+            code = int(m.group(1))
+        elif "No space left on device" in text:
+            code = errno.ENOSPC
+        elif "Read-only file system" in text:
+            code = errno.EROFS
+        elif "unexpected pos" in text or "file write failed" in text:  # torch's zip writer (inline_container.cc)
+            code = errno.ENOSPC if _free_bytes(target) < 64 * 2**20 else errno.EIO
+    if code in (errno.ENOSPC, errno.EDQUOT):
+        return f"{REASONS[code]} while writing {target}"
+    if code in REASONS:
+        return f"{REASONS[code]}: cannot write {target}"
+    if isinstance(exc, OSError):
+        return f"cannot write {target}: {os_reason(exc, target)}"
+    if code is not None:
+        return f"cannot write {target}: {os.strerror(code)}"
+    return None
+
+
+def _free_bytes(path: Path) -> int:
+    """Free bytes on the file system holding ``path`` (its nearest existing ancestor)."""
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    try:
+        return shutil.disk_usage(path).free
+    except OSError:
+        return 0
+
+
+PATH_ERRNOS = frozenset({errno.ENAMETOOLONG, errno.ENOTDIR, errno.EEXIST, errno.EISDIR, errno.ELOOP, errno.EACCES,
+                          errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT})  # fmt: skip
+"""OSErrors that are about the path (its name, what is in its way, its permissions), not the program."""
+
+
+def user_path_problem(exc: OSError, overrides: Sequence[str]) -> str | None:
+    """The one line for an OSError on a path the user named, naming the override that holds it (``key=value``) or
+    the path; None for another error (a bug keeps its traceback)."""
+    if exc.errno not in PATH_ERRNOS or exc.filename is None:
+        return None
+    name = os.path.abspath(os.fsdecode(exc.filename))
+    where = cut(name)
+    for line in overrides:
+        key, sep, value = line.partition("=")
+        values = value.strip("[]").split(",") if value.startswith("[") else [value]
+        for item in (v.strip().strip("'\"") for v in values if sep):
+            mine = os.path.abspath(os.path.expanduser(item)) if item else ""
+            if mine and (name == mine or name.startswith(mine + os.sep) or mine.startswith(name + os.sep)):
+                return path_problem(exc, f"{key.lstrip('+~')}={cut(value)}", Path(name))
+    return path_problem(exc, where, Path(name))
 
 
 def path_error(exc: OSError, where: str, path: Path) -> ConfigError:

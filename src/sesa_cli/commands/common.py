@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from sesa_cli.commands import interrupt
-from sesa_cli.config import ConfigError, first_line
+from sesa_cli.config import ConfigError, cut, first_line
 from sesa_cli.cpus import free_cores
-from sesa_cli.paths import cut
+from sesa_cli.paths import user_path_problem
 
 log = logging.getLogger("sesa")
 
@@ -36,23 +36,29 @@ def user_errors(command: str, on_end: Callable[[str, str], None] | None = None) 
         try:
             owning.enter_context(_owned_job_dir(command))
             yield
-        except ConfigError as exc:
-            message = cut(str(exc))
-            _mark_run_dir(command, "failed", message, 2)
-            drop_empty_run_dir(command)
-            ended("failed", message)
-            print(f"sesa {command}: error: {message}", file=sys.stderr)
-            raise SystemExit(2) from None
         except KeyboardInterrupt:
             _mark_run_dir(command, "interrupted", interrupt.reason(), interrupt.exit_code())
             drop_empty_run_dir(command)
             ended("interrupted", interrupt.reason())
             interrupt.interrupted(command)
-        except Exception as exc:  # Hydra prints the traceback and exits 1
-            _mark_run_dir(command, "failed", f"{type(exc).__name__}: {first_line(exc)}", 1)
+        except Exception as exc:
+            problem = user_problem(exc)
+            reason = cut(problem) if problem is not None else f"{type(exc).__name__}: {first_line(exc)}"
+            _mark_run_dir(command, "failed", reason, 1 if problem is None else 2)
             drop_empty_run_dir(command)
-            ended("failed", f"{type(exc).__name__}: {first_line(exc)}")
-            raise
+            ended("failed", reason)
+            if problem is None:  # a bug: Hydra prints the traceback and exits 1
+                raise
+            print(f"sesa {command}: error: {reason}", file=sys.stderr)
+            raise SystemExit(2) from None
+
+
+def user_problem(exc: Exception) -> str | None:
+    """The one line of an error the user can fix: a ConfigError, or an OSError on a path they named (a name too long,
+    a file in the way: sesa_cli.paths); None for a bug."""
+    if isinstance(exc, ConfigError):
+        return str(exc)
+    return user_path_problem(exc, hydra_overrides()) if isinstance(exc, OSError) else None
 
 
 @contextlib.contextmanager
@@ -132,6 +138,16 @@ def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
+
+
+def hydra_overrides() -> list[str]:
+    """Every override of the running Hydra job, the user's and Hydra's own ([] outside one)."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if not HydraConfig.initialized():
+        return []
+    hc = HydraConfig.get()
+    return [str(o) for o in (*hc.overrides.task, *hc.overrides.hydra)]
 
 
 def hydra_context() -> tuple[Path, list[str]]:

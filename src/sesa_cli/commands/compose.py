@@ -11,7 +11,7 @@ import re
 from typing import Any
 
 from sesa_cli.commands.table import USAGES
-from sesa_cli.config import ConfigError, conf_dir
+from sesa_cli.config import ConfigError, conf_dir, cut
 
 
 def compose(config_name: str, overrides: list[str], hydra: bool = False) -> Any:
@@ -51,6 +51,9 @@ def explain(exc: BaseException, config_name: str, overrides: list[str]) -> str:
     from omegaconf.errors import ConfigKeyError, OmegaConfBaseException
 
     msg = str(exc)
+    value_problem = _unreadable_value(exc, overrides)
+    if value_problem:
+        return value_problem
     missing = re.search(r"missing mandatory value: (\S+)", msg)
     if missing:  # a key the command cannot run without: its usage line says what to pass
         command = config_name.replace("_", "-")
@@ -80,3 +83,40 @@ def explain(exc: BaseException, config_name: str, overrides: list[str]) -> str:
         first = str(cause).splitlines()[0]
         return f"{full_key}: {first}" if full_key else first
     return msg.splitlines()[0] if msg else type(exc).__name__
+
+
+DIGITS_LIMIT = 4300
+"""The longest integer Python reads from text (``sys.get_int_max_str_digits``'s default)."""
+
+
+def _unreadable_value(exc: BaseException, overrides: list[str]) -> str | None:
+    """The one line, naming the key, for an override no config can hold: a number longer than Python reads, a NUL
+    byte, a group option or path whose name the file system refuses. None for any other error."""
+    import errno
+    import os
+
+    from sesa_cli.paths import user_path_problem
+
+    msg = str(exc)
+    for line in overrides:
+        key, sep, value = line.partition("=")
+        if not sep:
+            continue
+        key = key.lstrip("+~")
+        digits = max((len(run) for run in re.findall(r"\d+", value)), default=0)
+        if digits > DIGITS_LIMIT and "integer string conversion" in msg:
+            return f"{key}={cut(value)}: a number of {digits:,} digits is longer than can be read (at most {DIGITS_LIMIT:,})"
+        if "\x00" in line:
+            shown = cut(value.replace("\x00", "\\x00"))
+            return f"{key}={shown}: the value holds a NUL byte (\\x00), which no name, path or number can hold"
+        if isinstance(exc, OSError) and exc.errno == errno.ENAMETOOLONG and "." not in key and value:
+            name = os.fsdecode(exc.filename or "")
+            if f"{os.sep}{key}{os.sep}{value}" in name:  # Hydra looked for conf/<group>/<value>.yaml
+                options = (
+                    sorted(p.stem for p in (conf_dir() / key).glob("*.yaml")) if (conf_dir() / key).is_dir() else []
+                )
+                listed = f"; choose one of: {', '.join(options)}" if options else ""
+                return f"{key}={cut(value)} is not a {key} option (its name is too long){listed}"
+    if isinstance(exc, OSError):
+        return user_path_problem(exc, overrides)
+    return None

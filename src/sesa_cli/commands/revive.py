@@ -28,7 +28,7 @@ register_configs()
 
 
 def run(cfg: ReviveConfig, run_dir: Path, overrides: list[str] | None = None) -> dict[str, Any]:
-    from sesa_cli.commands.reload import with_total_steps
+    from sesa_cli.commands.reload import check_checkpoint_model, with_total_steps
     from sesa_cli.commands.rundir import check_existing, resume_point
     from sesa_cli.runs import (
         ReplicaRunDir,
@@ -41,6 +41,7 @@ def run(cfg: ReviveConfig, run_dir: Path, overrides: list[str] | None = None) ->
 
     cfg, ckpt, start = with_total_steps(cfg)
     check_checkpoint(ckpt, training=True)  # every file it holds, before any model work (or its imports)
+    check_checkpoint_model(ckpt, cfg)  # the run's own checkpoint, able to write this task's prompts
     resolved = resolved_yaml(cfg)
 
     from sesa_cli.commands.train import fit, last_checkpoint, previous_resumes
@@ -114,10 +115,10 @@ def run(cfg: ReviveConfig, run_dir: Path, overrides: list[str] | None = None) ->
 def parent_loggers(parent_run: Path) -> dict[str, Any]:
     """The tracker references the parent's run.json recorded (sesa_cli.loggers), so a revived run links to its parent
     in the same tracker; {} when it has none."""
-    from sesa_cli.runs import read_json_object
+    from sesa_cli.runs import read_run_info
 
     try:
-        refs = read_json_object(parent_run / "run.json").get("loggers")
+        refs = read_run_info(parent_run / "run.json").get("loggers")
     except ConfigError:
         return {}
     return refs if isinstance(refs, dict) else {}

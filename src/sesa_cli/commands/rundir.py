@@ -16,9 +16,9 @@ import re
 from pathlib import Path
 from typing import Any
 
-from sesa_cli.config import ConfigError
-from sesa_cli.paths import cut, hydra_value, path_error, replace_dir
-from sesa_cli.runs import read_json_object, read_yaml
+from sesa_cli.config import ConfigError, cut
+from sesa_cli.paths import hydra_value, path_error, replace_dir
+from sesa_cli.runs import read_run_info, read_yaml
 
 RUN_FILES = ("metrics.jsonl", "metrics.json", "checkpoints")
 """What makes a dir hold a run (its records would be overwritten or mixed)."""
@@ -266,7 +266,7 @@ def discard_staged() -> None:
 def _run_info(run_dir: Path) -> dict[str, Any]:
     path = run_dir / "run.json"
     try:
-        return read_json_object(path) if path.is_file() else {}
+        return read_run_info(path) if path.is_file() else {}
     except ConfigError:
         return {}
 
@@ -312,19 +312,12 @@ def resume_point(run_dir: Path) -> Path | None:
 
 
 def _keep_rows(path: Path, step: int) -> None:
-    """Keep the rows of ``path`` (JSON lines) at or before ``step`` (all gone for -1); a cut last line goes too."""
-    import json
-
-    from sesa_cli.runs import atomic_write_text
+    """Keep the rows of ``path`` (JSON lines) at or before ``step`` (all gone for -1), byte for byte; a cut last line
+    goes too. A damaged row earlier than the last is a one-line ConfigError naming it (sesa_cli.runs.metric_lines),
+    as revive and the report say, never dropped without a word."""
+    from sesa_cli.runs import atomic_write_text, metric_lines
 
     if not path.is_file():
         return
-    kept = []
-    for line in path.read_text().splitlines():
-        try:
-            row = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(row, dict) and isinstance(row.get("step"), int) and row["step"] <= step:
-            kept.append(line + "\n")
+    kept = [line + "\n" for line, row in metric_lines(path) if row["step"] <= step]
     atomic_write_text(path, "".join(kept))

@@ -39,8 +39,8 @@ from typing import Any, TypeVar
 
 from sesa_cli.commands import interrupt
 from sesa_cli.commands.common import drop_empty_run_dir, user_errors
-from sesa_cli.config import ConfigError, first_line
-from sesa_cli.paths import cut, hydra_value, os_reason
+from sesa_cli.config import ConfigError, cut, first_line
+from sesa_cli.paths import hydra_value, os_reason
 
 T = TypeVar("T")
 

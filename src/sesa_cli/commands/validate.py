@@ -184,7 +184,7 @@ def validate_argv(config_name: str, argv: list[str]) -> str | None:
     try:
         combos = _split_sweeps(args.overrides) if args.multirun else [args.overrides]
     except Exception as exc:  # noqa: BLE001  (any parse error of the user's sweep becomes its one-line message)
-        return str(exc).splitlines()[0]
+        return explain(exc, config_name, args.overrides)
     samplers: set[str] = set()
     for overrides in combos:
         try:

@@ -17,8 +17,8 @@ from typing import Any
 
 from filelock import FileLock, Timeout
 
-from sesa_cli.config import ConfigError
-from sesa_cli.paths import cut, path_error, replace_dir
+from sesa_cli.config import ConfigError, cut
+from sesa_cli.paths import path_error, replace_dir
 from sesa_cli.runs import check_model_dir, read_json_object
 
 log = logging.getLogger(__name__)

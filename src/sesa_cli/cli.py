@@ -117,11 +117,13 @@ def dispatch(args: list[str]) -> None:
         return
     from sesa_cli import run_lock
     from sesa_cli.commands import rundir, sweep
+    from sesa_cli.commands.compose import config_dir_as_searchpath
     from sesa_cli.paths import user_path_problem
 
     try:
         try:
-            rest = checked_overrides(name, args[1:])
+            # --config-dir as the hydra.searchpath entry it is, so every composition sees it (sesa_cli.commands.compose)
+            rest = checked_overrides(name, config_dir_as_searchpath(args[1:]))
             # The run dir is this command's from here on, before Hydra's job writes into it (sesa_cli.run_lock); a
             # sweep's jobs each take theirs before Hydra writes into it (sesa_cli.commands.sweep).
             _, rest = rundir.claim_planned_run_dir(name, rest)

@@ -120,3 +120,46 @@ def _unreadable_value(exc: BaseException, overrides: list[str]) -> str | None:
     if isinstance(exc, OSError):
         return user_path_problem(exc, overrides)
     return None
+
+
+CONFIG_DIR_FLAGS = ("--config-dir", "-cd")
+
+
+def config_dir_as_searchpath(args: list[str]) -> list[str]:
+    """``args`` with Hydra's ``--config-dir DIR`` (``-cd DIR``, ``--config-dir=DIR``) turned into the
+    ``hydra.searchpath`` entry it stands for: Hydra puts an added config dir after the command's own configs and
+    before the schemas, where ``hydra.searchpath`` puts its entries, so the two are the same search path; as an
+    override it reaches every composition sesa makes (the validation before any work, the run dir, ``--help``),
+    not only the Hydra app's. A user's own ``hydra.searchpath`` keeps its entries, after the config dir's. A dir that
+    does not exist is a one-line ConfigError."""
+    import os
+
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    from sesa_cli.paths import hydra_value
+
+    dirs: list[str] = []
+    rest: list[str] = []
+    it = iter(args)
+    for arg in it:
+        flag, eq, value = arg.partition("=")
+        if flag in CONFIG_DIR_FLAGS:
+            value = value if eq else str(next(it, ""))
+            if not value or not os.path.isdir(os.path.expanduser(value)):
+                raise ConfigError(f"--config-dir {cut(value) or '(missing)'}: no such directory")
+            dirs.append("file://" + os.path.abspath(os.path.expanduser(value)))
+        else:
+            rest.append(arg)
+    if not dirs:
+        return args
+    theirs: list[str] = []
+    for i, arg in enumerate(rest):
+        if arg.lstrip("+").startswith("hydra.searchpath="):
+            given = OverridesParser.create().parse_overrides([arg])[0].value()
+            theirs = [str(v) for v in given] if isinstance(given, list) else [str(given)]
+            del rest[i]
+            break
+    line = f"hydra.searchpath=[{','.join(hydra_value(d) for d in [*dirs, *theirs])}]"
+    # beside the other overrides: Hydra's parser takes overrides in one run, between its flags
+    at = next((i for i, arg in enumerate(rest) if not arg.startswith("-") and "=" in arg), len(rest))
+    return [*rest[:at], line, *rest[at:]]

@@ -177,7 +177,7 @@ CASES = [
     ("report-overrides-a-string", ["diversity-report", "runs=[{run}]"],
      edit_json("run.json", lambda d: d.update(overrides="seed=1")),
      "{run}/run.json: 'overrides' is \"seed=1\", not a list of strings"),
-    ("revive-resumed-not-ints", ["revive", "ckpt={run}", "more_steps=1", "algo.kl_coef=0.05"],
+    ("revive-kl-reference-a-string", ["revive", "ckpt={run}", "more_steps=1", "algo.kl_coef=0.05"],
      edit_json("run.json", lambda d: d.update(kl_reference="sha")),
      "{run}/run.json: 'kl_reference' is \"sha\", not an object"),
     ("trainer-state-found-targets", ["revive", "ckpt={run}", "more_steps=1"],

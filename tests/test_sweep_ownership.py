@@ -15,8 +15,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -24,6 +22,7 @@ import pytest
 from tests.conftest import run_cli
 from tests.fake_runs import write_run
 from tests.test_damaged_inputs import check_one_line
+from tests.test_run_ownership import wait_until
 
 pytest.importorskip("hydra_plugins.hydra_joblib_launcher", reason="pip install hydra-joblib-launcher (extra: test)")
 
@@ -157,14 +156,6 @@ def test_a_sweep_into_another_sweeps_dir_is_one_line(tmp_path, monkeypatch, caps
 
 
 # ---------------------------------------------------------------------------- case 3 and the acceptance check
-def _wait(proc: subprocess.Popen, until: Callable[[], bool], timeout: float = 300) -> None:
-    end = time.monotonic() + timeout
-    while not until():
-        assert proc.poll() is None, proc.communicate()[1][-3000:]
-        assert time.monotonic() < end, "timed out"
-        time.sleep(0.01)
-
-
 def stopped_sweep_resumes(tmp_path: Path, tiny_overrides: list[str], launcher: list[str],
                           rerun_launcher: list[str] | None = None) -> None:  # fmt: skip
     """A 3-job sweep stopped with SIGTERM during its second job, rerun with the same command, ends with 3 finished
@@ -181,7 +172,7 @@ def stopped_sweep_resumes(tmp_path: Path, tiny_overrides: list[str], launcher: l
 
     command = ["train", "-m", *settings, *launcher, f"hydra.sweep.dir={sweep}"]
     proc = sesa(command, cwd=tmp_path)
-    _wait(proc, lambda: len(train_steps(sweep / "1")) >= 2)
+    wait_until(proc, lambda: len(train_steps(sweep / "1")) >= 2)
     proc.send_signal(signal.SIGTERM)
     code, out, err = finish(proc)
     assert code == 143, err[-3000:]
@@ -271,7 +262,7 @@ def test_a_second_report_into_a_report_dir_in_use_is_refused(tmp_path, monkeypat
     out = tmp_path / "report"
     first = sesa(["diversity-report", f"runs=[{par},{seq}]", f"hydra.run.dir={out}"], cwd=tmp_path)
     try:
-        _wait(first, lambda: (tmp_path / ".report.sesa-report").is_dir())  # the first holds the dir and writes
+        wait_until(first, lambda: (tmp_path / ".report.sesa-report").is_dir())  # the first holds the dir and writes
         os.kill(first.pid, signal.SIGSTOP)
         try:
             code = run_cli(["diversity-report", f"runs=[{par}]", f"hydra.run.dir={out}"], monkeypatch)

@@ -1,11 +1,12 @@
 """A run owns its dir: an exclusive lock on the run dir, held from before anything is written into it until the
 command exits.
 
-``sesa train|revive|eval`` take it in the dispatcher, before Hydra's job writes ``.hydra/`` and the log file into
-the dir (``sesa_cli.cli.dispatch``, ``sesa_cli.api``), and the command's job takes it again for its actual run dir
-(a no-op when the process holds it already; the lock of a sweep's job dir, whose path only the launcher knows). A
-second command into the same dir stops with one line naming the holder (pid, host, command, start time) and exit
-code 2, having changed nothing in the dir.
+``sesa train|revive|eval|diversity-report`` take it in the dispatcher, before Hydra's job writes ``.hydra/`` and
+the log file into the dir (``sesa_cli.cli.dispatch``, ``sesa_cli.api``); a sweep takes its sweep dir there and each
+job its own dir where Hydra asks for it (sesa_cli.commands.sweep), and the command's job takes it again for its
+actual run dir (a no-op when the process holds it already). A second command into the same dir stops with one line
+naming the holder (pid, host, command, start time) and exit code 2, having changed nothing in the dir; a dir that
+cannot be made is one line too (sesa_cli.paths).
 
 The lock is ``fcntl.flock`` on the directory itself, which the kernel releases when the process ends however it ends
 (SIGKILL included), so a dead holder never blocks the dir. Once the command decided to use the dir it records itself

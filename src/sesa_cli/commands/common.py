@@ -63,9 +63,9 @@ def user_problem(exc: Exception) -> str | None:
 
 @contextlib.contextmanager
 def _owned_job_dir(command: str) -> Iterator[None]:
-    """The Hydra job's run dir locked for this process (sesa_cli.run_lock): a sweep's job dir is locked here (after
-    Hydra's own files: only the launcher knows its path), a single run's dir the dispatcher already holds; given back
-    when the job ends if taken here. Rank 0 alone: it owns a data-parallel run's dir."""
+    """The Hydra job's run dir locked for this process (sesa_cli.run_lock): a no-op where it was taken before Hydra
+    wrote into it (a single run's dir by the dispatcher or sesa_cli.api, a sweep job's by sesa_cli.commands.sweep's
+    resolver), else taken here and given back when the job ends. Rank 0 alone: it owns a data-parallel run's dir."""
     from sesa_cli import run_lock
 
     if command not in ("train", "revive", "eval") or os.environ.get("RANK", "0") != "0":

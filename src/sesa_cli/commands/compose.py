@@ -12,6 +12,7 @@ from typing import Any
 
 from sesa_cli.commands.table import USAGES
 from sesa_cli.config import ConfigError, conf_dir, cut
+from sesa_cli.paths import hydra_value, user_path_problem
 
 
 def compose(config_name: str, overrides: list[str], hydra: bool = False) -> Any:
@@ -95,8 +96,6 @@ def _unreadable_value(exc: BaseException, overrides: list[str]) -> str | None:
     import errno
     import os
 
-    from sesa_cli.paths import user_path_problem
-
     msg = str(exc)
     for line in overrides:
         key, sep, value = line.partition("=")
@@ -135,8 +134,6 @@ def config_dir_as_searchpath(args: list[str]) -> list[str]:
     import os
 
     from hydra.core.override_parser.overrides_parser import OverridesParser
-
-    from sesa_cli.paths import hydra_value
 
     dirs: list[str] = []
     rest: list[str] = []

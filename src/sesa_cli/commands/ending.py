@@ -14,6 +14,7 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from rich.table import Table
 
+from sesa_cli.commands.sweep import clear_records, resume_command, summary
 from sesa_cli.metric_keys import key
 from sesa_cli.paths import hydra_value
 from sesa_cli.progress import console
@@ -186,8 +187,6 @@ def resume_line(run_dir: Path, command: str) -> str:
     finished jobs: sesa_cli.commands.sweep); else this command with its overrides and its run dir."""
     from hydra.core.hydra_config import HydraConfig
 
-    from sesa_cli.commands.sweep import resume_command
-
     why = "(train.resume=auto)"
     if not HydraConfig.initialized():
         return f"rerun the same command with {arg('hydra.run.dir', run_dir)} {why}"
@@ -210,13 +209,9 @@ class SweepEnding(Callback):
     or the sweep was stopped (128 + the signal)."""
 
     def on_multirun_start(self, config: Any, **kwargs: Any) -> None:
-        from sesa_cli.commands.sweep import clear_records
-
         clear_records(Path(str(config.hydra.sweep.dir)))
 
     def on_multirun_end(self, config: Any, **kwargs: Any) -> None:
-        from sesa_cli.commands.sweep import resume_command, summary
-
         sweep = str(config.hydra.sweep.dir)
         lines, code = summary(Path(sweep))
         for line in lines:

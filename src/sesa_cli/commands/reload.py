@@ -24,14 +24,15 @@ from sesa_cli.deprecations import upgrade_config
 
 GROUPS = ("model", "task", "sampler", "algo")
 MODEL_SHAPE = (
-    "name", "path", "hub_id", "gguf_package", "gguf_file", "hidden_size", "num_layers", "num_heads",
-    "intermediate_size", "max_position_embeddings", "tokenizer", "warm_start_steps", "warm_start_batch_size",
-    "warm_start_lr", "warm_start_corpus_size", "warm_start_block", "lora", "lora_rank", "lora_alpha",
-    "lora_target_modules",
+    "name", "hidden_size", "num_layers", "num_heads", "intermediate_size", "max_position_embeddings", "tokenizer",
+    "warm_start_steps", "warm_start_batch_size", "warm_start_lr", "warm_start_corpus_size", "warm_start_block", "lora",
+    "lora_rank", "lora_alpha", "lora_target_modules",
 )  # fmt: skip
 """The ``model.*`` keys that say which weights and tokenizer a checkpoint holds (and which base is its KL reference):
 ``eval`` and ``revive`` of a checkpoint take them from it, and refuse an override of any (it would be recorded as
-applied and ignored). ``model.dtype``, ``model.cache_dir``, ``model.max_batch_rows`` and the like stay settable."""
+applied and ignored). Where the base lives stays settable (``model.path``, ``model.hub_id``, ``model.gguf_*``,
+``model.cache_dir``: a base copied to another machine; its fingerprint in run.json says whether it is the same), as
+do ``model.dtype``, ``model.max_batch_rows`` and the like."""
 
 
 def command_config(config_name: str, cfg: Any, overrides: list[str]) -> Any:

@@ -1,12 +1,14 @@
-"""Whose run dir it is: the lock a command takes on it (sesa_cli.run_lock), what a dir that already holds a run
-means for the command, and whether ``sesa train`` resumes it (``train.resume``).
+"""Whose run dir it is: the lock a command takes on it (sesa_cli.run_lock), what a dir that already holds a run (or
+a report) means for the command, whether ``sesa train`` resumes it (``train.resume``), and a report's dir.
 
 Order, for ``sesa train|revive|eval`` (one run, rank 0): the dispatcher validates the overrides, then
 :func:`claim_planned_run_dir` locks the dir the job will write (before Hydra's job writes ``.hydra/`` there) and
-checks what the dir holds, so a second command into a dir in use, or into a finished run, stops with one line having
-changed nothing in it. The job itself locks its actual run dir too (sesa_cli.commands.common's ``user_errors``: a
-sweep's job dir is locked there) and ``sesa train``/``revive`` ask :func:`check_existing` and :func:`resume_point`
-whether they continue the run they found. Never imports torch.
+checks what the dir holds (:func:`existing_run`), so a second command into a dir in use, into a finished run or into
+a report stops with one line having changed nothing in it; a sweep's job takes its dir the same way where Hydra asks
+for it (sesa_cli.commands.sweep). ``sesa train``/``revive`` then ask :func:`check_existing` and :func:`resume_point`
+whether they continue the run they found. ``sesa diversity-report`` locks its dir likewise, never into a run
+(:func:`check_report_dir`), and writes into a staging dir that replaces the report dir whole when it is done
+(:func:`stage_report`, :func:`publish_report`). Never imports torch.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Any
 
 from sesa_cli.config import ConfigError, cut
 from sesa_cli.paths import hydra_value, path_error, replace_dir
+from sesa_cli.run_lock import DirTaken
 from sesa_cli.runs import read_run_info, read_yaml
 
 RUN_FILES = ("metrics.jsonl", "metrics.json", "checkpoints")
@@ -138,8 +141,6 @@ def existing_run(command: str, run_dir: Path, resolved: str | None, where: str, 
     and config that it continues: ``train.resume=auto``) or, for a sweep job (``sweep_job``), ``"finished"`` (a
     finished run of this very command and config: the job is done, a rerun of the sweep skips it). A one-line
     :class:`~sesa_cli.run_lock.DirTaken` when the dir holds a run or a report the command must not touch."""
-    from sesa_cli.run_lock import DirTaken
-
     held = held_files(run_dir)
     if not held:
         reports = report_files(run_dir)
@@ -195,8 +196,6 @@ def check_report_dir(target: Path, where: str) -> None:
     """A one-line :class:`~sesa_cli.run_lock.DirTaken` when the report dir ``target`` holds a run (a report never
     writes into a run dir), a sweep, or files that are not a report (a rerun replaces the dir whole: they would be
     deleted); a report dir, an empty or a new one pass."""
-    from sesa_cli.run_lock import DirTaken
-
     held = [name for name in (*RUN_FILES, "run.json", "multirun.yaml") if (target / name).exists()]
     if held:
         what = "a sweep" if held[0] == "multirun.yaml" else "a run"

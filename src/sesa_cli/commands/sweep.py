@@ -37,10 +37,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+from sesa_cli import run_lock
 from sesa_cli.commands import interrupt
 from sesa_cli.commands.common import drop_empty_run_dir, user_errors
+from sesa_cli.commands.compose import compose
+from sesa_cli.commands.rundir import check_report_dir, existing_run, stage_report, wanted_config
 from sesa_cli.config import ConfigError, cut, first_line
 from sesa_cli.paths import hydra_value, os_reason
+from sesa_cli.runs import atomic_write_text, read_metrics, read_yaml
 
 T = TypeVar("T")
 
@@ -122,8 +126,6 @@ def _job_subdir(subdir: Any, *, _root_: Any) -> str:
 def _claim_job(command: str, num: int, sweep_dir: Path, job_dir: Path, root: Any) -> JobClaim:
     """Lock ``job_dir`` for this process and decide what the job does with it (never raises: a problem is the job's
     outcome)."""
-    from sesa_cli import run_lock
-    from sesa_cli.commands.rundir import check_report_dir, existing_run, stage_report, wanted_config
 
     claim = JobClaim(num, command, sweep_dir, job_dir, "own")
     where = f"job dir {job_dir}"
@@ -260,7 +262,6 @@ def _announce(claim: JobClaim) -> None:
 
 def _end_job(claim: JobClaim) -> None:
     """Give the job's dir back (a worker process runs the next job) and remove its scratch dir."""
-    from sesa_cli import run_lock
 
     run_lock.release(claim.job_dir)
     if claim.outcome != "own":
@@ -273,7 +274,6 @@ def _end_job(claim: JobClaim) -> None:
 def finished_metrics(run_dir: Path) -> dict[str, Any]:
     """A finished run's final metrics as its training returned them: the rows of its last step merged (the last
     training row and the final evaluation)."""
-    from sesa_cli.runs import read_metrics
 
     rows = read_metrics(run_dir / "metrics.jsonl")
     steps = [r["step"] for r in rows if isinstance(r.get("step"), int) and not isinstance(r.get("step"), bool)]
@@ -288,7 +288,6 @@ def finished_metrics(run_dir: Path) -> dict[str, Any]:
 def record(claim: JobClaim, outcome: str, reason: str) -> None:
     """How job ``claim.num`` ended (or that it is ``running``, with its pid: :func:`stop_sweep`), in the sweep dir
     (best effort: an unwritable sweep dir only loses the summary's line)."""
-    from sesa_cli.runs import atomic_write_text
 
     data = {"num": claim.num, "dir": str(claim.job_dir), "outcome": outcome, "reason": reason,
             "earlier": claim.outcome == "finished", "resumed": claim.resumes, "pid": os.getpid(),
@@ -404,7 +403,6 @@ def other_sweep(sweep_dir: Path, config_name: str, overrides: list[str]) -> str 
     """A one-line refusal when ``sweep_dir`` holds another sweep (its multirun.yaml names another command or other
     overrides): its job dirs and its multirun.yaml would describe two sweeps. None for a new dir, or a rerun of the
     same sweep (which resumes it)."""
-    from sesa_cli.runs import read_yaml
 
     path = Path(sweep_dir) / "multirun.yaml"
     if not path.is_file():
@@ -445,9 +443,6 @@ def prepare_sweep(command: str, argv: list[str], overrides: list[str]) -> list[s
 
     from hydra._internal.utils import get_args_parser
     from hydra.core.override_parser.overrides_parser import OverridesParser
-
-    from sesa_cli import run_lock
-    from sesa_cli.commands.compose import compose
 
     args = get_args_parser().parse_args(overrides)
     if not args.multirun or args.cfg or args.info or args.help or args.hydra_help or args.shell_completion:

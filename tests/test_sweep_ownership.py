@@ -286,3 +286,20 @@ def test_a_sweep_stopped_here_resumes_on_submitit(tmp_path, tiny_overrides, path
     # uses (run_job inside a pickled submission): the interrupted job resumes, the missing one runs
     pytest.importorskip("hydra_plugins.hydra_submitit_launcher", reason="pip install 'sesa[launchers]'")
     stopped_sweep_resumes(tmp_path, tiny_overrides, [], rerun_launcher=["hydra/launcher=submitit_local"])
+
+
+def test_a_report_sweep_writes_each_report_whole_into_its_own_job_dir(tmp_path, monkeypatch, capsys):
+    # a report's job dir goes through the same claim: staged beside it, published whole (no staging dir left), and a
+    # rerun replaces it
+    par, seq = _runs(tmp_path)
+    sweep = tmp_path / "sw"
+    argv = ["diversity-report", "-m", f"runs=[{par}],[{par},{seq}]", f"hydra.sweep.dir={sweep}"]
+    for _ in range(2):
+        assert run_cli(argv, monkeypatch) == 0
+        assert f"sweep {sweep}: 2 finished, 0 refused, 0 failed" in capsys.readouterr().out
+        assert sorted(p.name for p in sweep.iterdir()) == [".sesa-jobs", "0", "1", "multirun.yaml"]
+        assert not (sweep / "0" / "compare.csv").exists()
+        assert (sweep / "1" / "compare.csv").is_file()
+        for job in ("0", "1"):
+            assert (sweep / job / "report.html").is_file()
+            assert (sweep / job / ".hydra" / "overrides.yaml").is_file()

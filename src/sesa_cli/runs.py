@@ -406,6 +406,14 @@ def check_model_dir(path: Path) -> None:
             weights = []  # a foreign directory with torch weights: transformers loads them with weights_only=True
         else:
             weights = [path / "model.safetensors"]
+        tokenizer = path / "tokenizer.json"
+        vocab = (read_json_object(tokenizer).get("model") or {}).get("vocab") if tokenizer.is_file() else None
+        size = config.get("vocab_size")
+        if isinstance(vocab, (dict, list)) and isinstance(size, int) and len(vocab) > size:
+            raise ConfigError(
+                f"{tokenizer} has {len(vocab)} tokens and the model of {path / 'config.json'} {size} embeddings: "
+                "they are not one model's"
+            )
     for file in weights:
         check_safetensors(file)
 

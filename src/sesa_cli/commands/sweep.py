@@ -144,7 +144,7 @@ def _claim_job(command: str, num: int, sweep_dir: Path, job_dir: Path, root: Any
         if claim.outcome == "own":
             run_lock.record(job_dir, command, overrides)
             if command == "diversity-report":
-                claim.output = str(stage_report(job_dir, where))
+                claim.output = str(stage_report(job_dir, where).resolve())  # absolute: os.path.join keeps it
     except run_lock.DirTaken as exc:
         claim.outcome, claim.reason = "refused", str(exc)
     except ConfigError as exc:

@@ -1,10 +1,10 @@
 """Build-once model directories under ``model.cache_dir``, safe under parallel sweep jobs, never used half-built.
 
 A cached dir is used only when it is whole (:func:`inspect`): its marker (written last by the build), its model
-config and safetensors weights, its tokenizer files, and the config it was built for (``matches``, the caller's
-check of what the marker and the files record against what the run asks for). A dir that is incomplete or damaged
-(a build that was killed, a truncated file) is built again and replaced in one step; one built for another config
-(a dir swapped or copied in) is refused with one line, never used and never deleted.
+config, safetensors weights and tokenizer files (sesa_cli.runs.check_model_dir), and the config it was built for
+(``matches``, the caller's check of what the marker and the files record against what the run asks for). A dir that
+is incomplete or damaged (a build that was killed, a truncated file) is built again and replaced in one step; one
+built for another config (a dir swapped or copied in) is refused with one line, never used and never deleted.
 """
 
 from __future__ import annotations
@@ -46,12 +46,6 @@ def inspect(target: Path, marker: str, matches: Matches | None = None, key: str 
             return "damaged (no tokenizer)"
         for path in tokenizers:
             read_json_object(path)
-        config = read_json_object(target / "config.json")
-        vocab = ((read_json_object(target / "tokenizer.json").get("model") or {}).get("vocab")
-                 if (target / "tokenizer.json").exists() else None)  # fmt: skip
-        size = config.get("vocab_size")
-        if isinstance(vocab, (dict, list)) and isinstance(size, int) and len(vocab) > size:
-            return f"damaged (its tokenizer has {len(vocab)} tokens and its model {size} embeddings)"
     except ConfigError as exc:
         return f"damaged ({exc})"
     differs = matches(target, record) if matches is not None else None

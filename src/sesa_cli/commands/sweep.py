@@ -41,7 +41,7 @@ from sesa_cli import run_lock
 from sesa_cli.commands import interrupt
 from sesa_cli.commands.common import drop_empty_run_dir, user_errors
 from sesa_cli.commands.compose import compose
-from sesa_cli.commands.rundir import check_report_dir, existing_run, stage_report, wanted_config
+from sesa_cli.commands.rundir import check_report_dir, discard_staged, existing_run, stage_report, wanted_config
 from sesa_cli.config import ConfigError, cut, first_line
 from sesa_cli.paths import hydra_value, os_reason
 from sesa_cli.runs import atomic_write_text, read_metrics, read_yaml
@@ -261,8 +261,9 @@ def _announce(claim: JobClaim) -> None:
 
 
 def _end_job(claim: JobClaim) -> None:
-    """Give the job's dir back (a worker process runs the next job) and remove its scratch dir."""
-
+    """Give the job's dir back (a worker process runs the next job) and remove its scratch dir, and a report's
+    staging dir when the report was not published (the old report stays)."""
+    discard_staged()
     run_lock.release(claim.job_dir)
     if claim.outcome != "own":
         shutil.rmtree(claim.output, ignore_errors=True)

@@ -90,7 +90,7 @@ CASES = [
     ("config-json-no-model-type", ["eval", "ckpt={run}"],
      edit_json(f"{CKPT}/config.json", lambda d: d.pop("model_type")), "{ckpt}/config.json has no 'model_type'"),
     ("tokenizer-not-json", ["eval", "ckpt={run}"], write(f"{CKPT}/tokenizer.json", "{"),
-     "{ckpt} cannot be loaded as a model"),
+     "{ckpt}/tokenizer.json is not valid JSON"),
     ("optimizer-missing", ["revive", "ckpt={run}", "more_steps=1"], remove(f"{CKPT}/optimizer.pt"),
      "{ckpt}/optimizer.pt is missing"),
     ("optimizer-truncated", ["revive", "ckpt={run}", "more_steps=1"], truncate(f"{CKPT}/optimizer.pt", 100),

@@ -126,7 +126,6 @@ def _job_subdir(subdir: Any, *, _root_: Any) -> str:
 def _claim_job(command: str, num: int, sweep_dir: Path, job_dir: Path, root: Any) -> JobClaim:
     """Lock ``job_dir`` for this process and decide what the job does with it (never raises: a problem is the job's
     outcome)."""
-
     claim = JobClaim(num, command, sweep_dir, job_dir, "own")
     where = f"job dir {job_dir}"
     overrides = [str(o) for o in root.hydra.overrides.task]
@@ -215,7 +214,14 @@ def run_command(command: str, body: Callable[[], T], done: Callable[[Path], T] |
         if claim.outcome != "own":
             _announce(claim)
             record(claim, claim.outcome, claim.reason)
-            return done(claim.job_dir) if done is not None and claim.outcome == "finished" else None
+            if done is None or claim.outcome != "finished":
+                return None
+            try:
+                return done(claim.job_dir)
+            except ConfigError as exc:  # its files cannot be read back: said, and the sweep goes on
+                print(cut(f"sesa {command}: job {claim.num}: {exc}"), file=sys.stderr, flush=True)
+                record(claim, "failed", str(exc))
+                return None
         if _stopped(claim.sweep_dir):
             line = "not started: the sweep was stopped (rerun its command to resume it)"
             print(f"sesa {command}: job {claim.num}: {line}", file=sys.stderr, flush=True)
@@ -275,12 +281,11 @@ def _end_job(claim: JobClaim) -> None:
 def finished_metrics(run_dir: Path) -> dict[str, Any]:
     """A finished run's final metrics as its training returned them: the rows of its last step merged (the last
     training row and the final evaluation)."""
-
-    rows = read_metrics(run_dir / "metrics.jsonl")
-    steps = [r["step"] for r in rows if isinstance(r.get("step"), int) and not isinstance(r.get("step"), bool)]
+    rows = read_metrics(run_dir / "metrics.jsonl")  # every row's step checked there
+    last = max((row["step"] for row in rows), default=None)
     merged: dict[str, Any] = {}
     for row in rows:
-        if steps and row.get("step") == max(steps):
+        if row["step"] == last:
             merged.update(row)
     return merged
 
@@ -289,7 +294,6 @@ def finished_metrics(run_dir: Path) -> dict[str, Any]:
 def record(claim: JobClaim, outcome: str, reason: str) -> None:
     """How job ``claim.num`` ended (or that it is ``running``, with its pid: :func:`stop_sweep`), in the sweep dir
     (best effort: an unwritable sweep dir only loses the summary's line)."""
-
     data = {"num": claim.num, "dir": str(claim.job_dir), "outcome": outcome, "reason": reason,
             "earlier": claim.outcome == "finished", "resumed": claim.resumes, "pid": os.getpid(),
             "host": socket.gethostname()}  # fmt: skip

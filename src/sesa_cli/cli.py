@@ -47,8 +47,10 @@ def print_text(text: str) -> None:
 
 def fail(message: str, command: str | None = None) -> NoReturn:
     """Print one line to stderr and exit 2 (bad input)."""
+    from sesa_cli.config import cut
+
     prefix = f"sesa {command}" if command else "sesa"
-    print(f"{prefix}: error: {message}", file=sys.stderr)
+    print(f"{prefix}: error: {cut(message)}", file=sys.stderr)
     raise SystemExit(2)
 
 
@@ -119,23 +121,32 @@ def dispatch(args: list[str]) -> None:
         print_text(text)
         return
     from sesa_cli import run_lock
-    from sesa_cli.commands.rundir import claim_planned_run_dir
+    from sesa_cli.commands import rundir, sweep
+    from sesa_cli.commands.compose import config_dir_as_searchpath
+    from sesa_cli.paths import user_path_problem
 
     try:
-        rest = checked_overrides(name, args[1:])
-        # The run dir is this command's from here on, before Hydra's job writes into it (sesa_cli.run_lock).
-        _, rest = claim_planned_run_dir(name, rest)
-    except ConfigError as exc:
-        fail(str(exc), name)
-    try:
-        if name in ("train", "revive", "eval") and ("-m" in rest or "--multirun" in rest):
-            # after the last job: the sweep dir and how to report on it (sesa_cli.commands.ending.SweepEnding)
-            rest = [*rest, "+hydra.callbacks.sesa_ending._target_=sesa_cli.commands.ending.SweepEnding"]
+        try:
+            # --config-dir as the hydra.searchpath entry it is, so every composition sees it (sesa_cli.commands.compose)
+            rest = checked_overrides(name, config_dir_as_searchpath(args[1:]))
+            # The run dir is this command's from here on, before Hydra's job writes into it (sesa_cli.run_lock); a
+            # sweep's jobs each take theirs before Hydra writes into it (sesa_cli.commands.sweep).
+            _, rest = rundir.claim_planned_run_dir(name, rest)
+            rest = sweep.prepare_sweep(name, args[1:], rest)
+        except ConfigError as exc:
+            fail(str(exc), name)
+        except OSError as exc:  # a path the machine refuses (a name too long, a file in the way): one line
+            line = user_path_problem(exc, args[1:])
+            if line is None:
+                raise
+            fail(line, name)
         module = import_module(f"sesa_cli.commands.{module_name}")
         # Keep argv[0] (the real `sesa` path): Hydra registers shell completion under it.
         sys.argv = [sys.argv[0], *rest]
         module.main()
     finally:
+        rundir.discard_staged()  # a report that did not finish: its staging dir (the old report stays)
+        sweep.end_sweep()
         run_lock.release_all()
 
 

@@ -21,10 +21,20 @@ from sesa_cli import plugins
 from sesa_cli.commands.common import hydra_context, torch_threads
 from sesa_cli.commands.compose import explain
 from sesa_cli.commands.schemas import register_configs
-from sesa_cli.config import ConfigError, conf_dir, first_line, to_object
+from sesa_cli.config import ConfigError, conf_dir, cut, first_line, to_object
 from sesa_cli.deprecations import upgrade_config
 
 GROUPS = ("model", "task", "sampler", "algo")
+MODEL_SHAPE = (
+    "name", "hidden_size", "num_layers", "num_heads", "intermediate_size", "max_position_embeddings", "tokenizer",
+    "warm_start_steps", "warm_start_batch_size", "warm_start_lr", "warm_start_corpus_size", "warm_start_block", "lora",
+    "lora_rank", "lora_alpha", "lora_target_modules",
+)  # fmt: skip
+"""The ``model.*`` keys that say which weights and tokenizer a checkpoint holds (and which base is its KL reference):
+``eval`` and ``revive`` of a checkpoint take them from it, and refuse an override of any (it would be recorded as
+applied and ignored). Where the base lives stays settable (``model.path``, ``model.hub_id``, ``model.gguf_*``,
+``model.cache_dir``: a base copied to another machine; its fingerprint in run.json says whether it is the same), as
+do ``model.dtype``, ``model.max_batch_rows`` and the like."""
 
 
 def command_config(config_name: str, cfg: Any, overrides: list[str]) -> Any:
@@ -105,6 +115,14 @@ def reload_config(config_name: str, parent_config: Path, overrides: list[str]) -
     # Hydra's own settings (hydra.run.dir=..., hydra/launcher=joblib in a sweep) are not the run's config
     overrides = [o for o in overrides if not o.lstrip("+~").startswith(("hydra.", "hydra/"))]
     parsed = OverridesParser.create().parse_overrides(overrides)
+    shape = [ov.input_line for ov in parsed if ov.key_or_group == "model" or (
+        ov.key_or_group.startswith("model.") and ov.key_or_group.split(".", 1)[1] in MODEL_SHAPE)]  # fmt: skip
+    if shape:
+        command = "sesa " + config_name.replace("_", "-")
+        raise ConfigError(
+            f"{', '.join(cut(str(line), 60) for line in shape)}: {command} of a checkpoint uses the model it was trained "
+            f"with ({parent_config} says which); drop {'it' if len(shape) == 1 else 'them'}"
+        )
     user_groups = {ov.key_or_group for ov in parsed if ov.key_or_group in GROUPS}
     user_keys = [ov for ov in parsed if ov.key_or_group not in GROUPS]
 
@@ -173,3 +191,66 @@ def with_total_steps(cfg: Any) -> tuple[Any, Path, int]:
     ckpt = pick_checkpoint(cfg.ckpt, cfg.step)
     start = int(read_trainer_state(ckpt, training=True)["step"])
     return replace(cfg, train=replace(cfg.train, steps=start + cfg.more_steps)), ckpt, start
+
+
+def check_checkpoint_model(ckpt: Path, cfg: Any) -> None:
+    """Before a checkpoint is loaded: it is the run's own, by the model it was trained with (its trainer_state.json
+    ``config``, and its config.json's shape for ``model=tiny``) against the run's config ``cfg`` (``eval``, ``revive``:
+    the run's config.yaml; a resumed ``train``: its own), and its tokenizer writes the prompts of ``cfg.task`` (a
+    checkpoint evaluated on another task: a tiny model's tokenizer is its task's vocabulary, so another task's
+    prompts would be all <unk>). A one-line ConfigError otherwise."""
+    from sesa_cli.runs import read_json_object, read_trainer_state
+
+    trained = _mapping(read_trainer_state(ckpt), "config")
+    model = _mapping(trained, "model")
+    wanted = {k: getattr(cfg.model, k) for k in MODEL_SHAPE}
+    for k, value in wanted.items():
+        if k in model and model[k] != value and not (isinstance(value, list) and list(model[k] or []) == value):
+            raise ConfigError(
+                f"{ckpt} was trained with model.{k}={cut(str(model[k]), 60)} and its run's config says "
+                f"model.{k}={cut(str(value), 60)}: it is not that run's checkpoint (copied or linked in from another "
+                "run?); evaluate or revive it from its own run dir"
+            )
+    if (ckpt / "config.json").is_file() and cfg.model.name == "tiny" and not (cfg.model.path or cfg.model.hub_id):
+        hf = read_json_object(ckpt / "config.json")
+        shape = {"num_hidden_layers": cfg.model.num_layers, "hidden_size": cfg.model.hidden_size,
+                 "num_attention_heads": cfg.model.num_heads, "intermediate_size": cfg.model.intermediate_size}  # fmt: skip
+        for k, value in shape.items():
+            if hf.get(k) != value:
+                raise ConfigError(
+                    f"{ckpt / 'config.json'} has {k}={cut(str(hf.get(k)), 40)} where its run's config makes "
+                    f"{value}: it is not that run's checkpoint"
+                )
+    task = _mapping(trained, "task")
+    if task.get("name") not in (None, cfg.task.name):
+        unknown = _unknown_prompt_tokens(ckpt, cfg)
+        if unknown:
+            raise ConfigError(
+                f"task={cfg.task.name}: {ckpt} was trained on task={cut(str(task['name']), 40)} and its tokenizer "
+                f"cannot write this task's prompts ({unknown}); use task={cut(str(task['name']), 40)}"
+            )
+
+
+def _mapping(data: dict[str, Any], key: str) -> dict[str, Any]:
+    """``data[key]`` when it is a mapping (a checkpoint's record as written), else {} (nothing to compare)."""
+    value = data.get(key)
+    return value if isinstance(value, dict) else {}
+
+
+def _unknown_prompt_tokens(ckpt: Path, cfg: Any) -> str | None:
+    """``N of M tokens of its first prompt are <unk>`` when the checkpoint's tokenizer cannot spell ``cfg.task``'s
+    first validation prompt; None when it can (or has no <unk>: a byte-level tokenizer spells anything)."""
+    from transformers import AutoTokenizer
+
+    from sesa_cli.tasks.base import make_task
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(ckpt)
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"{ckpt}: its tokenizer cannot be loaded ({first_line(exc)})") from None
+    if tokenizer.unk_token_id is None:
+        return None
+    task = make_task(cfg.task, cfg.seed)
+    ids = tokenizer(task.prompt(task.instance("val", 0)), add_special_tokens=False)["input_ids"]
+    unknown = sum(1 for i in ids if i == tokenizer.unk_token_id)
+    return f"{unknown} of {len(ids)} tokens of its first prompt are <unk>" if unknown else None

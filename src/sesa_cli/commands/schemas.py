@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from sesa_cli import plugins
+from sesa_cli.commands.sweep import register_resolver
 from sesa_cli.config import PLUGIN_MAPPINGS, DiversityReportConfig, EvalConfig, ReviveConfig, TrainConfig
 from sesa_cli.tasks import TASK_SCHEMAS
 
@@ -16,7 +17,8 @@ from sesa_cli.tasks import TASK_SCHEMAS
 def register_configs() -> None:
     """Store every schema in Hydra's ConfigStore (idempotent): the commands' and each task's
     (``schema/task/<name>``; conf/task/<name>.yaml names it in its defaults), a plug-in's task too (the entry points'
-    are imported here; ``plugins=`` modules before, by the dispatcher)."""
+    are imported here; ``plugins=`` modules before, by the dispatcher); and register the resolver a sweep's job dirs
+    go through (sesa_cli.commands.sweep)."""
     from hydra.core.config_store import ConfigStore
 
     plugins.load_entry_points()  # installed packages' tasks register their schemas (sesa_cli.plugins)
@@ -28,6 +30,7 @@ def register_configs() -> None:
     for name, schema in TASK_SCHEMAS.items():
         cs.store(group="schema/task", name=name, node=schema)
     optuna_follows_sweep_direction(cs)
+    register_resolver()  # hydra.sweep.subdir's (conf/hydra/default.yaml)
 
 
 def open_mappings(schema: type) -> Any:

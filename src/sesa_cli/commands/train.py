@@ -16,9 +16,9 @@ from sesa_cli.commands.common import (
     resolved_yaml,
     seed_everything,
     torch_threads,
-    user_errors,
 )
 from sesa_cli.commands.schemas import register_configs
+from sesa_cli.commands.sweep import finished_metrics, run_command
 from sesa_cli.config import TrainConfig, conf_dir, to_object
 
 if TYPE_CHECKING:
@@ -37,6 +37,7 @@ def run(
 ) -> dict[str, Any]:
     """Train as configured, writing everything under ``run_dir``; returns the final metrics."""
     from sesa_cli.commands.registered import check_registered
+    from sesa_cli.commands.reload import check_checkpoint_model
     from sesa_cli.commands.rundir import check_existing, resume_point
     from sesa_cli.distributed import replicas
     from sesa_cli.loggers import attached
@@ -56,6 +57,8 @@ def run(
     if dist.is_main:
         if check_existing("train", run_dir, resolved):
             ckpt = resume_point(run_dir)
+            if ckpt is not None:
+                check_checkpoint_model(ckpt, cfg)  # its own, not one linked in from another run
     elif cfg.train.resume == "auto":  # rank 0 decided before any replica could write a checkpoint
         ckpt = last_checkpoint(run_dir)
     run = RunDir(run_dir) if dist.is_main else ReplicaRunDir(run_dir)
@@ -89,10 +92,10 @@ def run(
 def previous_resumes(run_dir: Path) -> list[int]:
     """The steps an earlier resume of this run continued from (run.json ``resumed``)."""
     from sesa_cli.config import ConfigError
-    from sesa_cli.runs import read_json_object
+    from sesa_cli.runs import read_run_info
 
     try:
-        steps = read_json_object(run_dir / "run.json").get("resumed") if (run_dir / "run.json").is_file() else None
+        steps = read_run_info(run_dir / "run.json").get("resumed") if (run_dir / "run.json").is_file() else None
     except ConfigError:
         return []
     return [s for s in steps if isinstance(s, int)] if isinstance(steps, list) else []
@@ -197,7 +200,7 @@ def objective(final: dict[str, Any], name: str) -> float:
 
 @hydra.main(version_base="1.3", config_path=str(conf_dir()), config_name="train")
 def main(cfg: DictConfig) -> float:
-    """The Hydra app; returns ``sweep.objective`` to a sweeper (hydra/sweeper=optuna)."""
-    with user_errors("train"):
-        _, final = job(cfg)
-        return objective(final, str(cfg.sweep.objective))
+    """The Hydra app; returns ``sweep.objective`` to a sweeper (hydra/sweeper=optuna): a sweep job whose run finished
+    earlier returns that run's, one that did not run (refused, failed) NaN."""
+    final = run_command("train", lambda: job(cfg)[1], done=finished_metrics)
+    return math.nan if final is None else objective(final, str(cfg.sweep.objective))

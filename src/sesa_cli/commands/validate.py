@@ -15,6 +15,7 @@ from typing import Any
 from sesa_cli.commands.compose import compose, explain
 from sesa_cli.commands.reload import command_config
 from sesa_cli.commands.schemas import register_configs
+from sesa_cli.commands.sweep import other_sweep
 from sesa_cli.config import SEQUENTIAL_ONLY, to_object
 from sesa_cli.devices import device_problem
 from sesa_cli.plugins import settings_problems
@@ -50,11 +51,13 @@ def _split_sweeps(overrides: list[str]) -> list[list[str]]:
     return combos
 
 
-def output_dir_problem(config_name: str, overrides: list[str], multirun: bool) -> str | None:
+def output_dir_problem(
+    config_name: str, overrides: list[str], multirun: bool, sweep_overrides: list[str] | None = None
+) -> str | None:
     """Why the command could not write its output dir (``hydra.run.dir``, or ``hydra.sweep.dir`` for ``-m``), or
     None. Checked before Hydra creates it, so an unwritable place is one line, not a traceback after start-up; a
-    sweep dir that already holds a sweep or a run is refused too (a single run's dir is checked once the command
-    holds its lock: sesa_cli.commands.rundir)."""
+    sweep dir that holds a run, or another sweep, is refused too (a rerun of the same sweep resumes it:
+    sesa_cli.commands.sweep; a single run's dir is checked once the command holds its lock: sesa_cli.commands.rundir)."""
     key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
     hydra = compose(config_name, overrides, hydra=True).hydra
     path = Path(str(hydra.sweep.dir if multirun else hydra.run.dir)).expanduser()
@@ -70,9 +73,13 @@ def output_dir_problem(config_name: str, overrides: list[str], multirun: bool) -
     if not existing.is_dir():
         return f"{key}={path}: {existing} is a file, not a directory"
     if existing == path and multirun and os.environ.get("RANK", "0") == "0":
-        held = [n for n in ("metrics.jsonl", "metrics.json", "checkpoints", "multirun.yaml") if (path / n).exists()]
+        held = [n for n in ("metrics.jsonl", "metrics.json", "checkpoints") if (path / n).exists()]
         if held:
             return f"{key}={path} already holds a run ({held[0]}); choose a new directory"
+        # a sweep's own dir: rerunning its command resumes it (sesa_cli.commands.sweep); another sweep's is refused
+        problem = other_sweep(path, config_name, sweep_overrides or overrides)
+        if problem:
+            return problem
     from sesa_cli.commands.rundir import held_files
 
     if existing == path and held_files(path):
@@ -191,7 +198,7 @@ def validate_argv(config_name: str, argv: list[str]) -> str | None:
     try:
         combos = _split_sweeps(args.overrides) if args.multirun else [args.overrides]
     except Exception as exc:  # noqa: BLE001  (any parse error of the user's sweep becomes its one-line message)
-        return str(exc).splitlines()[0]
+        return explain(exc, config_name, args.overrides)
     samplers: set[str] = set()
     for overrides in combos:
         try:
@@ -213,6 +220,6 @@ def validate_argv(config_name: str, argv: list[str]) -> str | None:
     if problem or args.cfg:  # --cfg only prints the config: it writes no output dir
         return problem
     try:
-        return output_dir_problem(config_name, combos[0], args.multirun)
+        return output_dir_problem(config_name, combos[0], args.multirun, args.overrides)
     except Exception as exc:  # noqa: BLE001
         return explain(exc, config_name, combos[0])

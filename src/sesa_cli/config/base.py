@@ -9,9 +9,11 @@ from typing import Any
 
 __all__ = [
     "DEVICES",
+    "LONGEST_SHOWN",
     "ConfigError",
     "at_least",
     "conf_dir",
+    "cut",
     "device_form",
     "first_line",
     "nonfinite_values",
@@ -31,12 +33,27 @@ class ConfigError(ValueError):
 
 def first_line(exc: BaseException, limit: int = 200) -> str:
     """The first line of an exception's message (its type name if it has none), cut to its first sentence when
-    longer than ``limit``: what a one-line error quotes."""
+    longer than ``limit``, and its long values cut (:func:`cut`): what a one-line error quotes, never cut
+    mid-sentence."""
     text = str(exc).strip()
     line = text.splitlines()[0] if text else type(exc).__name__
     if len(line) > limit:
-        line = line.split(". ", 1)[0][:limit]
-    return line
+        line = line.split(". ", 1)[0]
+    return cut(line)
+
+
+LONGEST_SHOWN = 160
+"""The most characters of one value (a word without spaces) a one-line message shows (:func:`cut`)."""
+
+
+def cut(text: str, limit: int = LONGEST_SHOWN) -> str:
+    """``text`` with every word (a run of characters without whitespace) longer than ``limit`` cut to its first and
+    last characters around ``…(N characters)…``: a long value stays recognisable, the line stays readable."""
+    if len(text) <= limit:
+        return text
+    words = text.split(" ")
+    head, tail = limit * 2 // 3, limit // 6
+    return " ".join(f"{w[:head]}…({len(w):,} characters)…{w[-tail:]}" if len(w) > limit else w for w in words)
 
 
 def one_of(value: str, field_name: str, choices: tuple[str, ...]) -> None:

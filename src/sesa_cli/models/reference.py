@@ -44,12 +44,12 @@ def describe(base: Any) -> dict[str, str]:
 
 def parent_record(parent_run: Path) -> dict[str, str] | None:
     """The ``kl_reference`` a parent run recorded; None for runs written before it was recorded."""
-    from sesa_cli.runs import read_json_object
+    from sesa_cli.runs import read_run_info
 
     path = parent_run / "run.json"
     if not path.is_file():
         return None
-    record = read_json_object(path).get("kl_reference")
+    record = read_run_info(path).get("kl_reference")
     if record is None:
         return None
     if not isinstance(record, dict) or not all(isinstance(record.get(k), str) for k in ("base", "sha256")):

@@ -82,35 +82,85 @@ def build_tiny_model(cfg: ModelConfig, tokenizer: PreTrainedTokenizerFast, seed:
     return LlamaForCausalLM(config)
 
 
+MODEL_FIELDS = (
+    "hidden_size",
+    "num_layers",
+    "num_heads",
+    "intermediate_size",
+    "max_position_embeddings",
+    "warm_start_steps",
+    "warm_start_batch_size",
+    "warm_start_lr",
+    "warm_start_corpus_size",
+    "warm_start_block",
+    "tokenizer",
+)
+"""The model fields a warm-started base depends on (its cache key, and what its warm_start.json records)."""
+
+
+def built_for(cfg: ModelConfig, task: Task) -> dict[str, Any]:
+    """What a warm-started base is built from: the model fields, the task's warm-start key and alphabet, the format.
+    The tokenizer is built from the alphabet (and, for words, from the corpus the warm-start key fixes), so a base
+    trained over another vocabulary is never reused."""
+    fields = {k: getattr(cfg, k) for k in MODEL_FIELDS}
+    return {"model": fields, "task": task.warm_start_key(), "alphabet": task.alphabet(), "v": _FORMAT_VERSION}
+
+
 def cache_key(cfg: ModelConfig, task: Task) -> str:
-    fields = {
-        k: getattr(cfg, k)
-        for k in (
-            "hidden_size",
-            "num_layers",
-            "num_heads",
-            "intermediate_size",
-            "max_position_embeddings",
-            "warm_start_steps",
-            "warm_start_batch_size",
-            "warm_start_lr",
-            "warm_start_corpus_size",
-            "warm_start_block",
-            "tokenizer",
-        )
-    }
-    # The tokenizer is built from the alphabet (and, for words, from the corpus the warm-start key fixes), so a base
-    # trained over another vocabulary is never reused.
-    key = {"model": fields, "task": task.warm_start_key(), "alphabet": task.alphabet(), "v": _FORMAT_VERSION}
-    blob = json.dumps(key, sort_keys=True)
+    blob = json.dumps(built_for(cfg, task), sort_keys=True)
     return f"tiny-{task.name}-{hashlib.sha256(blob.encode()).hexdigest()[:12]}"
 
 
+def _differences(found: dict[str, Any], wanted: dict[str, Any], prefix: str = "") -> list[str]:
+    out = []
+    for name, value in wanted.items():
+        if isinstance(value, dict) and isinstance(found.get(name), dict):
+            out += _differences(found[name], value, f"{prefix}{name}.")
+        elif found.get(name, value) != value:  # a key an older warm_start.json did not record is not compared
+            out.append(f"{prefix}{name}: {found[name]} -> {value}")
+    return out
+
+
+def base_matches(cfg: ModelConfig, task: Task) -> Callable[[Path, dict[str, Any]], str | None]:
+    """The check a cached base passes before it is used (sesa_cli.models.cache): its warm_start.json's record of
+    what it was built for (``built_for``; a base built before it was recorded: its task key, tokenizer and steps)
+    and its config.json's shape are this run's, and its model has an embedding per token of its tokenizer."""
+    wanted = json.loads(json.dumps(built_for(cfg, task)))  # as read back from JSON (tuples are lists there)
+    shape = {"hidden_size": cfg.hidden_size, "num_hidden_layers": cfg.num_layers,
+             "num_attention_heads": cfg.num_heads, "intermediate_size": cfg.intermediate_size,
+             "max_position_embeddings": cfg.max_position_embeddings}  # fmt: skip
+
+    def matches(path: Path, record: dict[str, Any]) -> str | None:
+        from sesa_cli.runs import read_json_object
+
+        recorded = record.get("built_for")
+        if isinstance(recorded, dict):
+            found = _differences(recorded, wanted)
+        else:
+            legacy = {"task": wanted["task"], "tokenizer": cfg.tokenizer, "steps": cfg.warm_start_steps}
+            found = _differences({k: record[k] for k in legacy if k in record}, legacy)
+            if "task" not in record or "tokenizer" not in record:
+                found.append("warm_start.json records no task or tokenizer")
+        config = read_json_object(path / "config.json")
+        found += _differences({k: config[k] for k in shape if k in config}, shape)
+        vocabulary = record.get("vocabulary")
+        if isinstance(vocabulary, int) and config.get("vocab_size") != vocabulary:
+            found.append(f"vocab_size: {config.get('vocab_size')} -> {vocabulary} (its warm_start.json)")
+        return ", ".join(found[:3]) or None
+
+    return matches
+
+
 def tiny_base_dir(cfg: ModelConfig, task: Task) -> Path:
-    """The cached warm-started base for (task, model config), built on first use (safe under parallel jobs)."""
+    """The cached warm-started base for (task, model config), built on first use (safe under parallel jobs; a
+    damaged one is built again, one built for another config refused: sesa_cli.models.cache)."""
     target = Path(cfg.cache_dir).expanduser() / cache_key(cfg, task)
     built: list[dict[str, Any]] = []
-    path = build_once(target, "warm_start.json", lambda tmp: built.append(warm_start(cfg, task, tmp)))
+
+    def build(tmp: Path) -> None:
+        built.append(warm_start(cfg, task, tmp))
+
+    path = build_once(target, "warm_start.json", build, matches=base_matches(cfg, task))
     if built:  # named once it is in the cache (the build wrote a temporary dir)
         log.info("warm start done in %.1fs, final loss %.3f -> %s", built[0]["seconds"], built[0]["final_loss"], path)
     return path
@@ -263,6 +313,7 @@ def _warm_start(cfg: ModelConfig, task: Task, out_dir: Path, recount: Callable[[
     model.save_pretrained(out_dir)
     tokenizer.save_pretrained(out_dir)
     info: dict[str, Any] = {
+        "built_for": built_for(cfg, task),  # what a later run checks before it uses this base (base_matches)
         "task": task.warm_start_key(),
         "params": n_params,
         "tokenizer": cfg.tokenizer,

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import functools
 import glob
-import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -22,7 +21,7 @@ import pandas as pd
 from sesa_cli.config import PLUGIN_MAPPINGS, SEQUENTIAL_ONLY, ConfigError
 from sesa_cli.deprecations import rename_overrides, upgrade_config
 from sesa_cli.metric_keys import RENAMED, key
-from sesa_cli.runs import read_json_object, read_metrics, read_yaml  # one reader each: one-line errors naming the file
+from sesa_cli.runs import read_json_object, read_metrics, read_run_info, read_yaml  # one reader each: one-line errors
 
 METRICS_JSONL = "metrics.jsonl"
 METRICS_JSON = "metrics.json"
@@ -229,9 +228,11 @@ def metrics_frame(rows: list[dict[str, Any]], source: Path) -> pd.DataFrame:
     return merged
 
 
-def parse_overrides(items: Any) -> dict[str, str]:
-    """``{key: value}`` of a run's override list (``.hydra/overrides.yaml``), old keys under their current names;
-    ``(deleted)`` for ``~key``."""
+def parse_overrides(items: Any, where: Path | None = None) -> dict[str, str]:
+    """``{key: value}`` of the ``key=value`` overrides a run recorded (``.hydra/overrides.yaml``; ``where``: the file,
+    named when they are not a list of them), old keys under their current names; ``(deleted)`` for ``~key``."""
+    if items is not None and not (isinstance(items, list) and all(isinstance(i, (str, int, float)) for i in items)):
+        raise ConfigError(f"{where} holds a {type(items).__name__}, not a list of key=value overrides")
     result: dict[str, str] = {}
     renamed, _ = rename_overrides([str(item) for item in items or []])  # a run written before a config key was renamed
     for text in renamed:
@@ -282,11 +283,11 @@ def load_run(path: Path, notes: list[str] | None = None) -> Run:
         config = upgrade_config(loaded) if isinstance(loaded, dict) else {}
     info: dict[str, Any] = {}
     if (path / "run.json").is_file():
-        info = read_json_object(path / "run.json")
+        info = read_run_info(path / "run.json")
     else:
         missing.append(f"no run.json (its command is {UNKNOWN})")
     if (path / ".hydra" / "overrides.yaml").is_file():
-        overrides = parse_overrides(_read_yaml(path / ".hydra" / "overrides.yaml"))
+        overrides = parse_overrides(_read_yaml(path / ".hydra" / "overrides.yaml"), path / ".hydra" / "overrides.yaml")
     else:
         overrides = parse_overrides(info.get("overrides"))
     if notes is not None and missing:
@@ -373,7 +374,7 @@ def _ckpt_identity(run: Run) -> str | None:
         if (path / ".hydra" / "overrides.yaml").is_file():
             overrides = parse_overrides(_read_yaml(path / ".hydra" / "overrides.yaml"))
         elif (path / "run.json").is_file():
-            overrides = parse_overrides(json.loads((path / "run.json").read_text()).get("overrides"))
+            overrides = parse_overrides(read_run_info(path / "run.json").get("overrides"))
     except (OSError, ValueError, AttributeError):  # ConfigError is a ValueError
         overrides = None
     if overrides is None:

@@ -81,7 +81,11 @@ def test_the_examples_run_with_sesa_train_from_their_own_folder(folder: Path, ca
                 assert r.get("loss/best_rows", 0) <= 2  # train.batch_size=2
         config = (folder / f"outputs/run{n}" / "config.yaml").read_text()
         assert f"name: {'path' if 'task=path' in argv else 'reverse'}" in config
-        assert "plugins:" in config  # the run records them: sesa eval and revive of it import them again
+        assert "plugins:" in config  # the run records them: evaluating or reviving it imports them again
+        if argv[:2] == ["train", "plugins=[reverse_task]"]:  # the task alone: evaluate its run too
+            done = _sesa(folder, ["eval", f"ckpt=outputs/run{n}", *QUICK[2:], f"hydra.run.dir=outputs/eval{n}"])
+            assert done.returncode == 0, done.stderr[-2000:]  # no plugins= given: the run's own are imported
+            assert (folder / f"outputs/eval{n}" / "metrics.json").is_file()
 
 
 def test_the_examples_appear_in_help(folder: Path) -> None:

@@ -14,6 +14,17 @@ from sesa_cli.commands.table import USAGES
 from sesa_cli.config import ConfigError, conf_dir, cut
 from sesa_cli.paths import hydra_value, user_path_problem
 from sesa_cli.plugins import with_search_path
+from sesa_cli.tasks import TASK_SCHEMAS
+
+
+def store_task_schemas() -> None:
+    """Store every registered task's schema in Hydra's ConfigStore as ``schema/task/<name>`` (idempotent), a plug-in's
+    task too once its module is imported (conf/task/<name>.yaml names its schema in its defaults)."""
+    from hydra.core.config_store import ConfigStore
+
+    cs = ConfigStore.instance()
+    for name, schema in TASK_SCHEMAS.items():
+        cs.store(group="schema/task", name=name, node=schema)
 
 
 def compose(config_name: str, overrides: list[str], hydra: bool = False) -> Any:

@@ -19,8 +19,7 @@ from typing import Any
 
 from sesa_cli import plugins
 from sesa_cli.commands.common import hydra_context, torch_threads
-from sesa_cli.commands.compose import explain
-from sesa_cli.commands.schemas import register_configs
+from sesa_cli.commands.compose import explain, store_task_schemas
 from sesa_cli.config import ConfigError, conf_dir, cut, first_line, to_object
 from sesa_cli.deprecations import upgrade_config
 
@@ -108,7 +107,7 @@ def reload_config(config_name: str, parent_config: Path, overrides: list[str]) -
     if not (isinstance(modules, list) and all(isinstance(m, str) for m in modules)):
         raise ConfigError(f"{parent_config}: 'plugins' must be a list of module names")
     plugins.load(modules)  # the run's own plug-ins (its task, terms...), before its config is composed
-    register_configs()  # a plug-in task's schema
+    store_task_schemas()  # a plug-in task's
     for group in GROUPS:
         if group in parent and not (isinstance(parent[group], dict) and isinstance(parent[group].get("name"), str)):
             raise ConfigError(f"{parent_config}: {group!r} must be a mapping with a 'name'")

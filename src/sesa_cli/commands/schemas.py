@@ -9,9 +9,9 @@ from __future__ import annotations
 from typing import Any
 
 from sesa_cli import plugins
+from sesa_cli.commands.compose import store_task_schemas
 from sesa_cli.commands.sweep import register_resolver
 from sesa_cli.config import PLUGIN_MAPPINGS, DiversityReportConfig, EvalConfig, ReviveConfig, TrainConfig
-from sesa_cli.tasks import TASK_SCHEMAS
 
 
 def register_configs() -> None:
@@ -27,8 +27,7 @@ def register_configs() -> None:
     cs.store(name="diversity_report_schema", node=DiversityReportConfig)
     cs.store(name="revive_schema", node=open_mappings(ReviveConfig))
     cs.store(name="eval_schema", node=EvalConfig)
-    for name, schema in TASK_SCHEMAS.items():
-        cs.store(group="schema/task", name=name, node=schema)
+    store_task_schemas()
     optuna_follows_sweep_direction(cs)
     register_resolver()  # hydra.sweep.subdir's (conf/hydra/default.yaml)
 

@@ -22,6 +22,7 @@ import torch
 
 from sesa_cli import metrics as M
 from sesa_cli.config import EvalProtocolConfig, SamplerConfig
+from sesa_cli.intervals import sampled_gap
 from sesa_cli.models.policy import Policy
 from sesa_cli.rollout.samplers import ParallelSampler, Rollout, Sampler
 from sesa_cli.tasks.agent import AgentTask
@@ -251,6 +252,20 @@ class ExactPolicy:
                 per.append(M.policy_metrics(p, target, k))
         return {prefix + key: float(np.mean([m[key] for m in per])) for key in per[0]}
 
+    def against_samples(self, probs: Sequence[np.ndarray], groups: Sequence[Sequence[Rollout]]) -> dict[str, float]:
+        """The sampled counterpart of ``policy/target_mass``: ``eval/exact_instances_success``, the share of the
+        i.i.d. plain-prompt samples ``groups`` (one group per validation instance, in order) that succeed on the
+        instances scored here, and ``policy/sampled_gap``, how far it lies from their exact success probability
+        (:func:`sesa_cli.intervals.sampled_gap`). Where the two disagree the exact metrics do not describe what
+        the policy does (issue 49: replies the parser forgave and the walk did not list)."""
+        success = [[r.score.success for r in groups[index]] for index in self.indices]
+        target = [float(p[t].sum()) for p, t in zip(probs, self.targets, strict=True)]
+        pruned = [self.pruned.get(j, 0.0) for j in range(len(self.indices))]
+        return {
+            "eval/exact_instances_success": float(np.mean([np.mean(s) for s in success])),
+            "policy/sampled_gap": sampled_gap(success, target, pruned),
+        }
+
     def record(self, step: int, probs: Sequence[np.ndarray], min_prob: float = 1e-3) -> dict[str, Any]:
         """One ``policy_probs.jsonl`` line: per instance, the probability of every target and of any other solution
         with p >= ``min_prob``, by solution key (solutions × steps heatmaps are drawn from these)."""
@@ -369,6 +384,8 @@ class Evaluation:
             probs = self.exact.probs() if probs is None else probs
             row.update(self.exact.summary(probs, self.samples))
             record = self.exact.record(step, probs)
+            if self.sampler is self.plain:  # the check needs the plain prompt's i.i.d. draws
+                row.update(self.exact.against_samples(probs, groups))
         elif self.sampler is self.plain:
             # no exact policy: the plain-prompt samples' estimate of it, named as one (their i.i.d. draws only)
             keys = [[r.score.key for r in g] for g in groups]

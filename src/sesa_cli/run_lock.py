@@ -92,6 +92,12 @@ def _read_record(run_dir: Path) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
+def recorded_holder(run_dir: Path) -> dict[str, Any]:
+    """The record a command wrote into ``run_dir`` (:func:`record`), empty when there is none: the command that holds
+    the dir, or held it and died without ending (its record stays; :func:`alive` tells which)."""
+    return _read_record(_key(run_dir))
+
+
 def claim(run_dir: Path, command: str, argv: list[str], key: str = "hydra.run.dir") -> bool:
     """Take ``run_dir``'s lock for this process (creating the dir if it does not exist; nothing is written into an
     existing one: :func:`record` does that once the command uses the dir). True when newly taken (the caller gives

@@ -189,7 +189,14 @@ def test_revive_restores_optimizer_and_continues_step_numbering(parent_run, tmp_
 
 def test_revive_step_auto_without_a_flag_is_a_clear_error(parent_run, monkeypatch, capsys):
     assert run_cli(["revive", f"ckpt={parent_run}", "step=auto"], monkeypatch) == 2
-    assert "flagged no step" in capsys.readouterr().err
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert "flagged no step" in err
+    # the way on: step=last, and which checkpoint that is (the deepest: the last one saved)
+    deepest = max((parent_run / "checkpoints").iterdir())
+    assert err.endswith(
+        f"to revive from its deepest checkpoint, step {int(deepest.name[5:])} ({deepest}), pass step=last"
+    )
 
 
 def test_revive_bad_checkpoint_paths(tmp_path, monkeypatch, capsys):

@@ -1,7 +1,10 @@
 """Validate a command's overrides before any work starts, and explain a failure in one line.
 
 Composition uses Hydra's compose API against the same conf/ and schemas as the command's ``@hydra.main`` app
-(sesa_cli.commands.compose, which also words the one-line explanation), so whatever passes here composes there. In multirun mode every value of every sweep is checked. Never imports torch.
+(sesa_cli.commands.compose, which also words the one-line explanation), so whatever passes here composes there. In multirun mode every value of every sweep is checked. What the schemas cannot
+know is checked after them (:func:`registry_problem`): the names the algorithm registries hold, which code fills,
+and the task's own options (its data files), by building the task. That imports sesa_cli.algos, and so torch, for
+the commands that train or evaluate (the ones that import it anyway); the report's validation never does.
 """
 
 from __future__ import annotations
@@ -164,6 +167,38 @@ def memory_problem(config: Any) -> str | None:
     return None
 
 
+def registry_problem(config: Any) -> str | None:
+    """A one-line error for a registry name the config schemas cannot check (``algo.advantage``, ``algo.loss``,
+    ``algo.aggregation``, ``algo.off_policy``, ``algo.kl_estimator``, ``optim.lr_schedule``: the registries of
+    sesa_cli.algos, as filled when the command starts) or a task option its class refuses (a missing data file),
+    found by building the task: all before any model work (issue 49: ``algo.advantage=nope`` was found after the
+    model loaded and the step-0 evaluation ran, leaving a failed run dir)."""
+    from sesa_cli.config import ConfigError
+    from sesa_cli.tasks.base import make_task
+
+    try:
+        if hasattr(config, "algo"):
+            from sesa_cli import algos
+
+            for name, registry in (
+                ("advantage", algos.ADVANTAGES),
+                ("loss", algos.POLICY_LOSSES),
+                ("aggregation", algos.AGGREGATIONS),
+                ("off_policy", algos.OFF_POLICY),
+                ("kl_estimator", algos.KL_ESTIMATORS),
+            ):
+                algos.get(registry, getattr(config.algo, name), f"algo.{name}")
+        if hasattr(config, "optim"):
+            from sesa_cli import algos
+
+            algos.get(algos.LR_SCHEDULES, config.optim.lr_schedule, "optim.lr_schedule")
+        if hasattr(config, "task"):
+            make_task(config.task, config.seed)
+    except ConfigError as exc:
+        return str(exc)
+    return None
+
+
 def validate_argv(config_name: str, argv: list[str]) -> str | None:
     """None if the command line composes into a valid config, else a one-line explanation."""
     from hydra._internal.utils import get_args_parser
@@ -187,6 +222,9 @@ def validate_argv(config_name: str, argv: list[str]) -> str | None:
             final = command_config(config_name, composed, overrides)
         except Exception as exc:  # noqa: BLE001  (Hydra/OmegaConf raise many types; explain() names the key)
             return explain(exc, config_name, overrides)
+        problem = registry_problem(final)
+        if problem:
+            return problem
         if hasattr(final, "sampler"):
             samplers.add(final.sampler.name)
             problem = memory_problem(final)

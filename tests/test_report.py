@@ -718,3 +718,28 @@ def test_iid_sampling_is_the_baseline_whatever_the_order_of_runs(tmp_path: Path)
         report = analyse(runs)
         assert report.labels[report.baseline].endswith("parallel")
         assert next(report.labels[g] for g in report.compare["group"].unique()).endswith("sequential")
+
+
+def test_the_cpu_each_group_ran_on_is_named_where_groups_differ(tmp_path: Path) -> None:
+    """run.json records the CPU (model, vector extensions, the kernels torch chose: issue 49); the report names it
+    per group where groups differ, and shows it per run."""
+    from sesa_cli.runs import environment
+
+    cpu = environment()["cpu"]
+    assert cpu["model"]
+    assert isinstance(cpu["vector_extensions"], list)
+    assert cpu["kernels"]
+    runs = []
+    for sampler, model, kernels in (("parallel", "Xeon A", "AVX512"), ("sequential", "Xeon B", "AVX2")):
+        for s in (0, 1):
+            run = write_run(tmp_path / f"{sampler}{s}", {"sampler": sampler, "seed": s})
+            info = json.loads((run / "run.json").read_text())
+            info["cpu"] = {"model": model, "vector_extensions": ["avx2"], "kernels": kernels}
+            (run / "run.json").write_text(json.dumps(info))
+            runs.append(run)
+    report = analyse(runs)
+    assert "cpu per group: parallel: Xeon A; sequential: Xeon B" in report.notes
+    assert "kernels per group: parallel: AVX512; sequential: AVX2" in report.notes
+    from sesa_cli.report.document import runs_table
+
+    assert list(runs_table(report)["cpu"]) == ["Xeon A (AVX512)"] * 2 + ["Xeon B (AVX2)"] * 2

@@ -295,10 +295,19 @@ def environment_notes(runs: Sequence[Run]) -> list[str]:
     across = [k for k, v in seen.items() if len(v) > 1]
     if len(by_group) > 1 and across and not notes:
         notes.append(f"warning: groups differ in {', '.join(across)} (see the runs table)")
+    for key in (k for k in across if k in CPU_KEYS):  # float results differ across CPUs: each group's, named
+        values = {short_label(members[0]): sorted({r.environment.get(key, "?") for r in members})
+                  for members in by_group.values()}  # fmt: skip
+        notes.append(f"{key} per group: " + "; ".join(f"{g}: {', '.join(v)}" for g, v in values.items()))
     missing = [run for run in runs if not run.environment]
     if missing and len(missing) < len(runs):
         notes.append(f"{len(missing)} of {len(runs)} runs did not record their thread count and package versions")
     return notes
+
+
+CPU_KEYS = ("cpu", "vector extensions", "kernels")
+"""The environment keys (``Run.environment``) that describe the CPU: shown in their own column, and per group where
+groups differ in them."""
 
 
 def analyse(runs: Sequence[str | Path], compare: Sequence[str | int] = (), metrics: Sequence[str] = ()) -> Report:
@@ -457,12 +466,15 @@ def runs_table(report: Report) -> pd.DataFrame:
                 "last step": int(run.metrics.index.max()),
                 "revived at": "" if run.parent_step is None else run.parent_step,
                 "threads": env.get("torch threads", ""),
-                "versions": " ".join(f"{k} {v}" for k, v in env.items() if k != "torch threads"),
+                "versions": " ".join(f"{k} {v}" for k, v in env.items() if k not in ("torch threads", *CPU_KEYS)),
+                "cpu": f"{env['cpu']} ({env.get('kernels', '?')})" if "cpu" in env else "",
                 "run": str(run.path),
             }
         )
     frame = pd.DataFrame(rows)
-    empty = [c for c in ("seed", "command", "revived at", "threads", "versions") if not frame[c].astype(bool).any()]
+    empty = [
+        c for c in ("seed", "command", "revived at", "threads", "versions", "cpu") if not frame[c].astype(bool).any()
+    ]
     return frame.drop(columns=empty)
 
 

@@ -33,6 +33,8 @@ from sesa_cli.tasks.sokoban import SokobanTask, SokobanTaskConfig
 
 MAP = ("SFF", "FHF", "FFG")  # 3x3: start top-left, a hole in the middle, goal bottom-right
 
+pytestmark = pytest.mark.numerics  # the walks against brute force and against samples (the rest is cheap)
+
 
 def _task(**overrides) -> FrozenLakeTask:
     fields = {

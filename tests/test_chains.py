@@ -289,7 +289,7 @@ def test_path_corpus_lists_never_end_before_list_max_and_pairs_follow(path_setup
             items = line[2:].split("|")
             assert items[-1] == ""
             assert len(items) - 1 == task.cfg.list_max == len(set(items[:-1]))
-            assert all(task.parse(p) for p in items[:-1])
+            assert all(task.parse(p + task.stop) for p in items[:-1])
             kinds["P:"] += 1
         elif line.startswith("S:"):
             items = line[2:].split("|")[:-1]

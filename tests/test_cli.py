@@ -36,6 +36,41 @@ def test_bad_input_is_one_line_and_exit_2(monkeypatch, capsys, argv, expected):
     assert not any("Traceback" in line for line in err)
 
 
+@pytest.mark.parametrize(
+    ("command", "argv", "expected"),
+    [
+        ("train", ["algo.advantage=nope"], "unknown algo.advantage 'nope'; valid: dr_grpo, grpo, rloo"),
+        ("train", ["algo.loss=nope"], "unknown algo.loss 'nope'; valid: "),
+        ("train", ["algo.aggregation=nope"], "unknown algo.aggregation 'nope'; valid: "),
+        ("train", ["algo.off_policy=nope"], "algo.off_policy='nope' is not valid; choose one of: "),
+        ("train", ["logger=[nope]"], "logger='nope' is not a logger; choose from: "),
+        ("train", ["-m", "algo.advantage=grpo,nope"], "unknown algo.advantage 'nope'"),
+        ("train", ["task=math", "task.data=no/such.jsonl"], "math data file 'no/such.jsonl' not found"),
+        ("eval", ["task=math", "task.data=no/such.jsonl"], "math data file 'no/such.jsonl' not found"),
+    ],
+)
+def test_a_bad_registry_name_or_task_option_is_refused_before_any_model_work(
+    command, argv, expected, monkeypatch, capsys, tmp_path
+):
+    """Issue 49: ``algo.advantage=nope`` loaded the model and ran the step-0 evaluation before its error, leaving a
+    failed run dir. Every registry name and task option is checked with the overrides: one line, exit 2, no run
+    dir, and the model is never loaded."""
+    from sesa_cli.models import loading
+
+    def no_model_work(*args, **kwargs):
+        raise AssertionError("model work started before the overrides were checked")
+
+    monkeypatch.setattr(loading, "load_base", no_model_work)
+    out = tmp_path / "out"
+    key = "hydra.sweep.dir" if "-m" in argv else "hydra.run.dir"
+    assert run_cli([command, *argv, f"{key}={out}"], monkeypatch) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    assert err[0].startswith(f"sesa {command}: error: ")
+    assert expected in err[0]
+    assert not out.exists()
+
+
 def test_cfg_job_passes_through_to_hydra(monkeypatch, capsys):
     assert run_cli(["train", "--cfg", "job", "task=path", "sampler=parallel", "seed=7"], monkeypatch) == 0
     out = capsys.readouterr().out

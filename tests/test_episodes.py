@@ -108,10 +108,13 @@ def test_sequential_episode_k_continues_after_the_earlier_episodes(frozenlake_se
     instances = [task.instance("train", i) for i in range(2)]
     groups = sampler.sample(instances, torch.Generator().manual_seed(0))
     between = policy.encode(task.between) if task.between else []
+    stop = policy.encode(task.stop)
     for inst, group in zip(instances, groups, strict=True):
         x = sampler.encode_prompt(task.prompt(inst))
         for k, r in enumerate(group):
-            assert r.context_ids == chained_context(x, [e.completion.ids for e in group[:k]], between)
+            # an episode whose last reply was cut (an invalid reply: it ended the episode) is closed with the stop
+            earlier = [e.completion.ids + (stop if e.stop_forced else []) for e in group[:k]]
+            assert r.context_ids == chained_context(x, earlier, between)
             assert r.prompt_ids == x
             responses = [t for m, t in _segments(policy, r.completion) if m]
             assert r.score == task.transcript(inst, responses)[1]

@@ -75,6 +75,7 @@ def _lora(model):
     return get_peft_model(copy.deepcopy(model), config)
 
 
+@pytest.mark.numerics
 @pytest.mark.parametrize("which", ["tiny", "tiny_lora", "qwen2_gqa", "qwen2_eager"])
 @pytest.mark.parametrize(("shared", "temperature"), [(False, 1.0), (True, 0.7)])
 def test_packed_scoring_gives_the_padded_logps_entropies_and_gradients(path_setup, which, shared, temperature):
@@ -185,6 +186,7 @@ def test_a_flat_packing_holds_every_row_whole_in_one_row_with_restarting_positio
         assert packed.position_ids[0, at].tolist() == list(range(n))
 
 
+@pytest.mark.numerics
 def test_an_attention_without_custom_masks_scores_the_flat_packing_to_the_padded_values(path_setup, monkeypatch):
     """A model whose attention takes no 4D mask (flash attention, which this CPU has not) gets the flat packing and
     no mask; run through SDPA, which reads the same packing from the restarting positions, it scores what the padded

@@ -38,6 +38,7 @@ def test_only_the_path_task_enumerates_its_answers():
     assert {name for name, cls in TASKS.items() if cls.solution_space is not Task.solution_space} == {"path"}
 
 
+@pytest.mark.numerics
 def test_solution_probabilities_match_the_samplers_own_logps(path_setup):
     cfg, task, policy = path_setup
     sampler = ParallelSampler(cfg.sampler, task, policy)

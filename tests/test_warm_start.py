@@ -34,13 +34,13 @@ PINNED = {
     "frozenlake_tiny": (["experiment=frozenlake_tiny"], "68c5158eb70b9824", "627769c7e338d511"),
     "frozenlake_chat": (
         ["task=frozenlake", "task.style=chat", *RAGEN_ON_TINY],
-        "56a9c7e5bb99acfd",
-        "b15bedd6157f53ce",
+        "d6c3606de6796177",
+        "19d338b4ba92b1c1",
     ),
     "sokoban": (["task=sokoban"], "a6bd551b40d96fd3", "a3e3f9de866cb07f"),
-    "sokoban_chat": (["task=sokoban", "task.style=chat"], "625255e35692741b", "32df92d7d40844fc"),
+    "sokoban_chat": (["task=sokoban", "task.style=chat"], "a80dfc058e03177f", "58e506f4ea7e9020"),
     "sudoku": (["task=sudoku"], "887446284e4da58f", "ba1ead0e96aa8ab4"),
-    "sudoku_chat": (["task=sudoku", "task.style=chat"], "f3466338e9c594e3", "3663aa10b19d8883"),
+    "sudoku_chat": (["task=sudoku", "task.style=chat"], "696ccb246f4719c3", "2d70db533fc268bb"),
 }
 
 

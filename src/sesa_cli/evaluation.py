@@ -215,6 +215,8 @@ class Evaluation:
             snapshot = self.exact.snapshot() if snapshot is None else snapshot
             row.update(snapshot.summary(self.samples))
             record = snapshot.record(step)
+            if self.sampler is self.plain:  # the check needs the plain prompt's i.i.d. draws
+                row.update(snapshot.against_samples(groups))
         elif self.sampler is self.plain:
             # no exact policy: the plain-prompt samples' estimate of it, named as one (their i.i.d. draws only)
             keys = [[r.score.key for r in g] for g in groups]

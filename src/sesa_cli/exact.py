@@ -28,7 +28,9 @@ import numpy as np
 import torch
 
 from sesa_cli import metrics as M
+from sesa_cli.intervals import sampled_gap
 from sesa_cli.rollout.episode_tree import episode_tree
+from sesa_cli.rollout.rollouts import Rollout
 from sesa_cli.rollout.samplers import Sampler
 from sesa_cli.tasks.agent import AgentTask
 
@@ -79,6 +81,20 @@ class PolicySnapshot:
         """:meth:`InstanceProbs.metrics` of each instance, averaged over them."""
         per = [inst.metrics(k) for inst in self.instances]
         return {prefix + key: float(np.mean([m[key] for m in per])) for key in per[0]}
+
+    def against_samples(self, groups: Sequence[Sequence[Rollout]]) -> dict[str, float]:
+        """The sampled counterpart of ``policy/target_mass``: ``eval/exact_instances_success``, the share of the
+        i.i.d. plain-prompt samples ``groups`` (one group per validation instance, in order) that succeed on the
+        instances scored here, and ``policy/sampled_gap``, how far it lies from their exact success probability
+        (:func:`sesa_cli.intervals.sampled_gap`). Where the two disagree the exact metrics do not describe what
+        the policy does (issue 49: replies the parser forgave and the walk did not list)."""
+        success = [[r.score.success for r in groups[inst.index]] for inst in self.instances]
+        target = [float(inst.probs[inst.targets].sum()) for inst in self.instances]
+        pruned = [inst.pruned or 0.0 for inst in self.instances]
+        return {
+            "eval/exact_instances_success": float(np.mean([np.mean(s) for s in success])),
+            "policy/sampled_gap": sampled_gap(success, target, pruned),
+        }
 
     def record(self, step: int, min_prob: float = 1e-3) -> dict[str, Any]:
         """One ``policy_probs.jsonl`` line: per instance, the probability of every target and of any other solution

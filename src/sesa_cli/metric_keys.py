@@ -123,7 +123,17 @@ METRIC_KEYS: tuple[MetricKey, ...] = (
         "Share of validation samples that are correct (pass@1, mean over instances).",
         f"{_M}.rollout_stats",
     ),
-    MetricKey("eval/valid", "Share of validation samples with a solution key.", f"{_M}.rollout_stats"),
+    MetricKey(
+        "eval/valid",
+        "Share of validation samples with a solution key (agent tasks: episodes of valid replies only).",
+        f"{_M}.rollout_stats",
+    ),
+    MetricKey(
+        "eval/exact_instances_success",
+        "Share of the validation samples on the instances the exact policy/* metrics cover (the first "
+        "eval.policy_instances) that succeed: the sampled counterpart of policy/target_mass.",
+        "sesa_cli.evaluation.ExactPolicy.against_samples",
+    ),
     MetricKey(
         "eval/entropy",
         "Token entropy of the validation samples (per instance over its tokens, then the mean over instances).",
@@ -166,9 +176,16 @@ METRIC_KEYS: tuple[MetricKey, ...] = (
     # ---------------------------------------------------------------------------------------------------- policy
     MetricKey(
         "policy/valid_mass",
-        "Exact probability that a plain-prompt sample is a valid solution (agent tasks: an episode of well-formed "
-        "responses only).",
+        "Exact probability that a plain-prompt sample is a valid solution (agent tasks: an episode of valid "
+        "replies only; the rest ends on an invalid reply, a failure, or was pruned).",
         f"{_M}.policy_metrics",
+    ),
+    MetricKey(
+        "policy/sampled_gap",
+        "How far eval/exact_instances_success lies from the exact success probability of those instances "
+        "([policy/target_mass, + policy/pruned_mass]), in standard deviations of the sampled share; above 3 the exact "
+        "metrics do not describe what the policy samples (the report marks the run).",
+        "sesa_cli.intervals.sampled_gap",
     ),
     MetricKey(
         "policy/target_mass",

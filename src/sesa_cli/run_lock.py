@@ -94,6 +94,12 @@ def _read_record(run_dir: Path) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
+def recorded_holder(run_dir: Path) -> dict[str, Any]:
+    """The record a command wrote into ``run_dir`` (:func:`record`), empty when there is none: the command that holds
+    the dir, or held it and died without ending (its record stays; :func:`alive` tells which)."""
+    return _read_record(_key(run_dir))
+
+
 class DirTaken(ConfigError):
     """A dir that belongs to another run, report or command (in use, or holding its records): the command that
     wanted it is refused; a sweep job skips it (sesa_cli.commands.sweep)."""

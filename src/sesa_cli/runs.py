@@ -485,12 +485,16 @@ def git_commit() -> str | None:
 
 def environment() -> dict[str, Any]:
     """What a run's numbers depend on besides its config and commit: torch's intra-op thread count (float
-    reductions split differently, and runs of the same seed part ways: see docs/measurements.md, "FrozenLake: what the tiny model can learn") and the
-    versions of the packages doing the arithmetic. ``sesa diversity-report`` warns when grouped runs differ in them."""
+    reductions split differently, and runs of the same seed part ways: see docs/measurements.md, "FrozenLake: what the tiny model can learn"), the
+    versions of the packages doing the arithmetic, and the CPU: its model, vector extensions and the kernels torch
+    chose for them (``cpu``; issue 49: another CPU's kernels round differently). ``sesa diversity-report`` warns when
+    grouped runs differ in them."""
     import platform
     from importlib import metadata
 
     import torch
+
+    from sesa_cli import cpus
 
     versions: dict[str, str | None] = {"python": platform.python_version()}
     for package in ("torch", "transformers", "sesa"):
@@ -498,7 +502,10 @@ def environment() -> dict[str, Any]:
             versions[package] = metadata.version(package)
         except metadata.PackageNotFoundError:
             versions[package] = None
-    return {"torch_threads": torch.get_num_threads(), "versions": versions}
+    cpu = {**cpus.describe(), "kernels": torch.backends.cpu.get_cpu_capability()}
+    if os.environ.get("ONEDNN_MAX_CPU_ISA"):  # oneDNN's kernels capped by the user
+        cpu["onednn_max_cpu_isa"] = os.environ["ONEDNN_MAX_CPU_ISA"]
+    return {"torch_threads": torch.get_num_threads(), "versions": versions, "cpu": cpu}
 
 
 def list_checkpoints(run_dir: Path) -> list[tuple[int, Path]]:

@@ -66,7 +66,11 @@ def pick_checkpoint(path: str, step: str) -> Path:
         for _, ckpt in ckpts:
             if read_trainer_state(ckpt, training=True)["collapse"].get("first_flag_step") is not None:
                 return ckpt
-        raise ConfigError(f"step=auto: the collapse monitor flagged no step in any checkpoint of {p}")
+        deepest = ckpts[-1]  # the last checkpoint: the furthest the run trained
+        raise ConfigError(
+            f"step=auto: the collapse monitor flagged no step in any checkpoint of {p}; to revive from its deepest "
+            f"checkpoint, step {deepest[0]} ({deepest[1]}), pass step=last"
+        )
     for n, ckpt in ckpts:
         if n == int(step):
             return ckpt

@@ -1,8 +1,12 @@
 """Validate a command's overrides before any work starts, and explain a failure in one line.
 
 Composition uses Hydra's compose API against the same conf/ and schemas as the command's ``@hydra.main`` app
-(sesa_cli.commands.compose, which also words the one-line explanation), so whatever passes here composes there. In multirun mode every value of every sweep is checked. Imports torch only to check a
-``device=cuda`` against the machine (sesa_cli.devices).
+(sesa_cli.commands.compose, which also words the one-line explanation), so whatever passes here composes there. In
+multirun mode every value of every sweep is checked. What the schemas cannot know is checked after them: the
+plug-ins' registries (sesa_cli.plugins.settings_problems), the names the algorithm registries hold, which code fills,
+and the task's own options (its data files), by building the task (:func:`registry_problem`), and a ``device=cuda``
+against the machine (sesa_cli.devices). That imports sesa_cli.algos, and so torch, for the commands that train or
+evaluate (the ones that import it anyway); the report's validation never does.
 """
 
 from __future__ import annotations
@@ -185,6 +189,38 @@ def runs_here(overrides: list[str]) -> bool:
     return not chosen or chosen[-1] in LOCAL_LAUNCHERS
 
 
+def registry_problem(config: Any) -> str | None:
+    """A one-line error for a registry name the config schemas cannot check (``algo.advantage``, ``algo.loss``,
+    ``algo.aggregation``, ``algo.off_policy``, ``algo.kl_estimator``, ``optim.lr_schedule``: the registries of
+    sesa_cli.algos, as filled when the command starts) or a task option its class refuses (a missing data file),
+    found by building the task: all before any model work (issue 49: ``algo.advantage=nope`` was found after the
+    model loaded and the step-0 evaluation ran, leaving a failed run dir)."""
+    from sesa_cli.config import ConfigError
+    from sesa_cli.tasks.base import make_task
+
+    try:
+        if hasattr(config, "algo"):
+            from sesa_cli import algos
+
+            for name, registry in (
+                ("advantage", algos.ADVANTAGES),
+                ("loss", algos.POLICY_LOSSES),
+                ("aggregation", algos.AGGREGATIONS),
+                ("off_policy", algos.OFF_POLICY),
+                ("kl_estimator", algos.KL_ESTIMATORS),
+            ):
+                algos.get(registry, getattr(config.algo, name), f"algo.{name}")
+        if hasattr(config, "optim"):
+            from sesa_cli import algos
+
+            algos.get(algos.LR_SCHEDULES, config.optim.lr_schedule, "optim.lr_schedule")
+        if hasattr(config, "task"):
+            make_task(config.task, config.seed)
+    except ConfigError as exc:
+        return str(exc)
+    return None
+
+
 def validate_argv(config_name: str, argv: list[str]) -> str | None:
     """None if the command line composes into a valid config, else a one-line explanation."""
     from hydra._internal.utils import get_args_parser
@@ -209,8 +245,9 @@ def validate_argv(config_name: str, argv: list[str]) -> str | None:
         except Exception as exc:  # noqa: BLE001  (Hydra/OmegaConf raise many types; explain() names the key)
             return explain(exc, config_name, overrides)
         problems = settings_problems(final)  # the plug-ins' registries: loss terms, batch filters, loggers
-        if problems:
-            return "; ".join(problems)
+        problem = "; ".join(problems) or registry_problem(final)
+        if problem:
+            return problem
         if hasattr(final, "sampler"):
             samplers.add(final.sampler.name)
             problem = (device_problem(final.device) if runs_here(overrides) else None) or memory_problem(final)

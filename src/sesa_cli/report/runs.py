@@ -112,13 +112,23 @@ class Run:
 
     @property
     def environment(self) -> dict[str, str]:
-        """Thread count and package versions from run.json (``{}`` for runs written before they were recorded)."""
+        """Thread count, package versions and CPU (model, vector extensions, the kernels torch chose) from run.json
+        (``{}`` for runs written before they were recorded; the CPU since issue 49)."""
         env: dict[str, str] = {}
         if self.info.get("torch_threads") is not None:
             env["torch threads"] = str(self.info["torch_threads"])
         versions = self.info.get("versions")
         if isinstance(versions, dict):
             env.update({name: str(version) for name, version in versions.items()})
+        cpu = self.info.get("cpu")
+        if isinstance(cpu, dict):
+            env["cpu"] = str(cpu.get("model", ""))
+            extensions = cpu.get("vector_extensions")
+            if isinstance(extensions, list):
+                env["vector extensions"] = " ".join(str(e) for e in extensions) or "(none listed)"
+            env["kernels"] = str(cpu.get("kernels", ""))
+            if cpu.get("onednn_max_cpu_isa"):
+                env["kernels"] += f", oneDNN <= {cpu['onednn_max_cpu_isa']}"
         return env
 
 

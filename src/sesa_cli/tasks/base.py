@@ -65,7 +65,8 @@ class Turn:
     actions: tuple[str, ...]
     """Canonical names of the actions executed this turn."""
     valid: bool
-    """The response parsed, named at least one action and no unknown one (no format penalty)."""
+    """The reply was valid (agent tasks: sesa_cli.tasks.layouts's rule); an invalid one pays the format penalty and
+    ends the episode."""
 
 
 class Episode(Protocol):

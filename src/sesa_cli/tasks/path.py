@@ -143,8 +143,14 @@ class PathTask(Task):
         return [leaf + self.stop for leaf in self.leaves]
 
     def parse(self, completion: str) -> str | None:
-        """The named path if it is a valid leaf of the world, else None. Never raises."""
-        text = completion.split(self.stop, 1)[0].strip()
+        """The named path if the completion is a leaf of the world and then the stop, nothing else (the answers
+        ``solution_space`` lists, whose exact probabilities ``policy/*`` sums: no answer the exact metrics leave out
+        can be correct); else None. Never raises."""
+        if not isinstance(completion, str):
+            return None
+        text, found, tail = completion.partition(self.stop)
+        if not found or tail:
+            return None
         parts = text.split("/")
         if len(parts) != 3:
             return None

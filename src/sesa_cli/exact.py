@@ -87,7 +87,7 @@ class PolicySnapshot:
         i.i.d. plain-prompt samples ``groups`` (one group per validation instance, in order) that succeed on the
         instances scored here, and ``policy/sampled_gap``, how far it lies from their exact success probability
         (:func:`sesa_cli.intervals.sampled_gap`). Where the two disagree the exact metrics do not describe what
-        the policy does (issue 49: replies the parser forgave and the walk did not list)."""
+        the policy does (replies a lenient parser forgave and the walk did not list: docs/tasks.md, "What a valid reply is")."""
         success = [[r.score.success for r in groups[inst.index]] for inst in self.instances]
         target = [float(inst.probs[inst.targets].sum()) for inst in self.instances]
         pruned = [inst.pruned or 0.0 for inst in self.instances]

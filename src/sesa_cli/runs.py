@@ -487,7 +487,7 @@ def environment() -> dict[str, Any]:
     """What a run's numbers depend on besides its config and commit: torch's intra-op thread count (float
     reductions split differently, and runs of the same seed part ways: see docs/measurements.md, "FrozenLake: what the tiny model can learn"), the
     versions of the packages doing the arithmetic, and the CPU: its model, vector extensions and the kernels torch
-    chose for them (``cpu``; issue 49: another CPU's kernels round differently). ``sesa diversity-report`` warns when
+    chose for them (``cpu``: another CPU's kernels round differently). ``sesa diversity-report`` warns when
     grouped runs differ in them."""
     import platform
     from importlib import metadata

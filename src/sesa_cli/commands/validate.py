@@ -193,7 +193,7 @@ def registry_problem(config: Any) -> str | None:
     """A one-line error for a registry name the config schemas cannot check (``algo.advantage``, ``algo.loss``,
     ``algo.aggregation``, ``algo.off_policy``, ``algo.kl_estimator``, ``optim.lr_schedule``: the registries of
     sesa_cli.algos, as filled when the command starts) or a task option its class refuses (a missing data file),
-    found by building the task: all before any model work (issue 49: ``algo.advantage=nope`` was found after the
+    found by building the task: all before any model work (``algo.advantage=nope`` was once found after the
     model loaded and the step-0 evaluation ran, leaving a failed run dir)."""
     from sesa_cli.config import ConfigError
     from sesa_cli.tasks.base import make_task

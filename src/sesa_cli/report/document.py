@@ -226,7 +226,7 @@ def default_compare(runs: Sequence[Run]) -> list[str]:
     order = list(dict.fromkeys(run.group for run in runs))
     revived = [g for g in order if all(r.info.get("command") == "revive" for r in runs if r.group == g)]
     chosen = revived if len(revived) >= 2 else order if len(order) == 2 else []
-    # i.i.d. sampling is the baseline whatever the order of runs=[...] (issue 49)
+    # i.i.d. sampling is the baseline whatever the order of runs=[...]
     parallel = [g for g in chosen if all(_sampler(r) == "parallel" for r in runs if r.group == g)]
     base = parallel[0] if len(parallel) == 1 else chosen[0] if chosen else None
     return [base, *(g for g in chosen if g != base)] if base is not None else []

@@ -1,4 +1,4 @@
-"""Why a report must not take a run's final numbers at face value: marks on runs, and on their groups (issue 49).
+"""Why a report must not take a run's final numbers at face value: marks on runs, and on their groups (docs/metrics.md).
 
 Two kinds:
 

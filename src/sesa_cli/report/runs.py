@@ -113,7 +113,7 @@ class Run:
     @property
     def environment(self) -> dict[str, str]:
         """Thread count, package versions and CPU (model, vector extensions, the kernels torch chose) from run.json
-        (``{}`` for runs written before they were recorded; the CPU since issue 49)."""
+        (``{}`` for runs written before they were recorded; the CPU since 2026-11-28)."""
         env: dict[str, str] = {}
         if self.info.get("torch_threads") is not None:
             env["torch threads"] = str(self.info["torch_threads"])

@@ -301,7 +301,7 @@ class AgentTask(RagenTask):
             del fields["warm_start_plan_lines"]  # likewise
         # The corpus is played on seed 0's training instances whatever the run's seed, so every seed of a sweep
         # starts from the same cached base (as runs of a pretrained model do).
-        # v5 for the chat style: its header names the per-turn action limit (issue 49); compact corpora are unchanged
+        # v5 for the chat style: its header names the per-turn action limit (docs/tasks.md, "What a valid reply is"); compact corpora are unchanged
         return {"name": self.name, "cfg": fields, "v": 5 if self.layout.name == "chat" else 4}
 
     # ---------------------------------------------------------------- layouts (sesa_cli.tasks.layouts)

@@ -1,7 +1,7 @@
 """The two layouts of an agent task (``task.style``), one object each: how a context is rendered, what a valid reply
 is, and the list of valid replies the exact policy walker enumerates. The rule lives here and nowhere else.
 
-**A valid reply** (issue 49) names 1..``max_actions_per_turn`` actions, every one known, in the style's format and
+**A valid reply** names 1..``max_actions_per_turn`` actions, every one known, in the style's format and
 nothing else:
 
 * ``compact``: exactly the canonical rendering of its actions and then the stop (``DR|``; Sudoku ``124 141|``):
@@ -14,7 +14,7 @@ An invalid reply runs none of its actions, pays ``task.format_penalty`` and ends
 stricter than RAGEN, which drops unknown actions, runs the known ones, truncates extra ones silently and plays on.
 Why: a reply the rule rejects must never win. Under RAGEN's reading a compact policy learned to win with replies
 such as ``RD\\nP__GRD|`` (its first two letters ran, the rest was dropped): ``eval/success`` 0.815 while the exact
-walker, which enumerates clean turns only, gave the same policy a target mass of 0.017 (issue 49). With the
+walker, which enumerates clean turns only, gave the same policy a target mass of 0.017 (docs/tasks.md, "What a valid reply is"). With the
 episode ended at the first invalid reply, every winning episode is a sequence of valid replies; the compact
 layout lists every valid reply (:meth:`CompactLayout.turn_responses`), so the walker enumerates every winning
 episode (up to its pruning) and the reward, ``eval/success``, ``eval/valid`` (an episode of valid replies only),

@@ -132,7 +132,7 @@ METRIC_KEYS: tuple[MetricKey, ...] = (
         "eval/exact_instances_success",
         "Share of the validation samples on the instances the exact policy/* metrics cover (the first "
         "eval.policy_instances) that succeed: the sampled counterpart of policy/target_mass.",
-        "sesa_cli.evaluation.ExactPolicy.against_samples",
+        "sesa_cli.exact.PolicySnapshot.against_samples",
     ),
     MetricKey(
         "eval/entropy",

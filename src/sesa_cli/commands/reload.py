@@ -153,9 +153,10 @@ def reload_config(config_name: str, parent_config: Path, overrides: list[str]) -
             continue  # another task: its own config, not the parent's
         for section, values in option_values(group, option).items():
             overlay[section] = OmegaConf.merge(overlay.get(section, {}), values)
+    other_task = "task" in user_groups and cfg.task.name != parent.get("task", {}).get("name")
     for key, value in parent.items():
-        if key not in schema_keys or key in ("ckpt", "step", "more_steps"):
-            continue
+        if key not in schema_keys or key in ("ckpt", "step", "more_steps") or (key == "task" and other_task):
+            continue  # another task than the parent's: its own config (check_checkpoint_model says if it fits)
         if key in overlay:
             value = OmegaConf.to_container(OmegaConf.merge(value, overlay[key]), resolve=False)
         try:

@@ -122,8 +122,8 @@ def results(session: nox.Session) -> None:
     conf/experiment/).
 
     Runs every sweep that is not complete yet (each sweep's seeds, two single-thread jobs at a time: hours on a 2-core
-    machine; a finished job is never rerun, so an interrupted session resumes), then writes the page. Arguments
-    after `--` go to the script:
+    machine; a finished job is never rerun, so an interrupted session resumes), then writes the page and the README's
+    findings table from it (scripts/findings.py). Arguments after `--` go to scripts/results.py:
 
         nox -s results -- model.cache_dir=DIR            # run what is missing (bases cached in DIR), then the page
         nox -s results -- --render                        # only rewrite the page from the runs under outputs/claims
@@ -131,3 +131,4 @@ def results(session: nox.Session) -> None:
     """
     install_project(session)  # the test extra carries Hydra's joblib launcher
     session.run("python", "scripts/results.py", *session.posargs, env={"OMP_NUM_THREADS": "1"})
+    session.run("python", "scripts/findings.py")  # the README's table from docs/results.md (a smoke run leaves both)

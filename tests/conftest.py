@@ -61,6 +61,14 @@ def _work_in_a_temp_dir(tmp_path_factory: pytest.TempPathFactory, monkeypatch: p
     monkeypatch.chdir(tmp_path_factory.mktemp("cwd"))
 
 
+@pytest.fixture(autouse=True)
+def _sesa_on_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    """This environment's scripts on PATH, as in a nox session or an activated venv: the commands a run prints then
+    read ``sesa ...`` whichever shell started the tests (tests/test_hostile_inputs.py checks the other case, the
+    README's never-activated ``.venv``)."""
+    monkeypatch.setenv("PATH", os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]))
+
+
 def pytest_configure(config: pytest.Config) -> None:
     """One torch thread in every test process, whatever ``OMP_NUM_THREADS`` says (as sesa's commands default to one):
     the tiny bases a session warm-starts, and every number a test compares, do not depend on the environment."""

@@ -112,7 +112,7 @@ def test_train_end_to_end_writes_the_run_dir(monkeypatch, tmp_path, tiny_overrid
     assert "sampler:" in (run_dir / "config.yaml").read_text()
 
 
-def test_multirun_sweep_then_diversity_report(monkeypatch, tmp_path, tiny_overrides):
+def test_multirun_sweep_then_diversity_report(monkeypatch, tmp_path, tiny_overrides, capsys):
     sweep = tmp_path / "sweep"
     argv = [
         "train",
@@ -125,6 +125,11 @@ def test_multirun_sweep_then_diversity_report(monkeypatch, tmp_path, tiny_overri
         f"hydra.sweep.dir={sweep}",
     ]
     assert run_cli(argv, monkeypatch) == 0
+    out = capsys.readouterr().out
+    # issue 53: the sequential job does not suggest launching its parallel baseline, which the sweep ran; the
+    # sweep's ending names the report over both
+    assert "# its parallel baseline" not in out
+    assert f"report:    sesa diversity-report 'runs=[{sweep}]'" in out
     jobs = sorted(p for p in sweep.iterdir() if p.is_dir() and p.name.isdigit())
     assert [p.name for p in jobs] == ["0", "1"]
     for job in jobs:

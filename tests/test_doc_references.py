@@ -167,7 +167,7 @@ def test_resolve_tells_names_that_exist_from_names_that_do_not(name, ok):
 
 
 def test_a_pointer_to_a_missing_section_is_found():
-    assert _has_section(ROOT / "README.md", "Configuration")
+    assert _has_section(ROOT / "README.md", "Documentation")
     assert not _has_section(ROOT / "README.md", "Samplers")
     m = POINTER.search('see the README\'s Samplers section and docs/measurements.md, "Rollout cost"')
     assert m is not None

@@ -178,6 +178,43 @@ def test_the_printed_next_commands_run_as_pasted(source_run, tmp_path, monkeypat
     assert run_cli(argv, monkeypatch) == 0, capsys.readouterr().err
 
 
+def test_the_printed_commands_run_as_pasted_from_a_venv_that_is_not_activated(source_run, tmp_path, monkeypatch,
+                                                                               capsys):  # fmt: skip
+    """Issue 53: after the README's set-up (``.venv/bin/sesa train``, the venv never activated) a bare ``sesa`` is
+    "command not found". The ending names the sesa of the environment that ran, and its commands run as pasted into
+    a shell whose PATH does not hold that environment."""
+    import subprocess
+    import sys
+
+    from sesa_cli.commands.ending import next_commands
+    from sesa_cli.paths import sesa_program
+
+    script = Path(sys.executable).parent / "sesa"
+    assert script.is_file(), "the tests run from an environment with sesa installed"
+    assert sesa_program() == "sesa"  # on PATH (tests/conftest.py): a nox session, an activated venv
+    bare = os.pathsep.join(p for p in os.environ["PATH"].split(os.pathsep) if Path(p) != script.parent)
+    monkeypatch.setenv("PATH", bare)
+    assert shutil.which("sesa") is None or Path(shutil.which("sesa") or "").resolve() != script.resolve()
+    # beside the environment, the path relative to the working directory, as the README's user types it
+    monkeypatch.chdir(script.parent.parent.parent)
+    assert sesa_program() == str(script.relative_to(script.parent.parent.parent))
+    monkeypatch.chdir(tmp_path)
+    assert sesa_program() == str(script)
+    run = tmp_path / "run"
+    shutil.copytree(source_run, run)
+    capsys.readouterr()
+    next_commands(run)
+    lines = [line.strip() for line in capsys.readouterr().out.partition("next:")[2].splitlines()]
+    commands = [line for line in lines if line and not line.startswith("#")]
+    assert len(commands) == 3
+    assert all(c.startswith(f"{script} ") for c in commands), commands
+    report = commands[-1]  # the one that runs in seconds: no model work
+    done = subprocess.run(f"{report} hydra.run.dir=report", shell=True, cwd=tmp_path, capture_output=True,
+                          check=False, text=True, env={**os.environ, "PATH": bare}, timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "report" / "report.md").is_file()
+
+
 # ------------------------------------------------------------------------ case 4: a YAML bomb in a run's config
 BOMB = "".join(
     f"{name}: &{name} [{', '.join([f'*{prev}'] * 9 if prev else ['lol'] * 9)}]\n"

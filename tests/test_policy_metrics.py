@@ -128,7 +128,9 @@ def test_tasks_without_a_solution_space_log_no_policy_metrics(path_setup, tmp_pa
 
 
 def test_the_live_view_shows_the_latest_policy_metrics_between_measurements():
-    from sesa_cli.progress import TrainProgress
+    from rich.console import Console
+
+    from sesa_cli.progress import TrainProgress, _fmt, metrics_table
 
     progress = TrainProgress(total=10, enabled=False, log_every=0)
 
@@ -138,6 +140,17 @@ def test_the_live_view_shows_the_latest_policy_metrics_between_measurements():
     progress.update(5, {"rollout/success": 0.5, "policy/target_mass": 0.25, "policy/effective_solutions": 3.0})
     assert "pi success 0.25" in info()
     assert "pi eff.sol 3" in info()
-    progress.update(6, {"rollout/success": 0.75})  # not a measured step: the step-5 values stay on screen
-    assert "pi success 0.25" in info()
+    assert "(step 5)" not in info()  # this step's own values
+    progress.update(6, {"rollout/success": 0.75})  # not a measured step: the step-5 values stay on screen, marked
+    assert "[dim]pi success 0.25 (step 5)[/]" in info()  # dimmed, with the step they are from (issue 53)
+    assert "[dim]pi eff.sol 3 (step 5)[/]" in info()
     assert "success 0.75" in info()
+    assert "[dim]success" not in info()  # what this step drew is this step's
+    plain = _fmt({**progress.policy, "rollout/success": 0.75}, markup=False, stale=progress.policy_step)
+    assert plain.startswith("pi success 0.25 (step 5)  pi eff.sol 3 (step 5)  success 0.75"), plain
+    console = Console(width=80, record=True, color_system=None)
+    console.print(metrics_table(6, 10, {**progress.policy, "rollout/success": 0.75}, stale=5))
+    assert "pi success 0.25 (step 5)" in console.export_text()  # the periodic table says so too
+    progress.update(10, {"policy/target_mass": 0.5, "policy/effective_solutions": 2.0})
+    assert "pi success 0.5" in info()
+    assert "(step" not in info()

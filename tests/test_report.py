@@ -743,3 +743,32 @@ def test_the_cpu_each_group_ran_on_is_named_where_groups_differ(tmp_path: Path) 
     from sesa_cli.report.document import runs_table
 
     assert list(runs_table(report)["cpu"]) == ["Xeon A (AVX512)"] * 2 + ["Xeon B (AVX2)"] * 2
+
+
+def test_best_values_follow_each_metrics_declared_direction() -> None:
+    """Issue 53: "best" took the maximum of every metric, so the best policy/pruned_mass and step time shown were
+    the worst. Now the maximum where higher is better, the minimum where lower is, and no best value for a metric
+    without a direction, as sesa_cli.metric_keys declares them."""
+    from types import SimpleNamespace
+
+    from sesa_cli.metric_keys import better
+    from sesa_cli.report.tables import best_table, group_summary, summarize
+
+    own = pd.DataFrame(
+        {
+            "eval/success": [0.2, 0.9, 0.5],
+            "policy/pruned_mass": [0.9, 0.1, 0.3],
+            "time/step_s": [2.0, 1.0, 3.0],
+            "rollout/entropy": [0.1, 0.5, 0.2],
+        }
+    )
+    assert [better(m) for m in own.columns] == ["higher", "lower", "lower", ""]
+    run = SimpleNamespace(own=own, group="g", seed="0", path=Path("run"))
+    summary = summarize([run])  # type: ignore[list-item]
+    best = dict(zip(summary["metric"], summary["best"], strict=True))
+    assert (best["eval/success"], best["policy/pruned_mass"], best["time/step_s"]) == (0.9, 0.1, 1.0)
+    assert math.isnan(best["rollout/entropy"])
+    assert dict(zip(summary["metric"], summary["final"], strict=True))["time/step_s"] == 3.0
+    table = best_table(group_summary(summary))
+    assert set(table.index) == {"eval/success", "policy/pruned_mass (lowest)", "time/step_s (lowest)"}
+    assert table.loc["time/step_s (lowest)"].iloc[0].startswith("1.00")

@@ -20,11 +20,13 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Literal
 
 __all__ = [
     "METRIC_KEYS",
     "RENAMED",
     "MetricKey",
+    "better",
     "current_name",
     "family",
     "find",
@@ -33,6 +35,9 @@ __all__ = [
     "markdown",
     "undeclared",
 ]
+
+
+Better = Literal["higher", "lower", ""]
 
 
 @dataclass(frozen=True)
@@ -45,18 +50,22 @@ class MetricKey:
     """Where the formula is written out (a function's docstring, a config field)."""
     label: str = ""
     """Short label in the live training view; empty = not shown there."""
+    better: Better = "higher"
+    """Which way is good: ``higher``, ``lower``, or ``""`` (no direction: a diagnostic, a count, a setting). The
+    report's best value over a run's steps is its maximum, its minimum, or not shown (:func:`better`)."""
 
 
 _M = "sesa_cli.metrics"
 METRIC_KEYS: tuple[MetricKey, ...] = (
-    MetricKey("step", "Optimizer steps taken when the row was written (0 = the base, before any update)."),
+    MetricKey("step", "Optimizer steps taken when the row was written (0 = the base, before any update).", better=""),
     # ---------------------------------------------------------------------------------------------------- rollout
     MetricKey("rollout/reward_mean", "Mean reward of the step's rollouts.", f"{_M}.rollout_stats", "reward"),
-    MetricKey("rollout/reward_std", "Population std of the step's rewards.", f"{_M}.reward_stats"),
+    MetricKey("rollout/reward_std", "Population std of the step's rewards.", f"{_M}.reward_stats", better=""),
     MetricKey(
         "rollout/frac_zero_std",
         "Share of groups whose rewards are all equal (no signal under a group baseline).",
         f"{_M}.reward_stats",
+        better="lower",
     ),
     MetricKey("rollout/success", "Share of the step's rollouts that are correct.", f"{_M}.rollout_stats", "success"),
     MetricKey(
@@ -69,11 +78,15 @@ METRIC_KEYS: tuple[MetricKey, ...] = (
         "Mean token entropy (nats) of the sampling distribution over every sampled token of the step.",
         f"{_M}.rollout_stats",
         "H",
+        better="",
     ),
-    MetricKey("rollout/response_len", "Mean sampled tokens per rollout.", f"{_M}.rollout_stats"),
-    MetricKey("rollout/turns", "Agent tasks: mean turns per episode.", f"{_M}.episode_turns"),
+    MetricKey("rollout/response_len", "Mean sampled tokens per rollout.", f"{_M}.rollout_stats", better=""),
+    MetricKey("rollout/turns", "Agent tasks: mean turns per episode.", f"{_M}.episode_turns", better=""),
     MetricKey(
-        "rollout/grader_timeouts", "Rollouts the math grader gave up on (scored 0), a count.", "sesa_cli.tasks.math"
+        "rollout/grader_timeouts",
+        "Rollouts the math grader gave up on (scored 0), a count.",
+        "sesa_cli.tasks.math",
+        better="lower",
     ),
     MetricKey("rollout/distinct", "Mean distinct solution keys per group.", f"{_M}.group_diversity"),
     MetricKey(
@@ -99,21 +112,29 @@ METRIC_KEYS: tuple[MetricKey, ...] = (
         "chain/valid_last", "Sequential sampler: share of chains whose last item is valid.", f"{_M}.ChainHealth"
     ),
     MetricKey("chain/distinct", "Sequential sampler: mean distinct valid items per chain.", f"{_M}.ChainHealth"),
-    MetricKey("chain/cut", "Sequential sampler: share of chain items cut at their length limit.", f"{_M}.ChainHealth"),
+    MetricKey(
+        "chain/cut",
+        "Sequential sampler: share of chain items cut at their length limit.",
+        f"{_M}.ChainHealth",
+        better="lower",
+    ),
     MetricKey(
         "chain/followed",
         "Two-stage sampler: share of judged stage-II solutions that follow their sketch.",
         f"{_M}.ChainHealth",
     ),
-    MetricKey("chain/chains", "sesa eval: chains the chain health was measured on.", f"{_M}.ChainHealth"),
-    MetricKey("chain/valid_by_position", "sesa eval: chain/valid per chain position.", f"{_M}.ChainHealth"),
+    MetricKey("chain/chains", "sesa eval: chains the chain health was measured on.", f"{_M}.ChainHealth", better=""),
+    MetricKey("chain/valid_by_position", "sesa eval: chain/valid per chain position.", f"{_M}.ChainHealth", better=""),
     MetricKey(
         "chain/new_by_position",
         "sesa eval: share of chains whose item is valid and new, per position.",
         f"{_M}.ChainHealth",
+        better="",
     ),
-    MetricKey("chain/cut_by_position", "sesa eval: chain/cut per chain position.", f"{_M}.ChainHealth"),
-    MetricKey("chain/followed_by_position", "sesa eval: chain/followed per chain position.", f"{_M}.ChainHealth"),
+    MetricKey("chain/cut_by_position", "sesa eval: chain/cut per chain position.", f"{_M}.ChainHealth", better=""),
+    MetricKey(
+        "chain/followed_by_position", "sesa eval: chain/followed per chain position.", f"{_M}.ChainHealth", better=""
+    ),
     # ------------------------------------------------------------------------------------------------------ eval
     MetricKey(
         "eval/reward_mean", "Mean reward of the validation samples (mean over instances).", f"{_M}.rollout_stats"
@@ -138,11 +159,15 @@ METRIC_KEYS: tuple[MetricKey, ...] = (
         "eval/entropy",
         "Token entropy of the validation samples (per instance over its tokens, then the mean over instances).",
         f"{_M}.rollout_stats",
+        better="",
     ),
-    MetricKey("eval/response_len", "Mean sampled tokens per validation sample.", f"{_M}.rollout_stats"),
-    MetricKey("eval/turns", "Agent tasks: mean turns per validation episode.", f"{_M}.episode_turns"),
+    MetricKey("eval/response_len", "Mean sampled tokens per validation sample.", f"{_M}.rollout_stats", better=""),
+    MetricKey("eval/turns", "Agent tasks: mean turns per validation episode.", f"{_M}.episode_turns", better=""),
     MetricKey(
-        "eval/grader_timeouts", "Validation samples the math grader gave up on, a count.", "sesa_cli.tasks.math"
+        "eval/grader_timeouts",
+        "Validation samples the math grader gave up on, a count.",
+        "sesa_cli.tasks.math",
+        better="lower",
     ),
     MetricKey(
         "eval/pass@{k}", "Unbiased pass@k over the n samples of an instance, mean over instances.", f"{_M}.pass_at_k"
@@ -168,11 +193,19 @@ METRIC_KEYS: tuple[MetricKey, ...] = (
         "sesa_cli.evaluation.greedy_summary",
     ),
     MetricKey("eval/greedy_reward", "Reward of one greedy answer per instance.", "sesa_cli.evaluation.greedy_summary"),
-    MetricKey("eval/samples", "sesa eval: samples per instance (eval.samples).", "sesa_cli.config.EvalProtocolConfig"),
     MetricKey(
-        "eval/instances", "sesa eval: validation instances (eval.instances).", "sesa_cli.config.EvalProtocolConfig"
+        "eval/samples",
+        "sesa eval: samples per instance (eval.samples).",
+        "sesa_cli.config.EvalProtocolConfig",
+        better="",
     ),
-    MetricKey("ckpt", "sesa eval: the checkpoint evaluated (null = the base model)."),
+    MetricKey(
+        "eval/instances",
+        "sesa eval: validation instances (eval.instances).",
+        "sesa_cli.config.EvalProtocolConfig",
+        better="",
+    ),
+    MetricKey("ckpt", "sesa eval: the checkpoint evaluated (null = the base model).", better=""),
     # ---------------------------------------------------------------------------------------------------- policy
     MetricKey(
         "policy/valid_mass",
@@ -186,6 +219,7 @@ METRIC_KEYS: tuple[MetricKey, ...] = (
         "([policy/target_mass, + policy/pruned_mass]), in standard deviations of the sampled share; above 3 the exact "
         "metrics do not describe what the policy samples (the report marks the run).",
         "sesa_cli.intervals.sampled_gap",
+        better="lower",
     ),
     MetricKey(
         "policy/target_mass",
@@ -211,17 +245,20 @@ METRIC_KEYS: tuple[MetricKey, ...] = (
         "estimate/effective_solutions_low",
         "Lower end of the 95% percentile-bootstrap interval of estimate/effective_solutions over the instances.",
         f"{_M}.policy_estimate",
+        better="",
     ),
     MetricKey(
         "estimate/effective_solutions_high",
         "Upper end of that interval.",
         f"{_M}.policy_estimate",
+        better="",
     ),
     MetricKey(
         "policy/pruned_mass",
         "Agent tasks walked episode by episode: probability of the branches cut below the walk's threshold "
         "(policy/valid_mass is exact up to it).",
         "sesa_cli.rollout.episode_tree",
+        better="lower",
     ),
     MetricKey(
         "policy/solution_entropy",
@@ -238,100 +275,140 @@ METRIC_KEYS: tuple[MetricKey, ...] = (
         "loss/total",
         "The loss backpropagated: policy term + KL penalty - entropy bonus.",
         "sesa_cli.algos.compute_loss",
+        better="",
     ),
     MetricKey(
-        "loss/pg", "The aggregated (and importance-weighted) policy-gradient term.", "sesa_cli.algos.compute_loss"
-    ),
-    MetricKey("loss/clip_frac", "Share of tokens where PPO's clipped term is the one taken.", "sesa_cli.algos.losses"),
-    MetricKey(
-        "loss/clip_cov_frac", "Clip-Cov: share of tokens whose gradient is detached.", "sesa_cli.algos.losses.clip_cov"
-    ),
-    MetricKey("loss/kl_cov_frac", "KL-Cov: share of tokens with the KL penalty.", "sesa_cli.algos.losses.kl_cov"),
-    MetricKey("loss/approx_kl", "k3 estimate of KL(old || pi), token mean.", "sesa_cli.algos.compute_loss"),
-    MetricKey("loss/ratio_mean", "Token mean of pi / old.", "sesa_cli.algos.compute_loss"),
-    MetricKey(
-        "loss/kl", "Token mean of the algo.kl_estimator estimate of KL(pi || reference).", "sesa_cli.algos.kl_penalty"
+        "loss/pg",
+        "The aggregated (and importance-weighted) policy-gradient term.",
+        "sesa_cli.algos.compute_loss",
+        better="",
     ),
     MetricKey(
-        "loss/entropy", "Token mean of the policy's entropy (algo.entropy_coef > 0).", "sesa_cli.algos.compute_loss"
+        "loss/clip_frac",
+        "Share of tokens where PPO's clipped term is the one taken.",
+        "sesa_cli.algos.losses",
+        better="",
+    ),
+    MetricKey(
+        "loss/clip_cov_frac",
+        "Clip-Cov: share of tokens whose gradient is detached.",
+        "sesa_cli.algos.losses.clip_cov",
+        better="",
+    ),
+    MetricKey(
+        "loss/kl_cov_frac", "KL-Cov: share of tokens with the KL penalty.", "sesa_cli.algos.losses.kl_cov", better=""
+    ),
+    MetricKey("loss/approx_kl", "k3 estimate of KL(old || pi), token mean.", "sesa_cli.algos.compute_loss", better=""),
+    MetricKey("loss/ratio_mean", "Token mean of pi / old.", "sesa_cli.algos.compute_loss", better=""),
+    MetricKey(
+        "loss/kl",
+        "Token mean of the algo.kl_estimator estimate of KL(pi || reference).",
+        "sesa_cli.algos.kl_penalty",
+        better="",
+    ),
+    MetricKey(
+        "loss/entropy",
+        "Token mean of the policy's entropy (algo.entropy_coef > 0).",
+        "sesa_cli.algos.compute_loss",
+        better="",
     ),
     MetricKey(
         "loss/follow_nll",
         "algo.terms.follow: mean -log pi(t | solve prompt) over the stage-II solution rows, t the first token of "
         "the text that carries out the row's sketch (the supervised term that keeps stage II following its sketches).",
         "sesa_cli.terms.follow",
+        better="",
     ),
     MetricKey(
         "loss/found_nll",
         "algo.terms.found: mean -log pi(y | x) over the distinct solutions off-policy rows were drawn with, with "
         "success, for the batch's plain prompts (one remembered completion each).",
         "sesa_cli.terms.found",
+        better="",
     ),
     MetricKey(
         "loss/found_solutions",
         "algo.terms.found: how many found solutions (of the batch's plain prompts) the found_nll term covers.",
         "sesa_cli.terms.found",
+        better="",
     ),
     MetricKey(
         "loss/off_policy_frac",
         "Share of solution rows scored in a context other than the one that drew them.",
         "sesa_cli.update.loss_inputs",
+        better="",
     ),
     MetricKey(
         "loss/is_weight_mean",
         "loss_context=is: mean truncated importance weight of the solution rows.",
         "sesa_cli.update.importance_weights",
+        better="",
     ),
     MetricKey(
         "loss/is_weight_max",
         "loss_context=is: largest truncated importance weight of the solution rows.",
         "sesa_cli.update.importance_weights",
+        better="",
     ),
     MetricKey(
         "loss/adv_changed_frac",
         "algo.off_policy strategies: share of solution rows whose advantage changed.",
         "sesa_cli.algos.off_policy",
+        better="",
     ),
     MetricKey(
         "loss/neg_weight_mean",
         "weight_negatives: mean weight of the off-policy negative rows.",
         "sesa_cli.algos.off_policy.WeightNegatives",
+        better="",
     ),
     MetricKey(
         "loss/distinct_rewarded_frac",
         "distinct_solutions: distinct rewarded solutions per rewarded off-policy row of the whole batch (1 = no repeats).",
         "sesa_cli.algos.off_policy.DistinctSolutions",
+        better="",
     ),
     MetricKey(
         "loss/baseline_fallback_frac",
         "on_policy_baseline: share of groups with no on-policy row.",
         "sesa_cli.algos.no_on_policy_groups",
+        better="",
     ),
     # ------------------------------------------------------------------------------------------- optim and train
     MetricKey(
         "optim/lr",
         "Learning rate of the step: optim.lr x the warm-up and optim.lr_schedule multiplier.",
         "sesa_cli.algos.lr_scale",
+        better="",
     ),
     MetricKey(
         "optim/grad_norm",
         "Gradient norm before clipping to optim.max_grad_norm (mean over mini-batches).",
         "sesa_cli.update.optimizer_step",
+        better="",
     ),
     MetricKey(
         "train/resample_rounds",
         "A batch filter that refills (sampler.filters.dynamic_sampling, DAPO): extra sampling rounds of the step.",
+        better="",
     ),
     MetricKey(
-        "train/kept_groups", "A batch filter that does not refill (sampler.filters.rollout_filter): groups trained on."
+        "train/kept_groups",
+        "A batch filter that does not refill (sampler.filters.rollout_filter): groups trained on.",
+        better="",
     ),
-    MetricKey("collapse/flag", "1 when the collapse monitor flags the step.", "sesa_cli.collapse.CollapseMonitor"),
-    MetricKey("revive/parent", "1 on the rows a revived run copied from its parent's history."),
+    MetricKey(
+        "collapse/flag",
+        "1 when the collapse monitor flags the step.",
+        "sesa_cli.collapse.CollapseMonitor",
+        better="lower",
+    ),
+    MetricKey("revive/parent", "1 on the rows a revived run copied from its parent's history.", better=""),
     # ------------------------------------------------------------------------------------------------------ time
-    MetricKey("time/sample_s", "Seconds spent drawing the step's rollouts."),
-    MetricKey("time/update_s", "Seconds spent in the update."),
-    MetricKey("time/policy_s", "Seconds spent scoring the exact policy metrics."),
-    MetricKey("time/step_s", "Seconds of the whole step.", "", "s/step"),
+    MetricKey("time/sample_s", "Seconds spent drawing the step's rollouts.", better="lower"),
+    MetricKey("time/update_s", "Seconds spent in the update.", better="lower"),
+    MetricKey("time/policy_s", "Seconds spent scoring the exact policy metrics.", better="lower"),
+    MetricKey("time/step_s", "Seconds of the whole step.", "", "s/step", better="lower"),
 )
 
 RENAMED: dict[str, str] = {
@@ -405,6 +482,13 @@ def label(name: str) -> str:
     return entry.label
 
 
+def better(name: str) -> Better:
+    """Which way ``name`` (a key, ``eval/pass@16``, or an old name) is good: its declaration's
+    :attr:`MetricKey.better`; ``""`` for a key declared nowhere (a plug-in's own: no guess)."""
+    entry = find(current_name(name))
+    return entry.better if entry is not None else ""
+
+
 def undeclared(names: Iterable[str]) -> list[str]:
     """The keys of ``names`` that match no declaration (sorted)."""
     return sorted({name for name in names if find(name) is None})
@@ -421,15 +505,16 @@ def markdown() -> str:
         "# Metric keys",
         "",
         "Generated from `sesa_cli/metric_keys.py` (`python -m sesa_cli.metric_keys > docs/metrics.md`); a test keeps",
-        "this page equal to it. `{k}` stands for a sample count (1, 2, 4, ..., n).",
+        "this page equal to it. `{k}` stands for a sample count (1, 2, 4, ..., n). *better*: which way is good (the",
+        "report's best value over a run's steps follows it; empty: a diagnostic, a count or a setting, no best value).",
         "",
-        "| key | meaning | formula | live label |",
-        "|---|---|---|---|",
+        "| key | meaning | formula | live label | better |",
+        "|---|---|---|---|---|",
     ]
     for entry in METRIC_KEYS:
         formula = f"`{entry.formula}`" if entry.formula else ""
         label = f"`{entry.label}`" if entry.label else ""
-        lines.append(f"| `{entry.pattern}` | {entry.meaning} | {formula} | {label} |")
+        lines.append(f"| `{entry.pattern}` | {entry.meaning} | {formula} | {label} | {entry.better} |")
     lines += ["", "Renamed keys (run dirs that hold the old names still load under the new ones):", ""]
     lines += ["| old | current |", "|---|---|"]
     lines += [f"| `{old}` | `{new}` |" for old, new in RENAMED.items()]

@@ -4,7 +4,8 @@ Every command names paths the user chose (``hydra.run.dir``, a sweep's job dirs,
 there (a name longer than the file system allows, a file where a directory should be, no permission, a read-only or
 full disk) becomes one line naming the key and what is wrong (:func:`path_problem`), never a traceback. Values a
 message quotes are cut (sesa_cli.config.cut), so a 128 KiB override is not echoed back whole; a path written into a command
-line a user copies is quoted for Hydra's override grammar (:func:`hydra_value`). Imports nothing of sesa_cli but its
+line a user copies is quoted for Hydra's override grammar (:func:`hydra_value`), and the command itself is named as
+the user's shell finds it (:func:`sesa_program`). Imports nothing of sesa_cli but its
 config errors.
 """
 
@@ -14,7 +15,9 @@ import contextlib
 import errno
 import os
 import re
+import shlex
 import shutil
+import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -174,6 +177,25 @@ def hydra_value(text: str) -> str:
     body = re.sub(r"(\\*)'", lambda m: m.group(1) * 2 + "\\'", body)
     body = re.sub(r"(\\+)$", lambda m: m.group(1) * 2, body)
     return f"'{body}'"
+
+
+def sesa_program() -> str:
+    """``sesa`` as a command line a user copies should call it, shell-quoted: ``sesa`` where the shell's PATH finds
+    this very program (an activated virtual environment, a nox session, a user install), else the path of the
+    ``sesa`` script beside this Python, relative to the working directory when inside it (``.venv/bin/sesa`` after
+    the README's set-up, which never activates the environment, so a bare ``sesa`` would be "command not found" or,
+    worse, another install's)."""
+    script = Path(sys.executable).parent / ("sesa.exe" if os.name == "nt" else "sesa")
+    if not script.is_file():
+        return "sesa"  # run some other way (python -m sesa_cli from a source tree): no script to name
+    found = shutil.which("sesa")
+    if found is not None and os.path.realpath(found) == os.path.realpath(script):
+        return "sesa"
+    try:
+        shown = str(script.absolute().relative_to(Path.cwd()))
+    except ValueError:
+        shown = str(script.absolute())
+    return shlex.quote(shown)
 
 
 def replace_dir(new: Path, target: Path) -> None:

@@ -66,19 +66,33 @@ def legend() -> list[tuple[str, str, str]]:
     return [(lab, name, metric_keys.find(name).meaning) for name, lab in LIVE]  # type: ignore[union-attr]
 
 
-def _fmt(row: dict[str, Any], markup: bool = True) -> str:
-    return METRIC_SEP.join(_parts(row, markup))
+def _fmt(row: dict[str, Any], markup: bool = True, stale: int | None = None) -> str:
+    return METRIC_SEP.join(_parts(row, markup, stale))
 
 
 METRIC_SEP = "  "
 """Between two metrics of a progress line (a label holds single spaces)."""
 
 
-def _parts(row: dict[str, Any], markup: bool = True) -> list[str]:
-    parts = [f"{label} {row[key]:.3g}" for key, label in LIVE if key in row]
+def _parts(row: dict[str, Any], markup: bool = True, stale: int | None = None) -> list[str]:
+    """``label value`` of each :data:`LIVE` metric ``row`` has. ``stale``: the step the row's ``policy/*`` values
+    were measured at, when that is an earlier step than the row's: they say so (``pi success 0.25 (step 40)``) and
+    are dimmed, so a value repeated between measurements never reads as this step's."""
+    parts = []
+    for key, label in LIVE:
+        if key in row:
+            part = f"{label} {_value(key, row, stale)}"
+            old = stale is not None and key.startswith("policy/")
+            parts.append(f"[dim]{part}[/]" if old and markup else part)
     if row.get("collapse/flag"):
         parts.append("[bold red]COLLAPSED[/]" if markup else "COLLAPSED")
     return parts
+
+
+def _value(key: str, row: dict[str, Any], stale: int | None) -> str:
+    """``row[key]`` as shown live, with the step it is from where ``stale`` says a ``policy/*`` value is old."""
+    text = f"{row[key]:.3g}"
+    return f"{text} (step {stale})" if stale is not None and key.startswith("policy/") else text
 
 
 def fit(head: str, optional: list[str], metrics: list[str], width: int) -> str:
@@ -363,6 +377,7 @@ class TrainProgress:
         self.act: Activity | None = None
         self.info = ""  # the live row's text (rich markup)
         self.policy: dict[str, Any] = {}  # the latest policy/* values: measured every train.policy_every steps
+        self.policy_step: int | None = None  # the step they were measured at
         self._stack = contextlib.ExitStack()
 
     def __enter__(self) -> Self:
@@ -374,14 +389,20 @@ class TrainProgress:
         self._stack.__exit__(et, e, tb)
 
     def update(self, step: int, row: dict[str, Any]) -> None:
-        self.policy.update({k: v for k, v in row.items() if k.startswith("policy/")})
+        measured = {k: v for k, v in row.items() if k.startswith("policy/")}
+        if measured:
+            self.policy.update(measured)
+            self.policy_step = step
         shown = {**self.policy, **row}
-        self.info = _fmt(shown)
+        stale = self.policy_step if self.policy_step is not None and self.policy_step < step else None
+        self.info = _fmt(shown, stale=stale)
         if self.act is not None:
-            DISPLAY.update(self.act, completed=step, info=_fmt(shown, markup=False), markup_info=self.info)
+            DISPLAY.update(
+                self.act, completed=step, info=_fmt(shown, markup=False, stale=stale), markup_info=self.info
+            )
         evaluated = any(k.startswith("eval/") for k in row)
         if self.enabled and ((self.log_every and step % self.log_every == 0) or evaluated):
-            console.print(metrics_table(step, self.total, shown))
+            console.print(metrics_table(step, self.total, shown, stale))
 
 
 EVAL_HEADLINE = (metric_keys.key("eval/success"), metric_keys.key("eval/pass@{k}"))
@@ -392,12 +413,13 @@ PAIRS_PER_LINE = 3
 TABLE_WIDTH = 80
 
 
-def metrics_table(step: int, total: int, row: dict[str, Any]) -> Table:
+def metrics_table(step: int, total: int, row: dict[str, Any], stale: int | None = None) -> Table:
     """The periodic metrics table of the training loop (every ``train.log_every`` steps and at each evaluation): the
     live view's headline metrics (:data:`LIVE`, by their labels), on an evaluation step :data:`EVAL_HEADLINE` (by
     key), and ``collapse/flag`` once it is up; up to :data:`PAIRS_PER_LINE` pairs to a line within
-    :data:`TABLE_WIDTH` columns. Every metric is in metrics.jsonl."""
-    pairs = [(label, f"{row[key]:.3g}") for key, label in LIVE if isinstance(row.get(key), (int, float))]
+    :data:`TABLE_WIDTH` columns. Every metric is in metrics.jsonl. ``stale``: as in the live row, the step of
+    ``policy/*`` values measured before ``step``."""
+    pairs = [(label, _value(key, row, stale)) for key, label in LIVE if isinstance(row.get(key), (int, float))]
     for name in EVAL_HEADLINE:
         if name.endswith("@{k}"):
             family = metric_keys.family(name)

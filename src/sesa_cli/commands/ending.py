@@ -17,7 +17,7 @@ from rich.table import Table
 from sesa_cli.commands.sweep import clear_records, resume_command, summary
 from sesa_cli.config import SEQUENTIAL_ONLY
 from sesa_cli.metric_keys import key
-from sesa_cli.paths import hydra_value
+from sesa_cli.paths import hydra_value, sesa_program
 from sesa_cli.progress import console
 
 
@@ -118,31 +118,34 @@ def parallel_baseline(run_dir: Path, overrides: list[str]) -> tuple[str, str]:
     kept = [o for o in overrides if not re.match(r"[+~]*(sampler[.=]|hydra\.)", o)
             and o.partition("=")[0].lstrip("+~") not in SEQUENTIAL_ONLY]  # fmt: skip
     other = Path(f"{run_dir}-parallel")
-    train = " ".join(["sesa train", *map(shlex.quote, kept), "sampler=parallel", arg("hydra.run.dir", other)])
+    sesa = sesa_program()
+    train = " ".join([sesa, "train", *map(shlex.quote, kept), "sampler=parallel", arg("hydra.run.dir", other)])
     runs = shlex.quote(f"runs=[{hydra_value(shown_path(run_dir))},{hydra_value(shown_path(other))}]")
-    return train, f"sesa diversity-report {runs}"
+    return train, f"{sesa} diversity-report {runs}"
 
 
 def next_commands(run_dir: Path, more_steps: int = 100, baseline_of: list[str] | None = None) -> None:
     """The commands that take a training run's dir, each under a comment line saying what it does; with
-    ``baseline_of`` (a sequential run's overrides) its parallel baseline and the report comparing the two first."""
+    ``baseline_of`` (a sequential run's overrides) its parallel baseline and the report comparing the two first,
+    except in a sweep's job (the sweep names its runs, and the sweep's own report compares them)."""
     ckpt = arg("ckpt", run_dir)
+    sesa = sesa_program()
     baseline = []
-    if baseline_of is not None:
+    if baseline_of is not None and not in_sweep():
         train, report = parallel_baseline(run_dir, baseline_of)
         baseline = [("its parallel baseline: the same settings with sampler=parallel", train),
                     ("then compare the two runs", report)]  # fmt: skip
     _print_next(
         [
             *baseline,
-            ("evaluate its last checkpoint (the same protocol)", f"sesa eval {ckpt}"),
+            ("evaluate its last checkpoint (the same protocol)", f"{sesa} eval {ckpt}"),
             (
                 "continue training from its last checkpoint (add overrides to change settings, e.g. sampler=sequential)",
-                f"sesa revive {ckpt} more_steps={more_steps}",
+                f"{sesa} revive {ckpt} more_steps={more_steps}",
             ),
             (
                 "tables and plots (add run dirs to compare)",
-                f"sesa diversity-report {arg('runs', run_dir, listed=True)}",
+                f"{sesa} diversity-report {arg('runs', run_dir, listed=True)}",
             ),
         ]
     )
@@ -155,14 +158,15 @@ def eval_ending(out_dir: Path, ckpt: Path | None, sequential: bool, more_steps: 
     for line in (f"evaluated: {evaluated}", f"eval dir: {shown_path(out_dir)} (metrics.json, samples.jsonl)"):
         console.print(line, soft_wrap=True, markup=False, highlight=False)
     ckpt_arg = arg("ckpt", ckpt) if ckpt else None
+    sesa = sesa_program()
     lines = []
     if not sequential:
         of = f"{ckpt_arg} " if ckpt_arg else ""
-        lines.append(("the chain health of sequential sampling from it", f"sesa eval {of}sampler=sequential"))
+        lines.append(("the chain health of sequential sampling from it", f"{sesa} eval {of}sampler=sequential"))
     if ckpt_arg:
-        lines.append(("continue training from it", f"sesa revive {ckpt_arg} more_steps={more_steps}"))
+        lines.append(("continue training from it", f"{sesa} revive {ckpt_arg} more_steps={more_steps}"))
     else:
-        lines.append(("train from this base (add overrides, e.g. task=path)", "sesa train"))
+        lines.append(("train from this base (add overrides, e.g. task=path)", f"{sesa} train"))
     _print_next(lines)
 
 
@@ -179,10 +183,20 @@ def resume_hint(run_dir: Path, step: int, steps: int, command: str = "train") ->
     the command that resumes the run (:func:`resume_line`: train.resume=auto) and a revival from the checkpoint."""
     again = f"{resume_line(run_dir, command)} or " if command in ("train", "revive") else ""
     console.print(
-        f"stopped at step {step} of {steps}; continue with: {again}sesa revive {arg('ckpt', run_dir)} "
+        f"stopped at step {step} of {steps}; continue with: {again}{sesa_program()} revive {arg('ckpt', run_dir)} "
         f"more_steps={max(1, steps - step)}",
         soft_wrap=True, markup=False, highlight=False,
     )  # fmt: skip
+
+
+def in_sweep() -> bool:
+    """Whether this process runs a job of a sweep (``sesa <command> -m``: Hydra's multirun)."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if not HydraConfig.initialized():
+        return False
+    mode = HydraConfig.get().mode
+    return getattr(mode, "name", str(mode)) == "MULTIRUN"
 
 
 def resume_line(run_dir: Path, command: str) -> str:
@@ -194,7 +208,7 @@ def resume_line(run_dir: Path, command: str) -> str:
     if not HydraConfig.initialized():
         return f"rerun the same command with {arg('hydra.run.dir', run_dir)} {why}"
     hc = HydraConfig.get()
-    if getattr(hc.mode, "name", str(hc.mode)) == "MULTIRUN":
+    if in_sweep():
         sweep = resume_command() or f"the sweep's command with {arg('hydra.sweep.dir', hc.sweep.dir)}"
         return f"{sweep} (its finished jobs are skipped, this one resumes: train.resume=auto)"
     mine = [str(o) for o in hc.overrides.hydra if not str(o).startswith("hydra.mode=")]
@@ -202,7 +216,7 @@ def resume_line(run_dir: Path, command: str) -> str:
         mine.append(arg("hydra.run.dir", run_dir))
     words = [shlex.quote(str(o)) for o in hc.overrides.task] + [o if o.startswith(("hydra.run.dir=", "'")) else
                                                                  shlex.quote(o) for o in mine]  # fmt: skip
-    return " ".join(["sesa", command, *words, why])
+    return " ".join([sesa_program(), command, *words, why])
 
 
 class SweepEnding(Callback):
@@ -223,7 +237,8 @@ class SweepEnding(Callback):
         if code > 1 and resume_command():
             console.print(f"resume:    {resume_command()}", soft_wrap=True, markup=False, highlight=False)
         if os.environ.get("RANK", "0") == "0" and config.hydra.job.name in ("train", "revive", "eval"):
-            console.print(f"report:    sesa diversity-report {arg('runs', sweep, listed=True)}", soft_wrap=True,
+            report = f"{sesa_program()} diversity-report {arg('runs', sweep, listed=True)}"
+            console.print(f"report:    {report}", soft_wrap=True,
                           markup=False, highlight=False)  # fmt: skip
         if code:
             raise SystemExit(code)

@@ -43,7 +43,7 @@ from sesa_cli.commands.common import drop_empty_run_dir, user_errors
 from sesa_cli.commands.compose import compose
 from sesa_cli.commands.rundir import check_report_dir, discard_staged, existing_run, stage_report, wanted_config
 from sesa_cli.config import ConfigError, cut, first_line
-from sesa_cli.paths import hydra_value, os_reason
+from sesa_cli.paths import hydra_value, os_reason, sesa_program
 from sesa_cli.runs import atomic_write_text, read_metrics, read_yaml
 
 T = TypeVar("T")
@@ -473,7 +473,7 @@ def prepare_sweep(command: str, argv: list[str], overrides: list[str]) -> list[s
             raise ConfigError(f"{cut(subdir)}: a sweep subdir with both quotes and backslashes is not supported")
         rest = [line if o is subdir else o for o in rest]
     os.environ[MAIN_PID] = str(os.getpid())
-    os.environ[SWEEP_COMMAND] = " ".join(shlex.quote(a) for a in resume)
+    os.environ[SWEEP_COMMAND] = " ".join([sesa_program(), *(shlex.quote(a) for a in resume[1:])])
     interrupt.on_first_stop = lambda signum: stop_sweep(sweep_dir, signum)
     if "ray" in str(hydra.launcher.get("_target_", "")).lower():
         _keep_stop_policy_under_ray()

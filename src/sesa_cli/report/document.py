@@ -27,6 +27,7 @@ from sesa_cli.report.runs import Run, load_runs, short_label
 from sesa_cli.report.stats import METHOD, decimals_for, format_interval, format_value
 from sesa_cli.report.tables import (
     at_k_values,
+    best_table,
     compare_groups,
     difference_table,
     group_summary,
@@ -60,7 +61,10 @@ SOLUTIONS = tuple(
 )
 
 _FINAL = "Value at the last step that logged the metric (a revived run's copy of its parent's rows excluded)."
-_BEST = "Maximum over steps (for every metric, including entropy and step time)."
+_BEST = (
+    "Best value over steps in each metric's direction (sesa_cli.metric_keys): the maximum, or the minimum where "
+    "lower is better (marked lowest); metrics without a direction (entropy, losses, counts) are left out."
+)
 
 
 class ReportFiles(TypedDict):
@@ -222,7 +226,7 @@ def default_compare(runs: Sequence[Run]) -> list[str]:
     """The groups compared when ``compare=`` is not given, baseline first: the revivals with each other when two or
     more groups are revivals (``sesa revive`` runs), else the two groups when there are exactly two, else none. The
     one group of i.i.d. sampling (``sampler=parallel``) among them is the baseline, whatever the order of ``runs=``
-    (the README's collapse -> revive -> report workflow); else the first."""
+    (the collapse -> revive -> report workflow of docs/usage.md); else the first."""
     order = list(dict.fromkeys(run.group for run in runs))
     revived = [g for g in order if all(r.info.get("command") == "revive" for r in runs if r.group == g)]
     chosen = revived if len(revived) >= 2 else order if len(order) == 2 else []
@@ -372,7 +376,7 @@ def _markdown(report: Report) -> str:
         "",
         _BEST,
         "",
-        markdown_table(wide_table(report.groups, "best", labels=report.labels)),
+        markdown_table(best_table(report.groups, labels=report.labels)),
         "",
         "## Runs",
         "",
@@ -439,7 +443,7 @@ def _html(report: Report) -> str:
         table(wide_table(report.groups, "final", labels=report.labels)),
         "</details>",
         f"<details><summary>Best values of every metric</summary><p class='note'>{html.escape(_BEST)}</p>",
-        table(wide_table(report.groups, "best", labels=report.labels)),
+        table(best_table(report.groups, labels=report.labels)),
         "</details>",
         "<details><summary>Runs</summary>",
         table(runs_table(report), index=False),

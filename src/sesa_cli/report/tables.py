@@ -3,7 +3,8 @@
 Three long-form CSVs, one row per (run | group | pair of groups) × metric:
 
 * ``summary.csv`` (:data:`SUMMARY_COLUMNS`): every run's *final* value of every metric (the value at the last step
-  that logged it) and its *best* (maximum over steps), computed on the run's own rows: a revived run's copy of its
+  that logged it) and its *best* over steps, in the metric's declared direction (maximum, minimum, or none:
+  :func:`sesa_cli.metric_keys.better`), computed on the run's own rows: a revived run's copy of its
   parent's history is left out.
 * ``groups.csv`` (:data:`GROUP_COLUMNS`): per group, the number of seeds, the mean and the 95% bootstrap interval
   (:mod:`sesa_cli.report.stats`) of final and best, and the sample std of final.
@@ -23,7 +24,7 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
-from sesa_cli.metric_keys import family, key
+from sesa_cli.metric_keys import better, family, key
 from sesa_cli.report.runs import Run
 from sesa_cli.report.stats import bootstrap_interval, difference_interval, format_interval
 
@@ -130,7 +131,9 @@ def summarize(runs: Sequence[Run]) -> pd.DataFrame:
     """Per-run summary (:data:`SUMMARY_COLUMNS`), ordered by group (first appearance), run, then metric.
 
     *final* is the value at the last step of the run's own rows that logged the metric, *best* its maximum over
-    them (for every metric, entropy and step time included: the table does not guess which direction is good).
+    them where higher is better, its minimum where lower is (``policy/pruned_mass``, ``time/step_s``), and NaN for a
+    metric with no direction (a diagnostic such as ``rollout/entropy``): the direction is declared once, with the key
+    (:attr:`sesa_cli.metric_keys.MetricKey.better`).
     """
     records = []
     for run in runs:
@@ -138,9 +141,8 @@ def summarize(runs: Sequence[Run]) -> pd.DataFrame:
         for metric in sorted(own.columns, key=metric_sort_key):
             values = own[metric].dropna()
             if not values.empty:
-                records.append(
-                    (run.group, run.seed or "", str(run.path), metric, float(values.iloc[-1]), float(values.max()))
-                )
+                best = {"higher": values.max(), "lower": values.min()}.get(better(metric), math.nan)
+                records.append((run.group, run.seed or "", str(run.path), metric, float(values.iloc[-1]), float(best)))
     frame = pd.DataFrame.from_records(records, columns=list(SUMMARY_COLUMNS))
     group_order = {g: i for i, g in enumerate(dict.fromkeys(run.group for run in runs))}
     order = frame["group"].map(group_order)
@@ -260,6 +262,15 @@ def wide_table(
         table[f"{labels.get(group, group)} (n={_n_seeds(groups, group)})"] = [
             _cell(indexed, group, m, stat) for m in metrics
         ]
+    return table
+
+
+def best_table(groups: pd.DataFrame, labels: dict[str, str] | None = None) -> pd.DataFrame:
+    """The wide table of each metric's best value over steps (:func:`wide_table` of ``best``), for the metrics that
+    have a direction; a metric where lower is better says so (``time/step_s (lowest)``)."""
+    metrics = [m for m in sorted(set(groups["metric"]), key=metric_sort_key) if better(m)]
+    table = wide_table(groups, "best", metrics=metrics, labels=labels)
+    table.index = pd.Index([f"{m} (lowest)" if better(m) == "lower" else m for m in metrics], name="metric")
     return table
 
 

@@ -1,0 +1,184 @@
+"""The README's "What sesa found" table, generated from ``docs/results.md``: one row per claim, its answer in a
+phrase with the mean and 95% interval over seeds that docs/results.md gives, negatives included.
+
+``python scripts/findings.py`` rewrites the block between ``<!-- results:findings -->`` and
+``<!-- /results:findings -->`` of README.md; ``--check`` only says whether the block is current (exit 1 if not).
+``nox -s results`` runs it after writing docs/results.md, and tests/test_findings.py keeps the README equal to it.
+
+Which group and metrics answer each claim is :data:`ROWS` (by the group numbers docs/results.md lists: the claims'
+sweeps in scripts/claims.yaml fix their order). A phrase follows the interval alone: *higher* where the whole 95%
+interval of the difference is above 0, *lower* where it is below, *no clear difference* where it spans 0; the cells
+are quoted from the page as it prints them. Nothing here imports torch or reads a run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+START, END = "<!-- results:findings -->", "<!-- /results:findings -->"
+
+
+@dataclass(frozen=True)
+class Row:
+    """One claim's row: ``group`` (its number in the claim's tables) answers it, with each of ``metrics`` (a
+    ``(metric, what the reader calls it)`` pair) read from the difference table (group − the claim's baseline) or,
+    with ``level``, from the headline table (the group's own value)."""
+
+    claim: str
+    question: str
+    group: int
+    metrics: tuple[tuple[str, str], ...]
+    level: bool = False
+
+
+SUCCESS, PASS16 = ("eval/success", "success"), ("eval/pass@16", "pass@16")
+EXACT_DIVERSITY = ("policy/effective_solutions", "winning episodes (exact policy)")
+ROWS = (
+    Row("I", "Does GRPO (parallel, i.i.d. groups) collapse onto one solution of the path task's 20?", 1,
+        (("policy/effective_solutions", "effective solutions"),), level=True),
+    Row("II", "From scratch, does sequential sampling (the default) keep more solutions than parallel?", 5,
+        (("policy/effective_solutions", "effective solutions"), SUCCESS)),
+    Row("III", "Revived from a collapsed checkpoint, does it bring them back?", 4,
+        (("policy/effective_solutions", "effective solutions"), SUCCESS)),
+    Row("IV", "FrozenLake 4×4 (the default run): sequential − parallel", 2, (SUCCESS, PASS16, EXACT_DIVERSITY)),
+    Row("V", "Sokoban: sequential − parallel", 2, (SUCCESS, PASS16, EXACT_DIVERSITY)),
+    Row("VI", "Countdown: sequential − parallel", 2,
+        (SUCCESS, PASS16, ("estimate/effective_solutions", "winning answers (sampled estimate)"))),
+    Row("VII", "FrozenLake 5×5, where the base rarely wins: sequential − parallel", 2,
+        (SUCCESS, PASS16, EXACT_DIVERSITY)),
+)  # fmt: skip
+"""The claims' rows. II's group 5 and III's group 4 are the sequential default (distinct_solutions with the
+found-solutions term, from the flagged checkpoint for III); each agent claim has two groups, parallel [1] and
+sequential [2]. :func:`findings` checks each chosen group's label names the sampler the row says it is."""
+
+CELL = re.compile(r"^(?P<mean>[+-]?[\d.]+(?:e[+-]?\d+)?) \[(?P<low>[+-]?[\d.]+(?:e[+-]?\d+)?), "
+                  r"(?P<high>[+-]?[\d.]+(?:e[+-]?\d+)?)\]$")  # fmt: skip
+
+
+class PageError(ValueError):
+    """docs/results.md lacks what a row reads (a claim, a table, a group, a metric)."""
+
+
+def sections(text: str) -> dict[str, tuple[str, list[str]]]:
+    """The page's claim sections: key (``IV``) -> (heading, its lines)."""
+    lines = text.split("\n")
+    starts = [i for i, line in enumerate(lines) if re.match(r"## [IVX]+\. ", line)]
+    ends = [*starts[1:], len(lines)]
+    return {
+        lines[i][3:].split(".", 1)[0]: (lines[i][3:], lines[i + 1 : end]) for i, end in zip(starts, ends, strict=True)
+    }
+
+
+def tables(lines: list[str]) -> list[tuple[str, list[dict[str, str]]]]:
+    """Each Markdown table of ``lines`` as (the last non-empty line before it, its rows as header -> cell)."""
+    out: list[tuple[str, list[dict[str, str]]]] = []
+    before, i = "", 0
+    while i < len(lines):
+        if lines[i].startswith("| ") and i + 1 < len(lines) and lines[i + 1].startswith("|---"):
+            header = [c.strip() for c in lines[i].strip("|").split("|")]
+            rows, i = [], i + 2
+            while i < len(lines) and lines[i].startswith("|"):
+                rows.append(dict(zip(header, (c.strip() for c in lines[i].strip("|").split("|")), strict=True)))
+                i += 1
+            out.append((before, rows))
+            continue
+        if lines[i].strip():
+            before = lines[i]
+        i += 1
+    return out
+
+
+def _group(rows: list[dict[str, str]], number: int) -> dict[str, str]:
+    for row in rows:
+        if row.get("group", "").startswith(f"[{number}] "):
+            return row
+    raise PageError(f"no group [{number}]")
+
+
+def phrase(cell: str) -> str:
+    """The answer a difference ``mean [low, high]`` gives, from its interval alone."""
+    m = CELL.match(cell)
+    if m is None:
+        raise PageError(f"{cell!r} is not 'mean [low, high]'")
+    low, high = float(m["low"]), float(m["high"])
+    return "higher" if low > 0 else "lower" if high < 0 else "no clear difference"
+
+
+def slug(heading: str) -> str:
+    """GitHub's anchor of a Markdown heading (as tests/test_doc_references.py computes it)."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def findings(text: str, rows: Sequence[Row] = ROWS) -> list[str]:
+    """The README's table (Markdown lines) from the text of docs/results.md."""
+    found = sections(text)
+    lines = ["| claim | question | answer: mean [95% interval] over seeds |", "|---|---|---|"]
+    for row in rows:
+        if row.claim not in found:
+            raise PageError(f"docs/results.md has no claim {row.claim}")
+        heading, body = found[row.claim]
+        parsed = tables(body)
+        if row.level:  # the headline table: a group's own values, with its seed count
+            wanted = [t for _, t in parsed if t and "n" in t[0]]
+        else:  # the differences to the baseline
+            wanted = [t for before, t in parsed if before.startswith("Difference to")]
+        if not wanted:
+            raise PageError(f"claim {row.claim}: no {'headline' if row.level else 'difference'} table")
+        group = _group(wanted[0], row.group)
+        sampler = "parallel" if row.level else "sequential"
+        if sampler not in group["group"]:
+            raise PageError(f"claim {row.claim}: group [{row.group}] is {group['group']!r}, not a {sampler} group")
+        answers = []
+        for metric, name in row.metrics:
+            if metric not in group:
+                raise PageError(f"claim {row.claim}: no {metric} column")
+            cell = group[metric]
+            answers.append(f"{name} {cell}" if row.level else f"{name} {phrase(cell)}: {cell}")
+        lines.append(f"| [{row.claim}](docs/results.md#{slug(heading)}) | {row.question} | {'; '.join(answers)} |")
+    return lines
+
+
+def block(text: str) -> str:
+    """The README's block as written (markers included) for the page ``text``."""
+    return "\n".join([START, *findings(text), END])
+
+
+def rewrite(readme: str, page: str) -> str:
+    """``readme`` with its findings block replaced by the one ``page`` (docs/results.md's text) gives."""
+    if START not in readme or END not in readme:
+        raise PageError(f"README.md has no {START} ... {END} block")
+    head, rest = readme.split(START, 1)
+    _, tail = rest.split(END, 1)
+    return head + block(page) + tail
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python scripts/findings.py", description=__doc__.split("\n")[0])
+    parser.add_argument("--check", action="store_true", help="exit 1 if README.md's table is not current")
+    parser.add_argument("--readme", type=Path, default=ROOT / "README.md")
+    parser.add_argument("--results", type=Path, default=ROOT / "docs" / "results.md")
+    args = parser.parse_args(argv)
+    readme = args.readme.read_text(encoding="utf-8")
+    try:
+        new = rewrite(readme, args.results.read_text(encoding="utf-8"))
+    except PageError as exc:
+        print(f"scripts/findings.py: {exc}", file=sys.stderr)
+        return 2
+    if args.check:
+        if new != readme:
+            print(f"{args.readme}: its findings table is not the one {args.results} gives; run scripts/findings.py")
+            return 1
+        return 0
+    args.readme.write_text(new, encoding="utf-8")
+    print(f"wrote the findings table into {args.readme}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,91 @@
+"""The README's "What sesa found" table is what scripts/findings.py makes of docs/results.md (issue 53), and the
+script's reading of a page: which group, which table, which phrase."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.conftest import ROOT
+from tests.scripts import load
+
+findings = load("findings")
+
+
+def test_the_readme_table_is_generated_from_the_results_page():
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    page = (ROOT / "docs" / "results.md").read_text(encoding="utf-8")
+    assert findings.block(page) in readme, "README.md's findings table is stale: run python scripts/findings.py"
+    assert findings.rewrite(readme, page) == readme
+    assert readme.count(findings.START) == 1
+
+
+@pytest.mark.parametrize(
+    ("cell", "answer"),
+    [
+        ("+0.066 [0.031, 0.106]", "higher"),
+        ("-0.0217 [-0.0379, -0.0057]", "lower"),
+        ("+0.0346 [-0.0150, 0.0842]", "no clear difference"),
+        ("0 [-0.300, 0.300]", "no clear difference"),
+        ("+1.89 [0.03, 4.00]", "higher"),
+        ("-0.0125 [-0.0147, -0.0104]", "lower"),
+    ],
+)
+def test_a_phrase_follows_the_interval_alone(cell, answer):
+    assert findings.phrase(cell) == answer
+
+
+PAGE = """# Results
+
+## I. Parallel sampling collapses
+
+Text.
+
+| group | n | policy/effective_solutions | eval/success |
+|---|---|---|---|
+| [1] collapse parallel | 10 | 1.02 [1.01, 1.05] | 0.989 [0.981, 0.997] |
+
+## IV. The agent task: FrozenLake
+
+| group | n | eval/success | eval/pass@16 |
+|---|---|---|---|
+| [1] parallel | 5 | 0.859 [0.819, 0.898] | 0.903 [0.872, 0.931] |
+| [2] sequential | 5 | 0.893 [0.877, 0.910] | 0.969 [0.950, 0.988] |
+
+Difference to [1] parallel (group − baseline, final values, paired by seed):
+
+| group | eval/success | eval/pass@16 |
+|---|---|---|
+| [2] sequential | +0.0346 [-0.0150, 0.0842] | +0.066 [0.031, 0.106] |
+"""
+ROWS = (
+    findings.Row("I", "Collapse?", 1, (("policy/effective_solutions", "effective solutions"),), level=True),
+    findings.Row("IV", "FrozenLake", 2, (("eval/success", "success"), ("eval/pass@16", "pass@16"))),
+)
+
+
+def test_a_row_reads_its_group_from_the_headline_or_the_difference_table():
+    lines = findings.findings(PAGE, ROWS)
+    assert (
+        lines[2]
+        == "| [I](docs/results.md#i-parallel-sampling-collapses) | Collapse? | effective solutions 1.02 [1.01, 1.05] |"
+    )
+    assert lines[3] == (
+        "| [IV](docs/results.md#iv-the-agent-task-frozenlake) | FrozenLake | success no clear difference: "
+        "+0.0346 [-0.0150, 0.0842]; pass@16 higher: +0.066 [0.031, 0.106] |"
+    )
+
+
+@pytest.mark.parametrize(
+    ("row", "why"),
+    [
+        (findings.Row("II", "?", 1, (("eval/success", "success"),)), "no claim II"),
+        (findings.Row("IV", "?", 3, (("eval/success", "success"),)), r"no group \[3\]"),
+        (findings.Row("IV", "?", 2, (("eval/pass@4", "pass@4"),)), "no eval/pass@4 column"),
+        (findings.Row("I", "?", 1, (("eval/success", "success"),)), "no difference table"),
+        # a row whose group is not the sampler it reads as (a reordered page) is refused, not printed
+        (findings.Row("IV", "?", 2, (("eval/success", "success"),), level=True), "not a parallel group"),
+    ],
+)
+def test_a_page_without_what_a_row_reads_is_an_error(row, why):
+    with pytest.raises(findings.PageError, match=why):
+        findings.findings(PAGE, (row,))

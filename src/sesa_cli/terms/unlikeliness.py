@@ -14,7 +14,8 @@ Written as the authors' released code computes it (``ray_lean_trainer._compute_a
 github.com/AndreHe02/rewarding-unlikely-release), the choices kept here: the likelihood is the rollout's mean
 per-token log-prob (its sampled tokens only, an episode's observations left out), here the log-probs recorded when
 it was drawn (the policy of this update, in the context that drew it); the ranks are over the whole group, and a
-rollout with reward 0 is unchanged whatever its rank; ties in likelihood rank in row order.
+rollout with reward 0 is unchanged whatever its rank (a negative reward, a format penalty, shrinks toward 0
+by the same factor); ties in likelihood rank in row order.
 """
 
 from __future__ import annotations

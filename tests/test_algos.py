@@ -389,8 +389,8 @@ def test_seq_mean_token_mean_skips_empty_rows() -> None:
 @pytest.mark.parametrize(
     ("registry", "field", "valid"),
     [
-        (ADVANTAGES, "advantage", "dr_grpo, grpo, rloo"),
-        (POLICY_LOSSES, "loss", "clip_cov, kl_cov, ppo_clip"),
+        (ADVANTAGES, "advantage", "dr_grpo, grpo, grpo_passk, passk, rloo"),
+        (POLICY_LOSSES, "loss", "clip_cov, forking_tokens, kl_cov, ppo_clip"),
         (AGGREGATIONS, "aggregation", "seq_mean_token_mean, seq_sum_norm, token_mean"),
     ],
 )

@@ -21,7 +21,7 @@ def test_help_lists_every_command(monkeypatch, capsys):
     ("argv", "expected"),
     [
         (["trian"], "unknown command 'trian' (did you mean 'train'?)"),
-        (["train", "sampler=nope"], "sampler=nope is not a sampler option; choose one of: parallel, sequential"),
+        (["train", "sampler=nope"], "sampler=nope is not a sampler option; choose one of: lte, parallel, sequential"),
         (["train", "task.foo=1"], "unknown key 'task.foo'; valid keys under 'task': "),
         (["train", "train.steps=abc"], "train.steps: Value 'abc' of type 'str' could not be converted to Integer"),
         (["train", "sampler.stage1=x"], "sampler.stage1='x' is not valid; choose one of: auto, sketch, solution"),
@@ -39,7 +39,11 @@ def test_bad_input_is_one_line_and_exit_2(monkeypatch, capsys, argv, expected):
 @pytest.mark.parametrize(
     ("command", "argv", "expected"),
     [
-        ("train", ["algo.advantage=nope"], "unknown algo.advantage 'nope'; valid: dr_grpo, grpo, rloo"),
+        (
+            "train",
+            ["algo.advantage=nope"],
+            "unknown algo.advantage 'nope'; valid: dr_grpo, grpo, grpo_passk, passk, rloo",
+        ),
         ("train", ["algo.loss=nope"], "unknown algo.loss 'nope'; valid: "),
         ("train", ["algo.aggregation=nope"], "unknown algo.aggregation 'nope'; valid: "),
         ("train", ["algo.off_policy=nope"], "unknown algo.off_policy 'nope'; valid: "),

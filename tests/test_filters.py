@@ -50,11 +50,13 @@ def test_top_std_groups_keeps_the_most_disputed_groups() -> None:
 
 
 def test_filters_are_configured_by_name_and_a_filter_keeping_everything_is_off() -> None:
-    assert sorted(FILTERS) == ["dynamic_sampling", "rollout_filter"]
+    assert sorted(FILTERS) == ["dynamic_sampling", "reward_variance", "rollout_filter"]
     assert build_filters({}) == []
     assert build_filters({"rollout_filter": 1.0, "dynamic_sampling": False}) == []  # ratio 1 keeps every group
     assert [f.name for f in build_filters({"rollout_filter": {}, "dynamic_sampling": None})] == ["rollout_filter"]
-    with pytest.raises(ConfigError, match=r"unknown sampler\.filters 'dapo'; valid: dynamic_sampling, rollout_filter"):
+    with pytest.raises(
+        ConfigError, match=r"unknown sampler\.filters 'dapo'; valid: dynamic_sampling, reward_variance, rollout_filter"
+    ):
         build_filters({"dapo": True})
     with pytest.raises(ConfigError, match=r"sampler\.filters\.rollout_filter\.share is not a setting; valid: ratio"):
         build_filters({"rollout_filter": {"share": 0.5}})

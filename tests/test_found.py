@@ -158,7 +158,10 @@ def test_the_terms_settings_are_checked():
         term_settings({"found": {"coef": 0.2, "rows": "some"}})
     with pytest.raises(ConfigError, match=r"algo\.terms\.found\.row is not a setting; valid: coef, rows"):
         term_settings({"found": {"row": "all"}})
-    with pytest.raises(ConfigError, match=r"unknown algo\.terms 'fund'; valid: follow, found"):
+    with pytest.raises(
+        ConfigError,
+        match=r"unknown algo\.terms 'fund'; valid: follow, found, outcome_batch, outcome_ucb, unlikeliness",
+    ):
         term_settings({"fund": 0.2})
     settings = term_settings({"found": {"coef": 1, "rows": "all"}, "follow": 0})  # coef 0: off
     assert list(settings) == ["found"]

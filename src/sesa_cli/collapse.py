@@ -1,4 +1,5 @@
-"""The collapse monitor (``collapse.*``): flags the training steps where the policy's diversity has died.
+"""The collapse monitor (``collapse.*``): flags the training steps where the policy's diversity has died; and
+RAGEN-2's diagnostic of template collapse (:func:`input_dependence`), answers that no longer depend on the prompt.
 
 Pure and torch-free like sesa_cli.metrics, whose rows it reads; the trainer calls :meth:`CollapseMonitor.update`
 once per step and checkpoints record its state.
@@ -7,14 +8,15 @@ once per step and checkpoints record its state.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections import Counter
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from sesa_cli.metric_keys import key
 from sesa_cli.metrics import as_int
 
-__all__ = ["CollapseMonitor"]
+__all__ = ["CollapseMonitor", "input_dependence"]
 
 # The keys the monitor reads (each collapse.* threshold is named after one of them).
 EFFECTIVE_SOLUTIONS = key("policy/effective_solutions")
@@ -130,3 +132,42 @@ class CollapseMonitor:
         last, first = state.get("last_step"), state.get("first_flag_step")
         self.last_step = None if last is None else int(last)
         self.first_flag_step = None if first is None else int(first)
+
+
+def input_dependence(prompts: Sequence[Hashable], answers: Sequence[str | None]) -> dict[str, float]:
+    """How much a step's answers depend on their prompt: RAGEN-2's template-collapse diagnostic (Wang et al. 2026,
+    "RAGEN-2: Reasoning Collapse in Agentic RL"; its ``collapse/mi_estimate``), on answers instead of log-probs.
+
+    RAGEN-2 splits a policy's diversity into the variety of its responses to one input, H(Z | X), and their
+    dependence on the input, the mutual information I(X; Z) under the batch's prompts taken uniformly: "template
+    collapse" is a policy whose responses vary (high H(Z | X)) but would be the same whatever the input (I(X; Z)
+    near 0), which an entropy does not see. RAGEN-2 estimates I(X; Z) from the log-probs of every response under
+    every prompt of the batch; here Z is the response's final answer (its solution key: what sesa counts as the same
+    solution; every reply without one is one answer, "invalid"), whose distributions the step's rollouts give
+    directly, so the plug-in estimate needs no model pass:
+
+    p(a | x) = the share of prompt x's rollouts with answer a, p(a) = mean over the N distinct prompts of p(a | x),
+    ``answer_mi`` = I(X; A) = mean over x of sum_a p(a | x) log(p(a | x) / p(a)) (nats; 0 when no answer depends on
+    the prompt), ``answer_mi_max`` = log N (its bound, reached when the prompts share no answer),
+    ``answer_cond_entropy`` = H(A | X) = mean over x of −sum_a p(a | x) log p(a | x).
+
+    A plug-in estimate: with few rollouts per prompt it is biased upward (by about (answers − 1)(N − 1) / (2 · rows)
+    nats for independent answers). Empty when the step holds fewer than two distinct prompts (the dependence is then
+    undefined). ``prompts`` and ``answers``: one entry per rollout.
+    """
+    if len(prompts) != len(answers):
+        raise ValueError(f"prompts and answers must have the same length, got {len(prompts)} and {len(answers)}")
+    by_prompt: dict[Hashable, Counter[str | None]] = {}
+    for x, a in zip(prompts, answers, strict=True):
+        by_prompt.setdefault(x, Counter())[a] += 1
+    n = len(by_prompt)
+    if n < 2:
+        return {}
+    conditionals = [{a: c / sum(counts.values()) for a, c in counts.items()} for counts in by_prompt.values()]
+    marginal: dict[str | None, float] = {}
+    for p in conditionals:
+        for a, q in p.items():
+            marginal[a] = marginal.get(a, 0.0) + q / n
+    mi = sum(q * math.log(q / marginal[a]) for p in conditionals for a, q in p.items()) / n
+    cond = -sum(q * math.log(q) for p in conditionals for q in p.values()) / n
+    return {"answer_mi": max(0.0, mi), "answer_mi_max": math.log(n), "answer_cond_entropy": cond}

@@ -96,6 +96,25 @@ METRIC_KEYS: tuple[MetricKey, ...] = (
         "dc/grp",
     ),
     MetricKey(
+        "rollout/answer_mi",
+        "Mutual information (nats) between the prompt and the answer (solution key) over the step's rollouts, the "
+        "prompts taken uniformly: how much the answers depend on the prompt; near 0 with a high "
+        "rollout/answer_cond_entropy is RAGEN-2's template collapse. A plug-in estimate; steps with one prompt omit it.",
+        "sesa_cli.collapse.input_dependence",
+    ),
+    MetricKey(
+        "rollout/answer_mi_max",
+        "log of the step's distinct prompts: the bound of rollout/answer_mi.",
+        "sesa_cli.collapse.input_dependence",
+        better="",
+    ),
+    MetricKey(
+        "rollout/answer_cond_entropy",
+        "Entropy (nats) of the answers (solution keys) of one prompt's rollouts, averaged over the step's prompts.",
+        "sesa_cli.collapse.input_dependence",
+        better="",
+    ),
+    MetricKey(
         "rollout/coverage",
         "Tasks with targets: share of the targets the step's rollouts hit.",
         "sesa_cli.trainer.Trainer.train_step",
@@ -297,6 +316,13 @@ METRIC_KEYS: tuple[MetricKey, ...] = (
     ),
     MetricKey(
         "loss/kl_cov_frac", "KL-Cov: share of tokens with the KL penalty.", "sesa_cli.algos.losses.kl_cov", better=""
+    ),
+    MetricKey(
+        "loss/forking_frac",
+        "forking_tokens: share of the valid tokens in the top algo.top_entropy_quantile by entropy (they get the "
+        "policy gradient).",
+        "sesa_cli.algos.forking.forking_tokens",
+        better="",
     ),
     MetricKey("loss/approx_kl", "k3 estimate of KL(old || pi), token mean.", "sesa_cli.algos.compute_loss", better=""),
     MetricKey("loss/ratio_mean", "Token mean of pi / old.", "sesa_cli.algos.compute_loss", better=""),

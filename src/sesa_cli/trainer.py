@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from sesa_cli import metrics as M
-from sesa_cli.collapse import CollapseMonitor
+from sesa_cli.collapse import CollapseMonitor, input_dependence
 from sesa_cli.config import TrainConfig
 from sesa_cli.distributed import SingleProcess
 from sesa_cli.evaluation import Evaluation, rollout_stats, sample_records
@@ -138,7 +138,8 @@ class Trainer:
         # plain-prompt policy); train/*: the training procedure; policy/*: the plain-prompt policy, exactly.
         row: dict[str, Any] = {"step": self.step + 1}
         rewards = [[r.score.reward for r in g] for g in groups]
-        stats = {**M.reward_stats(rewards), **rollout_stats(rows), **M.group_diversity(keys, correct, len(groups[0]))}
+        stats = {**M.reward_stats(rewards), **rollout_stats(rows), **M.group_diversity(keys, correct, len(groups[0])),
+                 **input_dependence([tuple(r.prompt_ids) for r in rows], keys)}  # fmt: skip
         row.update({f"rollout/{k}": v for k, v in stats.items()})
         targets = self.task.target_keys(groups[0][0].inst)
         if targets:

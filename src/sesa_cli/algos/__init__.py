@@ -8,6 +8,7 @@ Learning-rate schedules (:data:`LR_SCHEDULES`, :func:`lr_scale`) and the off-pol
 ``algo.off_policy``, :func:`off_policy_strategy`) are registries of the same kind.
 """
 
+from sesa_cli.algos import forking, passk  # noqa: F401  (register the plug-ins of issue 52)
 from sesa_cli.algos.advantages import (
     compute_advantages,
     no_on_policy_groups,

@@ -96,13 +96,14 @@ def output_dir_problem(
 
 
 def sequential_only_problem(overrides: list[str], samplers: set[str]) -> str | None:
-    """A one-line error when the command line sets a sequential-only key (config.SEQUENTIAL_ONLY) and no
-    job of the command samples sequentially (``samplers``: the sampler name of every job of a sweep)."""
+    """A one-line error when the command line sets a sequential-only key (config.SEQUENTIAL_ONLY) and every job of
+    the command samples with ``sampler=parallel``, the sampler that reads none of them (``samplers``: the sampler name
+    of every job of a sweep; ``sampler=lte`` reads the off-policy keys and ``sampler.parallel_rows``)."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     keys = [ov.key_or_group for ov in OverridesParser.create().parse_overrides(overrides)]
     found = sorted({k for k in keys if k in SEQUENTIAL_ONLY})
-    if not found or "sequential" in samplers:
+    if not found or samplers - {"parallel"}:
         return None
     uses = " and ".join(f"sampler={name}" for name in sorted(samplers))
     return (

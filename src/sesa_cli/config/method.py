@@ -40,7 +40,8 @@ class SamplerConfig:
 
     name: str = "parallel"
     """The sampler (registry ``sesa_cli.rollout.samplers.SAMPLERS``, ``sampler=`` group): ``parallel`` (i.i.d., what
-    GRPO/verl/TRL do) or ``sequential`` (SESA)."""
+    GRPO/verl/TRL do), ``sequential`` (SESA) or ``lte`` (later rows hinted with the group's earlier wrong
+    answers, arXiv 2510.26109)."""
     group_size: int = 8
     """G, rollouts per prompt (solutions per group = G x solutions_per_sketch)."""
     temperature: float = 1.0
@@ -69,7 +70,8 @@ class SamplerConfig:
     advantages are normalised over all G rows. Why (docs/samplers.md, "FrozenLake: sequential against parallel"):
     a group of forced-different rows trains the plain-prompt policy on what the chain found, which widens it and
     costs success per sample; its i.i.d. half keeps the on-policy signal of GRPO, pushing down what the policy
-    itself gets wrong. In [0, G - 1]."""
+    itself gets wrong. In [0, G - 1]. ``sampler=lte``: the k rows drawn i.i.d. before the G - k hinted with their
+    wrong answers (0 = G // 2; sesa_cli.rollout.samplers.LTESampler)."""
     filters: dict[str, Any] = field(default_factory=dict)
     """Batch filters (registry ``sesa_cli.rollout.filters.FILTERS``), name -> settings: which drawn groups a step
     keeps. A filter that refills draws more prompts in place of the groups it drops; one that does not trains on the
@@ -77,9 +79,9 @@ class SamplerConfig:
     settings, a bare value of its first one, ``true`` for its defaults, ``false`` or ``null`` for off, e.g.
     ``sampler.filters.dynamic_sampling.max_rounds=8``, ``sampler.filters={rollout_filter: 0.25}``. sesa's own:
     ``dynamic_sampling`` (DAPO, arXiv 2503.14476: groups whose rewards are all equal dropped and refilled, at most
-    ``max_rounds`` extra rounds; ``algo=dapo`` turns it on) and ``rollout_filter`` (RAGEN's StarPO-S, arXiv
-    2504.20073: the ``int(ratio * groups)`` groups of largest reward std kept, at least one; RAGEN trained with 0.25).
-    Each filter's settings are documented in its file (sesa_cli/rollout/filters/); ``sesa train --help sampler``
+    ``max_rounds`` extra rounds; ``algo=dapo`` turns it on), ``rollout_filter`` (RAGEN's StarPO-S, arXiv
+    2504.20073: the ``int(ratio * groups)`` groups of largest reward std kept, at least one; RAGEN trained with 0.25)
+    and ``reward_variance`` (RAGEN-2's SNR-adaptive top-p filter; ``algo=snr_filter`` turns it on). Each filter's settings are documented in its file (sesa_cli/rollout/filters/); ``sesa train --help sampler``
     lists them."""
 
     def __post_init__(self) -> None:
@@ -107,9 +109,13 @@ class AlgoConfig:
     name: str = "grpo"
     """Algo option name (``algo=`` group)."""
     advantage: str = "grpo"
-    """Advantage estimator (registry ``sesa_cli.algos.ADVANTAGES``)."""
+    """Advantage estimator (registry ``sesa_cli.algos.ADVANTAGES``): ``grpo``, ``dr_grpo``, ``rloo``, ``passk``
+    (Pass@k Training's analytical advantage, arXiv 2508.10751, k = ``passk_k``) or ``grpo_passk`` (verl's: only the
+    group's best rollout gets r_max - r_second; sesa_cli/algos/passk.py)."""
     loss: str = "ppo_clip"
-    """Per-token policy loss (registry ``sesa_cli.algos.POLICY_LOSSES``)."""
+    """Per-token policy loss (registry ``sesa_cli.algos.POLICY_LOSSES``): ``ppo_clip``, ``clip_cov``, ``kl_cov`` or
+    ``forking_tokens`` (the gradient on the top ``top_entropy_quantile`` entropy tokens only, arXiv 2506.01939;
+    sesa_cli/algos/forking.py)."""
     aggregation: str = "token_mean"
     """How per-token losses become one scalar (registry ``sesa_cli.algos.AGGREGATIONS``)."""
     clip_low: float = 0.2
@@ -160,6 +166,12 @@ class AlgoConfig:
     """KL-Cov: fraction of tokens with the largest covariance that get the KL penalty."""
     kl_cov_coef: float = 1.0
     """KL-Cov: weight of that penalty."""
+    passk_k: int = 4
+    """passk: k of the pass@k objective, in [1, the rows of a group] (1 = GRPO's mean with the population std; k = G
+    gives every rollout advantage 0). 4 is a choice: the paper trains with several k."""
+    top_entropy_quantile: float = 0.2
+    """forking_tokens: rho, the share of the (mini-)batch's valid tokens, by entropy from the top, that get a
+    policy gradient, in (0, 1] (the paper's 0.2; 1 = every token, ``ppo_clip``; TRL's name)."""
     off_policy: str = "drop_negatives"
     """Off-policy strategy (registry ``sesa_cli.algos.OFF_POLICY``, sesa_cli/algos/off_policy.py; the old key
     ``sampler.off_policy`` still works for one release): what the loss does with off-policy rows, solutions drawn in
@@ -192,7 +204,9 @@ class AlgoConfig:
             at_least(self, "algo", 1, "ppo_epochs", "minibatches") + at_least(self, "algo", 0, "clip_low", "clip_high")
         )
         problems = at_least(self, "algo", 0, "kl_coef", "adv_eps", "norm_constant", "kl_cov_coef")
-        problems += positive(self, "algo", "is_clip")
+        problems += positive(self, "algo", "is_clip", "passk_k")
+        if not 0 < self.top_entropy_quantile <= 1:
+            problems.append(f"algo.top_entropy_quantile={self.top_entropy_quantile} must be in (0, 1]")
         problems += [
             f"algo.{n}={getattr(self, n)} must be in [0, 1]"
             for n in ("clip_cov_ratio", "kl_cov_ratio")

@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 from sesa_cli.tasks.base import Score
 
-__all__ = ["ChainItem", "Completion", "Expansion", "Origin", "Plain", "Rollout", "Sketch"]
+__all__ = ["ChainItem", "Completion", "Expansion", "Hinted", "Origin", "Plain", "Rollout", "Sketch"]
 
 
 @dataclass
@@ -84,6 +84,15 @@ class ChainItem:
     next item's context holds it and starts clean."""
 
 
+@dataclass(frozen=True)
+class Hinted:
+    """Drawn after ``position`` i.i.d. rows of its group, from the plain prompt followed by the distinct wrong answers
+    among them (``conditioned_on``, their texts), which its context holds (``sampler=lte``, arXiv 2510.26109)."""
+
+    position: int
+    conditioned_on: tuple[str, ...] = ()
+
+
 @dataclass(frozen=True, eq=False)
 class Sketch:
     """A stage-I sketch: item ``position`` of the chain of sketches, shared by the stage-II solutions expanding it
@@ -131,7 +140,8 @@ class Rollout:
     text: str
     score: Score
     origin: Origin = field(default_factory=Plain)
-    """Where it came from: :class:`Plain`, :class:`ChainItem` or :class:`Expansion` (or a plug-in sampler's own)."""
+    """Where it came from: :class:`Plain`, :class:`ChainItem`, :class:`Expansion` or :class:`Hinted` (or a plug-in
+    sampler's own)."""
 
     @property
     def stop_forced(self) -> bool:

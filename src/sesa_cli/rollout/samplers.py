@@ -1,6 +1,8 @@
 """Samplers: how the G rollouts of a group are drawn (docs/samplers.md). Registry keys = ``conf/sampler/*.yaml``.
 
 * ``parallel``   y_1..y_G ~ pi(.|x) i.i.d.: one batched session of B*G rows.
+* ``lte``        LTE (arXiv 2510.26109): k rows i.i.d., then G - k rows from the plain prompt followed by the group's
+  distinct wrong answers among them, when none of the k succeeded (:class:`LTESampler`).
 * ``sequential`` SESA. ``stage1=solution``: one session per prompt row; sample k continues the cache right after
   sample k-1 (plus the task's ``between`` text), so y_k ~ pi(.| x + y_1 + ... + y_{k-1}). ``stage1=sketch``: stage I
   drafts G sketches the same way from ``sketch_head(x)``; stage II expands each sketch into m solutions in one
@@ -32,12 +34,13 @@ from sesa_cli.models.policy import Policy
 from sesa_cli.models.special import stop_ids_for
 from sesa_cli.registry import Registry
 from sesa_cli.rollout.engine import Engine, SamplingParams, Session
-from sesa_cli.rollout.rollouts import ChainItem, Completion, Expansion, Origin, Plain, Rollout, Sketch
+from sesa_cli.rollout.rollouts import ChainItem, Completion, Expansion, Hinted, Origin, Plain, Rollout, Sketch
 from sesa_cli.rollout.stops import stop_string_fn
 from sesa_cli.tasks.base import Score, Task
 
 __all__ = [
     "SAMPLERS",
+    "LTESampler",
     "ParallelSampler",
     "Sampler",
     "SequentialSampler",
@@ -386,6 +389,78 @@ class SequentialSampler(Sampler):
                 cut.append([not s.completion.stopped for s in sketches])
                 followed.append([[_followed(r) for r in chain[i * m : (i + 1) * m]] for i in range(g)])
         return M.chain_health(keys, cut, followed if self.stage1 == "sketch" else None)
+
+
+@register_sampler("lte")
+class LTESampler(Sampler):
+    """LTE, "Learning to reason from Trial and Error" (Tang et al. 2025, "Do Not Step Into the Same River Twice",
+    arXiv 2510.26109): later rollouts of a prompt are hinted with the model's own earlier wrong answers to it.
+
+    Per prompt, k = ``sampler.parallel_rows`` (0: G // 2) rows are drawn i.i.d. from the plain prompt x. A group none
+    of whose k rows succeeded (LTE's "none-pass" prompt) draws its other G - k rows from x followed by the distinct
+    wrong answers among them (by solution key, in the order drawn; a reply without a key is left out), each laid out
+    as a chain item of the sequential sampler (its tokens, the task's stop if it was cut, ``task.between``): the
+    context the warm start taught to read as "answers already given", here all wrong. A group with a success, or
+    without a wrong answer to show, draws its G - k rows from x. The budget is GRPO's: G rows per prompt.
+
+    The hinted rows (origin :class:`~sesa_cli.rollout.rollouts.Hinted`) are drawn in a context other than x, so under
+    the plain-prompt loss (``algo.loss_context=prompt``) they are off-policy rows, treated as SESA's are:
+    ``algo.off_policy`` (by default their negative advantages dropped, their positives kept) or ``algo.loss_context``
+    (``is``: a truncated importance weight, LTE's own choice is a mixed-policy loss with importance sampling). The
+    choices where the paper differs or is silent, kept here: the hint is the context of earlier answers, not an
+    instruction text (the tiny model reads no instructions); LTE draws G extra hinted rows on top of G plain ones,
+    here they share one budget of G; LTE's hint about overlong answers is not given."""
+
+    def __init__(self, cfg: SamplerConfig, task: Task, policy: Policy, dtype: str = "float32") -> None:
+        super().__init__(cfg, task, policy, dtype)
+        self.between = policy.encode(task.between) if task.between else []
+        self.stop_text = policy.encode(task.stop) if task.stop else []
+        self.first = cfg.parallel_rows or cfg.group_size // 2
+        """k: the i.i.d. rows of a group whose wrong answers hint the others."""
+
+    def hints(self, rows: Sequence[Rollout]) -> list[Rollout]:
+        """The rows whose answers hint the rest of their group: one per distinct wrong answer among ``rows`` (the
+        first drawn), in order; none when some row succeeded."""
+        if any(r.score.success for r in rows):
+            return []
+        first: dict[str, Rollout] = {}
+        for r in rows:
+            if r.score.key is not None and not r.score.success:
+                first.setdefault(r.score.key, r)
+        return list(first.values())
+
+    def _hinted_context(self, prompt: list[int], wrong: list[Rollout]) -> tuple[list[int], list[Rollout]]:
+        """(x followed by each wrong answer as a chain item, the answers it holds): the latest hints are left out
+        while the context and ``task.max_new_tokens`` would not fit the model's positions."""
+        positions = getattr(self.policy.model.config, "max_position_embeddings", None)
+        while True:
+            ids = list(prompt)
+            for r in wrong:
+                ids += r.completion.ids + (self.stop_text if not r.completion.stopped else []) + self.between
+            if not wrong or not isinstance(positions, int) or len(ids) + self.task.cfg.max_new_tokens <= positions:
+                return ids, wrong
+            wrong = wrong[:-1]
+
+    def sample(self, instances: Sequence[Any], generator: torch.Generator) -> list[list[Rollout]]:
+        """Per instance a group: k rows i.i.d. from x, then G - k rows hinted with their wrong answers (or from x)."""
+        k, rest = self.first, self.cfg.group_size - self.first
+        prompts = [self.encode_prompt(self.task.prompt(inst)) for inst in instances]
+        rows = [prompts[g] for g in range(len(instances)) for _ in range(k)]
+        answers = self.answer(self.engine.start(rows), [instances[r // k] for r in range(len(rows))], generator)
+        groups: list[list[Rollout]] = [[] for _ in instances]
+        for r, ans in enumerate(answers):
+            groups[r // k].append(self._rollout(r // k, instances[r // k], prompts[r // k], rows[r], ans))
+        heads, origins = [], []
+        for g, group in enumerate(groups):
+            head, shown = self._hinted_context(prompts[g], self.hints(group))
+            heads.append(head)
+            origins.append(Hinted(k, tuple(r.text for r in shown)) if shown else Plain())
+        rows = [heads[g] for g in range(len(instances)) for _ in range(rest)]
+        answers = self.answer(self.engine.start(rows), [instances[r // rest] for r in range(len(rows))], generator)
+        for r, ans in enumerate(answers):
+            g = r // rest
+            groups[g].append(self._rollout(g, instances[g], prompts[g], rows[r], ans, origins[g]))
+        return groups
 
 
 def chains_of(drawn: Sequence[Rollout]) -> list[list[Rollout]]:

@@ -1,7 +1,8 @@
 """Loss terms that bring their own rows (``algo.terms``): the protocol and registry (``base``) and sesa's own terms,
-one file each (``follow``, ``found``). Importing the package registers them; torch-free."""
+one file each (``follow``, ``found``; issue 52's published alternatives ``outcome_ucb``, ``outcome_batch``,
+``unlikeliness``). Importing the package registers them; torch-free."""
 
-from sesa_cli.terms import follow, found  # noqa: F401  (register)
+from sesa_cli.terms import follow, found, outcome_batch, outcome_ucb, unlikeliness  # noqa: F401  (register)
 from sesa_cli.terms.base import (
     TERMS,
     Term,

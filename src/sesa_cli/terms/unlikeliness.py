@@ -1,0 +1,54 @@
+"""``algo.terms.unlikeliness``: the unlikeliness reward, correct answers the policy finds likely rewarded less.
+
+He, Fried and Welleck 2025, "Rewarding the Unlikely: Lifting GRPO Beyond Distribution Sharpening" (arXiv
+2506.02355): GRPO pushes up the correct rollouts the policy already draws most (its "rank bias"), so the reward of a
+rollout is scaled down by its likelihood rank in its group,
+
+r_i' = r_i · (1 − β · rank_i / G),
+
+rank_i in {0, ..., G − 1} its place when the G rollouts of its group are sorted by likelihood, least likely first
+(the least likely keeps its whole reward, the likeliest loses β (G − 1) / G of it), β = ``coef`` (the authors' 0.25).
+Given to the learner as the bonus r_i' − r_i = −β · r_i · rank_i / G.
+
+Written as the authors' released code computes it (``ray_lean_trainer._compute_advantages``,
+github.com/AndreHe02/rewarding-unlikely-release), the choices kept here: the likelihood is the rollout's mean
+per-token log-prob (its sampled tokens only, an episode's observations left out), here the log-probs recorded when
+it was drawn (the policy of this update, in the context that drew it); the ranks are over the whole group, and a
+rollout with reward 0 is unchanged whatever its rank (a negative reward, a format penalty, shrinks toward 0
+by the same factor); ties in likelihood rank in row order.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+
+from sesa_cli.rollout.rollouts import Completion, Rollout
+from sesa_cli.terms.base import Term, TermSettings, register_term
+
+
+def mean_logp(completion: Completion) -> float:
+    """Mean log-prob of a completion's sampled tokens (every token when it has no mask); 0 for an empty one."""
+    mask = completion.mask or [True] * len(completion.logps)
+    picked = [lp for lp, m in zip(completion.logps, mask, strict=True) if m]
+    return sum(picked) / len(picked) if picked else 0.0
+
+
+@register_term("unlikeliness")
+class Unlikeliness(Term):
+    """The unlikeliness reward (arXiv 2506.02355): each rollout's reward × (1 − coef · rank / G), rank its place in
+    its group by mean token log-prob, least likely first; coef is the paper's beta_rank (0.25 in its recipe)."""
+
+    Settings = TermSettings
+
+    def rewards(self, rows: Sequence[Rollout]) -> list[float]:
+        groups: dict[int, list[int]] = defaultdict(list)
+        for i, r in enumerate(rows):
+            groups[r.group].append(i)
+        out = [0.0] * len(rows)
+        beta = self.settings.coef
+        for members in groups.values():
+            order = sorted(members, key=lambda i: mean_logp(rows[i].completion))  # stable: ties in row order
+            for rank, i in enumerate(order):
+                out[i] = -beta * rows[i].score.reward * rank / len(members)
+        return out

@@ -1,10 +1,11 @@
 """The device rule (issue 54): every tensor sesa's code creates names its device (tests/device_rule.py says how the
-mode finds the ones that do not, and why on a CPU). The engine, the samplers and the evaluation hold it now; the
-learner (learner.py, trainer.py, update.py, rollout/scoring.py, algos/) is checked in :data:`SECOND_PASS`'s test, which fails as
-long as the training run below meets an unnamed factory there and passes once none is left: then drop its xfail."""
+mode finds the ones that do not, and why on a CPU). The engine, the samplers, the evaluation, the learner (scoring,
+the update, the off-policy strategies, the loss terms) and a revive hold it: each test below runs one of them under
+the mode and fails on any unnamed factory."""
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 
 import pytest
@@ -17,9 +18,6 @@ from tests.conftest import FROZENLAKE
 from tests.device_rule import device_rule, explain
 
 HERE = Path(__file__).resolve().parent
-
-SECOND_PASS = ("learner.py", "trainer.py", "update.py", "rollout/scoring.py", "algos/")
-"""The files whose device fixes wait for the learner's refactor (issue 54's second pass)."""
 
 
 def _unnamed() -> torch.Tensor:
@@ -100,44 +98,68 @@ def test_a_cpu_generator_is_used_as_it_is_on_the_cpu():
     assert on_device(None, torch.device("cpu")) is None
 
 
+@pytest.mark.parametrize("padding_free", [False, True])
+def test_the_learner_and_its_loss_terms_name_every_device(tiny_overrides, padding_free):
+    """One update of two-stage sequential groups with the found and follow terms, a KL term and two epochs of two
+    mini-batches (shuffled; the terms' rows by owner). Every stage-II row is made a success that followed its sketch,
+    so both terms score rows whatever the draws were (their losses are logged)."""
+    from sesa_cli.learner import Learner
+    from sesa_cli.rollout.rollouts import Expansion
+    from sesa_cli.tasks.base import Score
+    from tests.conftest import base_setup
+
+    cfg, task, policy = base_setup([*tiny_overrides, "sampler=sequential", "sampler.stage1=sketch",
+                                    "sampler.group_size=4", "algo.terms.follow.coef=0.1", "algo.kl_coef=0.01",
+                                    "algo.ppo_epochs=2", "algo.minibatches=2", f"model.padding_free={padding_free}"])  # fmt: skip
+    gen = torch.Generator().manual_seed(0)
+    groups = SequentialSampler(cfg.sampler, task, policy).sample([task.instance("train", i) for i in range(2)], gen)
+    for r in (r for g in groups for r in g):
+        if isinstance(r.origin, Expansion) and r.completion.ids:
+            r.score = Score(1.0, True, r.text)
+            r.origin = Expansion(r.origin.sketch, followed=True)
+    learner = Learner(cfg, task, copy.deepcopy(policy), gen)
+    with device_rule() as rule:
+        stats = learner.step(groups, 0)
+    assert not rule.found, explain(rule.found)
+    assert {"loss/found_nll", "loss/follow_nll", "loss/kl", "loss/total"} <= set(stats)
+
+
+SMALL_RUN = ["train.batch_size=2", "sampler.group_size=4", "eval.samples=4", "train.steps=2", "train.policy_every=1",
+             "train.checkpoint_every=0", "train.sample_every=0"]  # fmt: skip
+
+
 @pytest.fixture(scope="module")
-def training_run_sites(tiny_overrides, tmp_path_factory) -> list[str]:
-    """The unnamed factories of a short training run that takes most of the learner's paths (two-stage sequential
-    sampling with importance-weighted rows, a KL term, packed (padding-free) scoring, exact policy rows each step),
-    then of ``sesa eval`` of its checkpoint."""
+def training_run_sites(tiny_overrides, tmp_path_factory) -> dict[str, list[str]]:
+    """The unnamed factories of short training runs that take most of the learner's paths, by run:
+
+    - ``sequential``: two-stage sampling with importance-weighted rows, the path recipe's ``distinct_solutions``
+      strategy and found-solutions term, the follow term, a KL term, packed (padding-free) scoring, exact policy rows
+      each step, then ``sesa eval`` of its checkpoint;
+    - ``parallel``: parallel sampling, padded scoring, two epochs of two mini-batches (shuffled orders, the old
+      policy's log-probs) with ``clip_cov``'s random token choice, and a KL term;
+    - ``revive``: one more step of the sequential run (its KL reference rebuilt and checked against its record)."""
     from sesa_cli import api
 
-    overrides = [
-        *tiny_overrides,
-        "sampler=sequential",
-        "sampler.stage1=sketch",
-        "sampler.loss_context=is",
-        "algo.kl_coef=0.01",
-        "model.padding_free=true",
-        "train.batch_size=2",
-        "sampler.group_size=4",
-        "eval.samples=4",
-        "train.steps=2",
-        "train.policy_every=1",
-        "train.checkpoint_every=0",
-        "train.sample_every=0",
-    ]
-    run = tmp_path_factory.mktemp("rule") / "run"
+    sequential = [*tiny_overrides, *SMALL_RUN, "sampler=sequential", "sampler.stage1=sketch",
+                  "algo.loss_context=is", "algo.kl_coef=0.01", "algo.terms.follow.coef=0.1", "model.padding_free=true"]  # fmt: skip
+    parallel = [*tiny_overrides, *SMALL_RUN, "sampler=parallel", "algo.ppo_epochs=2", "algo.minibatches=2",
+                "algo.loss=clip_cov", "algo.kl_coef=0.01"]  # fmt: skip
+    root = tmp_path_factory.mktemp("rule")
+    sites: dict[str, list[str]] = {}
     with device_rule() as rule:
-        api.train(overrides, run_dir=run)
-        api.eval([f"ckpt={run}", "eval.samples=4"], run_dir=run.parent / "eval")  # sesa eval of its checkpoint
-    return rule.found
+        api.train(sequential, run_dir=root / "sequential")
+        api.eval([f"ckpt={root / 'sequential'}", "eval.samples=4"], run_dir=root / "eval")
+    sites["sequential"] = rule.found
+    with device_rule() as rule:
+        api.train(parallel, run_dir=root / "parallel")
+    sites["parallel"] = rule.found
+    with device_rule() as rule:
+        api.revive([f"ckpt={root / 'sequential'}", "more_steps=1"], run_dir=root / "revive")
+    sites["revive"] = rule.found
+    return sites
 
 
-def _in_second_pass(site: str) -> bool:
-    return site.split(":")[0].startswith(SECOND_PASS)
-
-
-def test_a_training_run_names_every_device_outside_the_learner(training_run_sites):
-    outside = [s for s in training_run_sites if not _in_second_pass(s)]
-    assert not outside, explain(outside)
-
-
-@pytest.mark.xfail(strict=True, reason="issue 54's second pass: the learner's device fixes follow its refactor")
-def test_a_training_run_names_every_device(training_run_sites):
-    assert not training_run_sites, explain(training_run_sites)
+@pytest.mark.parametrize("run", ["sequential", "parallel", "revive"])
+def test_a_training_run_names_every_device(training_run_sites, run):
+    found = training_run_sites[run]
+    assert not found, explain(found)

@@ -149,3 +149,35 @@ def test_loading_onto_a_gpu_the_machine_lacks_is_one_line_before_the_warm_start(
     assert not cache.exists()
     with pytest.raises(ConfigError, match=r"^device=cuda:0: this torch"):
         load_pretrained_dir(tmp_path, "cuda:0")
+
+
+def test_the_memory_check_reads_the_gpus_memory_on_a_gpu(monkeypatch):
+    """``device=cuda``: the rows' key/value cache is compared with the GPU's memory (torch.cuda.mem_get_info's
+    total), not the host's: refused on an 8 GB GPU, passed on a large one even when the host's memory is 1 GB; a
+    GPU evaluation with ``model.max_batch_rows=0`` needs one instance's samples at once (its draws are cut to fit);
+    a job a cluster launcher runs elsewhere is not checked against this machine's GPU."""
+    from sesa_cli.commands.validate import memory_problem
+    from tests.conftest import compose_train
+
+    pages = {"SC_PHYS_PAGES": 1 << 18, "SC_PAGE_SIZE": 4096}  # 1 GiB of host memory
+    monkeypatch.setattr("os.sysconf", lambda name: pages[name])
+    gpus(monkeypatch, 2)
+    total = {"bytes": 8e9}
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda *_: (total["bytes"] / 2, total["bytes"]))
+    # 8 x 20000 rows x 24 tokens x (2 x 4 layers x 128 width x 4 bytes) = 15.7 GB
+    big = compose_train(["task=path", "device=cuda:1", "sampler.group_size=20000"])
+    problem = memory_problem(big)
+    assert problem is not None
+    assert "need at least 15.7 GB of key/value cache" in problem
+    assert problem.endswith("the GPU it runs on (cuda:1) has 8.0 GB: lower them")
+    assert memory_problem(big, here=False) is None
+    auto = compose_train(["task=path", "device=auto", "sampler.group_size=20000"])
+    assert "(cuda:0) has 8.0 GB" in (memory_problem(auto) or "")
+    total["bytes"] = 141e9
+    assert memory_problem(big) is None
+    # 1000 instances x 64 samples at once would need 6.3 GB; the GPU's draws hold 64 rows at least
+    wide_eval = ["task=path", "eval.instances=1000", "eval.samples=64"]
+    assert memory_problem(compose_train(["device=cuda", *wide_eval])) is None
+    on_cpu = memory_problem(compose_train(["device=cpu", *wide_eval]))
+    assert on_cpu is not None
+    assert on_cpu.endswith("this machine has 1.1 GB: lower them")

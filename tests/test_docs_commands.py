@@ -84,6 +84,7 @@ def test_shown_command_validates(page, command, args, tmp_path, monkeypatch):
 
         monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
         monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+        monkeypatch.setattr(torch.cuda, "mem_get_info", lambda *_: (140e9, 141e9))  # an idle H200's (free, total)
 
     help_flags = ("-h", "--help", "--help-all")
     if any(a in help_flags for a in args):

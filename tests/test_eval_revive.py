@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -274,3 +276,76 @@ def test_the_readme_collapse_revive_report_workflow_says_what_it_found(tiny_over
     markdown = (report_dir / "report.md").read_text()
     assert "### Difference to [2] revive parallel" in markdown
     assert answer.group(0).split(" (")[0] in " ".join(markdown.split())
+
+
+def test_a_base_held_in_bfloat16_is_the_same_kl_reference_as_in_float32(path_setup, tmp_path):
+    """Weights are weights (issue 54): the tiny base held in bfloat16 (as a GPU holds it under model.dtype=bfloat16)
+    records the fingerprint its float32 copy on the CPU records, so a revive checks either against the other; one
+    weight moved by 4 to 8 steps of bfloat16's precision is another base; a record written before the rule (the
+    float32 bytes as held, no ``precision``) is still checked, and against a float32 rebuild only."""
+    from types import SimpleNamespace
+
+    from sesa_cli.config import ConfigError
+    from sesa_cli.models.reference import check_rebuilt, describe, fingerprint
+
+    _, _, policy = path_setup
+    bf16 = SimpleNamespace(source=policy.source, model=copy.deepcopy(policy.model).to(torch.bfloat16))
+    record = describe(policy)
+    assert describe(bf16) == record
+    assert check_rebuilt(record, bf16, tmp_path) == record
+    assert check_rebuilt(describe(bf16), policy, tmp_path) == record
+    moved = copy.deepcopy(policy.model)
+    weight = next(p for p in moved.parameters() if p.dim() == 2)
+    with torch.no_grad():
+        flat = weight.view(-1)
+        flat[flat.abs().argmax()] *= 1 + 2**-5
+    with pytest.raises(ConfigError, match="is not the one"):
+        check_rebuilt(record, SimpleNamespace(source=policy.source, model=moved), tmp_path)
+    older = {"base": str(policy.source), "sha256": fingerprint(policy.model, None)}
+    assert check_rebuilt(older, policy, tmp_path) == older
+    with pytest.raises(ConfigError, match="is not the one"):
+        check_rebuilt(older, bf16, tmp_path)
+
+
+def test_a_checkpoint_trained_in_bfloat16_revives_on_the_cpu(parent_run, tmp_path, monkeypatch):
+    """A run trained on a GPU in bfloat16, faked on the CPU: its checkpoint's weights and AdamW moments are bfloat16
+    its config says model.dtype=bfloat16 and its run.json records the fingerprint of its base held in bfloat16.
+    ``sesa revive`` with a KL term on this CPU rebuilds the base in float32,
+    accepts it as the run's KL reference (before issue 54's rule: refused), and trains on in float32 (the CPU's weights under model.dtype=bfloat16)
+    from the checkpoint's weights."""
+    from safetensors.torch import load_file, save_file
+
+    from sesa_cli.models.loading import load_pretrained_dir
+    from sesa_cli.models.reference import describe
+
+    run = tmp_path / "parent"
+    shutil.copytree(parent_run, run)
+    ckpt = run / "checkpoints" / "step_000002"
+    weights = {k: v.to(torch.bfloat16) for k, v in load_file(ckpt / "model.safetensors").items()}
+    save_file(weights, ckpt / "model.safetensors", metadata={"format": "pt"})
+    hf = json.loads((ckpt / "config.json").read_text())
+    (ckpt / "config.json").write_text(json.dumps({**hf, "dtype": "bfloat16"}))
+    opt = torch.load(ckpt / "optimizer.pt", weights_only=True)
+    for state in opt["state"].values():
+        for key in ("exp_avg", "exp_avg_sq"):
+            state[key] = state[key].to(torch.bfloat16)
+    torch.save(opt, ckpt / "optimizer.pt")
+    # the KL reference as that run recorded it: of its base, held in bfloat16
+    info = json.loads((run / "run.json").read_text())
+    base = load_pretrained_dir(Path(info["kl_reference"]["base"]))
+    base.model.to(torch.bfloat16)
+    info["kl_reference"] = describe(base)
+    (run / "run.json").write_text(json.dumps(info))
+    config = (run / "config.yaml").read_text()
+    assert "  dtype: float32\n" in config
+    (run / "config.yaml").write_text(config.replace("  dtype: float32\n", "  dtype: bfloat16\n"))
+
+    out = tmp_path / "revive"
+    argv = ["revive", f"ckpt={run}", "step=2", "more_steps=1", "algo.kl_coef=0.05", f"hydra.run.dir={out}"]
+    assert run_cli(argv, monkeypatch) == 0
+    parent_record = json.loads((run / "run.json").read_text())["kl_reference"]
+    assert json.loads((out / "run.json").read_text())["kl_reference"] == parent_record
+    revived = load_file(out / "checkpoints" / "step_000003" / "model.safetensors")
+    assert {v.dtype for v in revived.values()} == {torch.float32}
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows if "loss/kl" in r and not r.get("revive/parent")] == [3]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 from typing import Any
 
 from sesa_cli.config import device_form
@@ -58,6 +59,34 @@ def resolve_device(device: str) -> str:
     import torch
 
     return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def device_memory(device: str) -> tuple[int, str | None] | None:
+    """(bytes, the GPU's name or None for the host) of the memory a run on ``device`` keeps its tensors in: a CUDA
+    device's own (``auto`` where torch finds a GPU; the total torch.cuda.mem_get_info reports, so a check against it
+    never refuses what an idle GPU could run), the machine's physical memory for the CPU; None where it cannot be
+    read (a CUDA device torch does not find: :func:`device_problem` names it). Imports torch for ``cuda`` and
+    ``auto``."""
+    kind, index = device_form(device)
+    if kind != "cpu":
+        import torch
+
+        if torch.cuda.is_available():
+            gpu = index or 0
+            if gpu >= torch.cuda.device_count():
+                return None
+            try:
+                _, total = torch.cuda.mem_get_info(gpu)
+            except RuntimeError:  # a driver that does not answer: loading the model says why
+                return None
+            return int(total), f"cuda:{gpu}"
+        if kind == "cuda":
+            return None
+    try:
+        physical = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+    return (physical, None) if physical > 0 else None
 
 
 def weights_dtype(dtype: str, device: str) -> Any:

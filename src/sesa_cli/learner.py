@@ -71,8 +71,11 @@ class Learner:
         self.model = policy.model
         self.generator = generator
         self.dist = dist or SingleProcess()
+        self.device = next(self.model.parameters()).device
+        """Where every tensor of the update lives: the policy's device (its statistics come back as floats)."""
         m = cfg.model
-        self.scorer = Scorer(int(policy.tokenizer.pad_token_id), cfg.sampler.temperature, m.dtype, m.padding_free)
+        pad = int(policy.tokenizer.pad_token_id)
+        self.scorer = Scorer(pad, cfg.sampler.temperature, m.dtype, m.padding_free, self.device)
         # the strategy sees the other replicas' rows through dist.gather (distinct_solutions counts over the batch)
         self.off_policy = algos.off_policy_strategy(cfg.algo, self.dist.gather)
         self.terms: list[Term] = build_terms(cfg.algo.terms, TermContext(task, policy.encode, self.dist.gather))
@@ -100,7 +103,7 @@ class Learner:
         rows = [r for g in groups for r in g]
         bonuses = [b for b in (term.rewards(rows) for term in self.terms) if b is not None]
         bonus = [sum(per_row) for per_row in zip(*bonuses, strict=True)] if bonuses else None
-        return loss_inputs(groups, self.off_policy, self.cfg.algo, bonus)
+        return loss_inputs(groups, self.off_policy, self.cfg.algo, bonus, self.device)
 
     def lr(self, step: int) -> float:
         """The learning rate of training step ``step`` (0-based): linear warm-up, then ``optim.lr_schedule``."""
@@ -127,7 +130,11 @@ class Learner:
         norms: list[float] = []
         self.model.train()
         for _epoch in range(algo.ppo_epochs):
-            order = torch.randperm(n, generator=self.generator) if several else torch.arange(n)
+            # the run's generator lives on the host (the sampler draws from it too): the order is drawn there
+            if several:
+                order = torch.randperm(n, generator=self.generator, device="cpu").to(self.device)
+            else:
+                order = torch.arange(n, device=self.device)
             for chunk in order.chunk(algo.minibatches):
                 sub = select_rows(batch, chunk)
                 live = advantages[chunk] != 0 if skip_zero else None
@@ -183,7 +190,7 @@ class Learner:
             if rows is None:
                 continue
             stats.update({f"loss/{k}": v for k, v in rows.stats.items()})
-            owners = None if rows.owners is None else torch.tensor(rows.owners)
+            owners = None if rows.owners is None else torch.tensor(rows.owners, device=self.device)
             out.append((term, self.scorer.batch(rows.contexts, rows.completions, rows.masks), owners))
         return out
 

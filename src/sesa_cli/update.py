@@ -30,7 +30,8 @@ Solution = tuple[tuple[int, ...], str] | None
 @dataclass
 class LossInputs:
     """The rows one update trains on: the solutions first (``n_solutions`` of them, group after group), then, with
-    ``algo.train_sketches``, one row per sketch. Every list has one entry per row."""
+    ``algo.train_sketches``, one row per sketch. Every list has one entry per row; the tensors live on the policy's
+    device."""
 
     contexts: list[list[int]]
     """Token ids each row is scored under: the plain prompt x, or (``algo.loss_context=conditioned``, and every
@@ -58,19 +59,26 @@ class LossInputs:
 
 
 def loss_inputs(
-    groups: Sequence[Sequence[Rollout]], strategy: OffPolicy, algo: AlgoConfig, bonus: Sequence[float] | None = None
+    groups: Sequence[Sequence[Rollout]],
+    strategy: OffPolicy,
+    algo: AlgoConfig,
+    bonus: Sequence[float] | None = None,
+    device: torch.device | str = "cpu",
 ) -> LossInputs:
     """Flatten groups into scored rows with advantages (``strategy``'s baseline: ``algo.off_policy``) and, when
     ``algo.train_sketches``, one row per sketch of the stage-II solutions (:class:`Expansion` rows). ``bonus``: per
-    solution row, added to its reward before the advantages (the loss terms' reward bonuses)."""
-    rewards = torch.tensor([[r.score.reward for r in g] for g in groups], dtype=torch.float32)
+    solution row, added to its reward before the advantages (the loss terms' reward bonuses). The group advantages
+    are computed on the host (a few numbers per group, read back as a list); the rows' tensors live on ``device``,
+    the policy's, where they meet its log-probs."""
+    rewards = torch.tensor([[r.score.reward for r in g] for g in groups], dtype=torch.float32, device="cpu")
     if bonus is not None:
-        rewards = rewards + torch.tensor(bonus, dtype=torch.float32).view(rewards.shape)
+        rewards = rewards + torch.tensor(bonus, dtype=torch.float32, device="cpu").view(rewards.shape)
     rows = [r for g in groups for r in g]
     contexts = [r.context_ids if algo.loss_context == "conditioned" else r.prompt_ids for r in rows]
     # The one definition of an off-policy row: drawn in a context other than the one it is scored in.
     off_policy = [r.context_ids != c for r, c in zip(rows, contexts, strict=True)]
-    adv, stats = strategy.advantages(rewards, torch.tensor(off_policy, dtype=torch.bool).view(rewards.shape))
+    off = torch.tensor(off_policy, dtype=torch.bool, device="cpu").view(rewards.shape)
+    adv, stats = strategy.advantages(rewards, off)
     advantages = adv.flatten().tolist()
     completions = [r.completion.ids for r in rows]
     masks: list[list[bool] | None] = [r.completion.mask for r in rows]
@@ -108,8 +116,8 @@ def loss_inputs(
         completions=completions,
         masks=masks,
         behaviour_logps=behaviour,
-        advantages=torch.tensor(advantages),
-        off_policy=torch.tensor(off_policy, dtype=torch.bool),
+        advantages=torch.tensor(advantages, dtype=torch.float32, device=device),
+        off_policy=torch.tensor(off_policy, dtype=torch.bool, device=device),
         n_solutions=len(rows),
         solutions=[None if r.score.key is None else (tuple(r.prompt_ids), r.score.key) for r in rows],
         stats=stats,
@@ -118,11 +126,11 @@ def loss_inputs(
 
 
 def behaviour_tensor(logps: Sequence[Sequence[float]], response_mask: Tensor) -> Tensor:
-    """The behaviour log-probs as a (rows, T) tensor shaped like ``response_mask``, 0 past each row's end."""
-    out = torch.zeros_like(response_mask)
-    for i, lp in enumerate(logps):
-        out[i, : len(lp)] = torch.tensor(lp)
-    return out
+    """The behaviour log-probs as a (rows, T) tensor shaped like ``response_mask`` and on its device, 0 past each
+    row's end (padded as lists and made one tensor: a copy per row would be one host-to-device transfer each)."""
+    width = response_mask.shape[1]
+    rows = [[*lp, *[0.0] * (width - len(lp))] for lp in logps]
+    return torch.tensor(rows, dtype=response_mask.dtype, device=response_mask.device).view(response_mask.shape)
 
 
 def updates_per_batch(algo: AlgoConfig) -> int:

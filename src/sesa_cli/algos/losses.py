@@ -149,7 +149,7 @@ def clip_cov(
     n_pick = min(_n_selected(cfg.clip_cov_ratio, int(valid.sum())), candidates.numel())
     if generator is None:
         generator = _seeded_generator(old_logps, advantages)
-    order = torch.randperm(candidates.numel(), generator=generator).to(candidates.device)
+    order = torch.randperm(candidates.numel(), generator=generator, device="cpu").to(candidates.device)
     detach_mask = torch.zeros(valid.numel(), dtype=torch.bool, device=valid.device)
     detach_mask[candidates[order[:n_pick]]] = True
     detach_mask = detach_mask.view_as(valid)

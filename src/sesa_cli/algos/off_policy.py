@@ -103,7 +103,7 @@ class DropNegatives(OffPolicy):
         n_solutions: int,
         solutions: Sequence[Hashable | None] = (),
     ) -> tuple[Tensor, dict[str, float]]:
-        out = scale_off_policy_negatives(advantages, off_policy, torch.zeros(advantages.shape[0]))
+        out = scale_off_policy_negatives(advantages, off_policy, torch.zeros_like(advantages))
         return out, _changed(out, advantages, n_solutions)
 
 
@@ -123,7 +123,7 @@ class WeightNegatives(OffPolicy):
         solutions: Sequence[Hashable | None] = (),
     ) -> tuple[Tensor, dict[str, float]]:
         # no weights were computed only when no row is off-policy, and then none is scaled
-        factors = torch.ones(advantages.shape[0]) if weights is None else weights
+        factors = torch.ones_like(advantages) if weights is None else weights
         out = scale_off_policy_negatives(advantages, off_policy, factors)
         stats = _changed(out, advantages, n_solutions)
         hit = off_policy & (advantages < 0)
@@ -178,14 +178,15 @@ class DistinctSolutions(DropNegatives):
             raise ValueError(
                 f"distinct_solutions needs one solution per solution row: {len(solutions)} != {n_solutions}"
             )
-        positive = [
-            i for i in range(n_solutions) if solutions[i] is not None and bool(off_policy[i]) and float(dropped[i]) > 0
-        ]
-        mine = [(solutions[i], float(dropped[i])) for i in positive]
+        # read back as lists once: an element read of a tensor on a GPU is a transfer each
+        off, values = off_policy[:n_solutions].tolist(), dropped[:n_solutions].tolist()
+        positive = [i for i in range(n_solutions) if solutions[i] is not None and off[i] and values[i] > 0]
+        mine = [(solutions[i], values[i]) for i in positive]
         batch = self.gather(mine)  # every replica calls it, with or without rows of its own
         out = dropped.clone()
         if positive:
-            out[torch.tensor(positive)] = distinct_shares(mine, batch)
+            at = torch.tensor(positive, dtype=torch.long, device=out.device)
+            out[at] = distinct_shares(mine, batch).to(out.device, out.dtype)
         stats = _changed(out, advantages, n_solutions)
         if batch:
             stats["loss/distinct_rewarded_frac"] = len({solution for solution, _ in batch}) / len(batch)
@@ -200,22 +201,22 @@ def distinct_shares(mine: Sequence[tuple[Hashable, float]], batch: Sequence[tupl
 
     A replica applies what it counts over ``batch`` to its own rows only; one process passes its rows as both, and a
     replica whose shards concatenate to that process's batch gets the same values for its rows (the same sums in
-    the same order)."""
+    the same order). Computed on the host, from and to numbers: the caller moves the result to its rows' device."""
     counts = Counter(solution for solution, _ in batch)
 
     def split(rows: Sequence[tuple[Hashable, float]]) -> Tensor:
-        return torch.tensor([adv / counts[solution] for solution, adv in rows], dtype=torch.float32)
+        return torch.tensor([adv / counts[solution] for solution, adv in rows], dtype=torch.float32, device="cpu")
 
     # the total positive push of each prompt's rows is kept (the prompt is the first part of a solution)
     prompts = [_prompt_of(solution) for solution, _ in batch]
-    totals = torch.tensor([adv for _, adv in batch], dtype=torch.float32)
+    totals = torch.tensor([adv for _, adv in batch], dtype=torch.float32, device="cpu")
     shares = split(batch)
     scale = {}
     for prompt in dict.fromkeys(prompts):
-        of_prompt = torch.tensor([p == prompt for p in prompts])
+        of_prompt = torch.tensor([p == prompt for p in prompts], device="cpu")
         scale[prompt] = totals[of_prompt].sum() / shares[of_prompt].sum()
     factors = [scale[_prompt_of(solution)] for solution, _ in mine]
-    return split(mine) * torch.stack(factors) if factors else torch.zeros(0)
+    return split(mine) * torch.stack(factors) if factors else torch.zeros(0, device="cpu")
 
 
 def _prompt_of(solution: Hashable | None) -> Hashable | None:

@@ -20,8 +20,8 @@ from sesa_cli.commands.compose import compose, explain
 from sesa_cli.commands.reload import command_config
 from sesa_cli.commands.schemas import register_configs
 from sesa_cli.commands.sweep import other_sweep
-from sesa_cli.config import SEQUENTIAL_ONLY, to_object
-from sesa_cli.devices import device_problem
+from sesa_cli.config import SEQUENTIAL_ONLY, device_form, to_object
+from sesa_cli.devices import device_memory, device_problem
 from sesa_cli.plugins import settings_problems
 
 
@@ -136,23 +136,29 @@ def _model_dims(model: Any) -> tuple[int, int, str] | None:
     return None
 
 
-def memory_problem(config: Any) -> str | None:
-    """A one-line error when the rows a command samples at once cannot fit this machine's memory, before any model
-    work (``sampler.group_size=100000`` would otherwise warm-start, then fail with an allocation traceback).
+def memory_problem(config: Any, here: bool = True) -> str | None:
+    """A one-line error when the rows a command samples at once cannot fit the memory of the device it runs on,
+    before any model work (``sampler.group_size=100000`` would otherwise warm-start, then fail with an allocation
+    traceback).
 
     A lower bound, so it never refuses what could run: the key/value cache of every sampled token alone, tokens =
     rows x ``task.max_new_tokens`` (a sequential chain holds the G items of its group in one row: the same count),
     2 x layers x key/value width values per token, 4 bytes each (2 under ``model.dtype=bfloat16``); compared with
-    the physical memory. Rows: ``train.batch_size`` x ``sampler.group_size`` (x ``sampler.solutions_per_sketch``
-    for sketches) for training, ``eval.instances`` x ``eval.samples`` (at most ``model.max_batch_rows``) for an
-    evaluation. Models whose sizes are known only once loaded (hub, packaged) are not checked here."""
+    the memory of ``device`` (sesa_cli.devices.device_memory: a GPU's own, else the machine's physical memory; a
+    GPU of a job that runs elsewhere, ``here`` False, is not checked). Rows: ``train.batch_size`` x
+    ``sampler.group_size`` (x ``sampler.solutions_per_sketch`` for sketches) for training, ``eval.instances`` x
+    ``eval.samples`` (at most ``model.max_batch_rows``; on a GPU with it left at 0, one instance's samples: the rows
+    of a draw are then chosen to fit, sesa_cli.devices.auto_batch_rows) for an evaluation. Models whose sizes are
+    known only once loaded (hub, packaged) are not checked here."""
     dims = _model_dims(config.model)
-    try:
-        physical = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (ValueError, OSError, AttributeError):
+    if dims is None:
         return None
-    if dims is None or physical <= 0:
+    # a job that runs elsewhere on cuda (or auto) meets that machine's GPU, not this one's
+    memory = device_memory(config.device) if here or device_form(config.device)[0] == "cpu" else None
+    if memory is None:
         return None
+    capacity, gpu = memory
+    holder = f"the GPU it runs on ({gpu}) has" if gpu else "this machine has"
     layers, width, source = dims
     per_token = 2 * layers * width * (2 if config.model.dtype == "bfloat16" else 4)
     tokens = config.task.max_new_tokens
@@ -164,17 +170,17 @@ def memory_problem(config: Any) -> str | None:
                       + (f" x sampler.solutions_per_sketch={m}" if m > 1 else "")))  # fmt: skip
     instances = config.eval.instances or 1
     rows = instances * config.eval.samples
-    if config.model.max_batch_rows:
+    if config.model.max_batch_rows or gpu:
         rows = min(rows, max(config.model.max_batch_rows, config.eval.samples))
     named = f"eval.instances={instances} x " if config.eval.instances else ""
     sizes.append((rows, f"{named}eval.samples={config.eval.samples}"))
     for rows, named in sizes:
         need = rows * tokens * per_token
-        if need > physical:
+        if need > capacity:
             return (
                 f"{named} rows x task.max_new_tokens={tokens} need at least {need / 1e9:,.1f} GB of key/value cache "
-                f"({layers} layers x {width} key/value width, from {source}) and this machine has "
-                f"{physical / 1e9:,.1f} GB: lower them"
+                f"({layers} layers x {width} key/value width, from {source}) and {holder} "
+                f"{capacity / 1e9:,.1f} GB: lower them"
             )
     return None
 
@@ -251,7 +257,8 @@ def validate_argv(config_name: str, argv: list[str]) -> str | None:
             return problem
         if hasattr(final, "sampler"):
             samplers.add(final.sampler.name)
-            problem = (device_problem(final.device) if runs_here(overrides) else None) or memory_problem(final)
+            here = runs_here(overrides)
+            problem = (device_problem(final.device) if here else None) or memory_problem(final, here)
             if problem:
                 return problem
     problem = sequential_only_problem(args.overrides, samplers) if samplers else None

@@ -83,9 +83,11 @@ def build_batch(
     completions: Sequence[Sequence[int]],
     pad_id: int,
     masks: Sequence[Sequence[bool] | None] | None = None,
+    device: torch.device | str = "cpu",
 ) -> ScoringBatch:
     """``masks[i]`` (optional, per completion token) marks the tokens the loss covers: a multi-turn episode's policy
-    tokens, never its teacher-forced observations. None = every completion token."""
+    tokens, never its teacher-forced observations. None = every completion token. ``device``: where the batch lives,
+    the scoring model's (its masks meet the log-probs in the loss): built on the host, copied there once."""
     lengths = [len(c) + len(y) for c, y in zip(contexts, completions, strict=True)]
     width = max(lengths)
     t_max = max(1, max(len(y) for y in completions))
@@ -101,12 +103,12 @@ def build_batch(
         mask.append(([1.0] * t if own is None else [float(m) for m in own]) + [0.0] * (t_max - t))
     long = torch.long
     return ScoringBatch(
-        torch.tensor(ids, dtype=long),
-        torch.tensor(attn, dtype=long),
-        torch.tensor(positions, dtype=long),
-        torch.tensor(targets, dtype=long),
-        torch.tensor(mask, dtype=torch.float32),
-        torch.tensor([len(c) for c in contexts], dtype=long),
+        torch.tensor(ids, dtype=long, device=device),
+        torch.tensor(attn, dtype=long, device=device),
+        torch.tensor(positions, dtype=long, device=device),
+        torch.tensor(targets, dtype=long, device=device),
+        torch.tensor(mask, dtype=torch.float32, device=device),
+        torch.tensor([len(c) for c in contexts], dtype=long, device=device),
     )
 
 
@@ -192,7 +194,9 @@ def pack_rows(batch: ScoringBatch, hidden_size: int, flat: bool = False) -> Pack
     A unit of rows sharing a context saves the context's repeats but widens the bins, and a bin's attention costs its
     width squared: of units capped at 1, 2, 4, ... times the batch's width (up to a whole group each), the packing
     taken is the one with the least estimated cost, ``bins * width * (1 + width / (6 * hidden_size))`` (a Llama
-    block's projections cost ~24 hidden^2 flops a token, its attention ~4 hidden per token it attends to)."""
+    block's projections cost ~24 hidden^2 flops a token, its attention ~4 hidden per token it attends to).
+
+    The layout is planned on the host (the batch's ids read back once) and its tensors made on the batch's device."""
     lengths = batch.attention_mask.sum(1).tolist()
     contexts = batch.context_lengths.tolist()
     n, seq = batch.input_ids.shape
@@ -248,15 +252,15 @@ def pack_rows(batch: ScoringBatch, hidden_size: int, flat: bool = False) -> Pack
         positions += range(tail)
         unit_of += [-1 - b] * tail
         row_of += [-1] * tail
-    shape = (len(bins), width)
-    ids_t = torch.tensor(ids, dtype=torch.long).view(shape)
-    positions_t = torch.tensor(positions, dtype=torch.long).view(shape)
-    index_t = torch.tensor(index, dtype=torch.long).view(n, seq)
+    shape, dev = (len(bins), width), batch.input_ids.device
+    ids_t = torch.tensor(ids, dtype=torch.long, device=dev).view(shape)
+    positions_t = torch.tensor(positions, dtype=torch.long, device=dev).view(shape)
+    index_t = torch.tensor(index, dtype=torch.long, device=dev).view(n, seq)
     if flat:  # no (width x width) mask: a flat packing's width is every token of the batch
         return PackedRows(ids_t, positions_t, None, index_t)
-    unit = torch.tensor(unit_of, dtype=torch.long).view(shape)
-    row = torch.tensor(row_of, dtype=torch.long).view(shape)
-    causal = torch.ones(width, width, dtype=torch.bool).tril()
+    unit = torch.tensor(unit_of, dtype=torch.long, device=dev).view(shape)
+    row = torch.tensor(row_of, dtype=torch.long, device=dev).view(shape)
+    causal = torch.ones(width, width, dtype=torch.bool, device=dev).tril()
     same_unit = unit[:, :, None] == unit[:, None, :]
     visible = (row[:, None, :] == -1) | (row[:, None, :] == row[:, :, None])
     return PackedRows(ids_t, positions_t, (causal & same_unit & visible)[:, None], index_t)
@@ -369,13 +373,22 @@ def _head_logps(
 class Scorer:
     """How the update scores rows with the policy: at the sampler's ``temperature``, in ``dtype``, padded or packed
     without padding (``padding_free``), and whether a loss term's rows ride in a mini-batch's forward pass
-    (:attr:`shares_passes`). The learner (sesa_cli.learner) scores every row of an update through it."""
+    (:attr:`shares_passes`). The learner (sesa_cli.learner) scores every row of an update through it; its batches
+    live on ``device``, the policy's."""
 
-    def __init__(self, pad_id: int, temperature: float, dtype: str = "float32", padding_free: bool = False) -> None:
+    def __init__(
+        self,
+        pad_id: int,
+        temperature: float,
+        dtype: str = "float32",
+        padding_free: bool = False,
+        device: torch.device | str = "cpu",
+    ) -> None:
         self.pad_id = pad_id
         self.temperature = temperature
         self.dtype = dtype
         self.padding_free = padding_free
+        self.device = torch.device(device)
 
     @property
     def shares_passes(self) -> bool:
@@ -390,8 +403,8 @@ class Scorer:
         completions: Sequence[Sequence[int]],
         masks: Sequence[Sequence[bool] | None] | None = None,
     ) -> ScoringBatch:
-        """The rows as a :class:`ScoringBatch` (:func:`build_batch`)."""
-        return build_batch(contexts, completions, self.pad_id, masks)
+        """The rows as a :class:`ScoringBatch` (:func:`build_batch`) on the scorer's device."""
+        return build_batch(contexts, completions, self.pad_id, masks, self.device)
 
     def __call__(self, model: PreTrainedModel, batch: ScoringBatch) -> tuple[torch.Tensor, torch.Tensor]:
         """(logps, entropies), each (batch, T), of ``batch`` under ``model`` (:func:`completion_logps`)."""

@@ -35,8 +35,8 @@ PINNED = {
         "56a9c7e5bb99acfd",
         "b15bedd6157f53ce",
     ),
-    "sokoban": (["task=sokoban"], "a6bd551b40d96fd3", "a3e3f9de866cb07f"),
-    "sokoban_chat": (["task=sokoban", "task.style=chat"], "625255e35692741b", "32df92d7d40844fc"),
+    "sokoban": (["task=sokoban"], "3ab48446319b0c8f", "052787e0f598b4ec"),
+    "sokoban_chat": (["task=sokoban", "task.style=chat"], "99fd8f42b48cf2b7", "90ba5f2a85f2048d"),
     "sudoku": (["task=sudoku"], "887446284e4da58f", "ba1ead0e96aa8ab4"),
     "sudoku_chat": (["task=sudoku", "task.style=chat"], "f3466338e9c594e3", "3663aa10b19d8883"),
 }

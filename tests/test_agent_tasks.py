@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from sesa_cli import config
 from sesa_cli.commands.schemas import register_configs
 from sesa_cli.config import ConfigError
+from sesa_cli.tasks import ragen
 from sesa_cli.tasks.agent import AgentTask, split_seed
 from sesa_cli.tasks.base import Score
 from sesa_cli.tasks.frozenlake import FrozenLakeTask, FrozenLakeTaskConfig
@@ -83,33 +84,114 @@ def test_compact_alphabet_junk_never_raises(name: str, junk: str) -> None:
     assert env.turns <= task.cfg.max_turns
 
 
-def test_unknown_action_gets_the_format_penalty(task: AgentTask) -> None:
+def _invalid_ends_the_episode(task: AgentTask, text: str) -> None:
+    """``text`` is an invalid reply: it runs nothing, pays the format penalty, ends the episode unsolved, and the
+    episode has no solution key (``eval/valid``)."""
     inst = task.instance("train", 0)
-    name, style = task.name, task.cfg.style
-    turn = task.make_env(inst).step(answer(task, _UNKNOWN[style]))
+    env = task.make_env(inst)
+    turn = env.step(text)
+    assert (turn.valid, turn.actions, turn.done, turn.success, turn.feedback) == (False, (), True, False, "")
     assert turn.reward == pytest.approx(task.cfg.format_penalty)
-    assert (turn.valid, turn.actions, turn.done) == (False, (), False)
-    # An unknown action next to a known one: the known one runs, the turn still pays the penalty.
-    sep = " || " if task.chat else " "
-    env, ref = task.make_env(inst), task.make_env(inst)
-    turn = env.step(answer(task, _ACTION[name, style] + sep + _UNKNOWN[style]))
-    good = ref.step(answer(task, _ACTION[name, style]))
-    assert turn.actions == good.actions
-    assert len(turn.actions) == 1
-    assert not turn.valid
+    assert env.step(answer(task, _ACTION[task.name, task.cfg.style])).actions == ()  # nothing more is played
+    score = env.score()
+    assert (score.key, score.success, score.reward) == (None, False, pytest.approx(task.cfg.format_penalty))
+    assert task.reply_actions(text) is None
+
+
+def test_unknown_action_is_an_invalid_reply(task: AgentTask) -> None:
+    style = task.cfg.style
+    _invalid_ends_the_episode(task, answer(task, _UNKNOWN[style]))
+    # An unknown action next to a known one: RAGEN would run the known one; here nothing runs.
+    sep = " || " if task.chat else task.compact_sep
+    _invalid_ends_the_episode(task, answer(task, _ACTION[task.name, style] + sep + _UNKNOWN[style]))
+    good = task.make_env(task.instance("train", 0)).step(answer(task, _ACTION[task.name, style]))
     assert good.valid
-    assert turn.reward == pytest.approx(good.reward + task.cfg.format_penalty)
+    assert len(good.actions) == 1
 
 
-def test_unparseable_and_empty_answers_run_nothing(task: AgentTask) -> None:
-    inst = task.instance("train", 0)
+def test_unparseable_and_empty_answers_are_invalid_replies(task: AgentTask) -> None:
     cases = ["", "no tags at all", answer(task, "")]
     cases += ["<answer>Up</answer>"] if task.chat else [_ACTION[task.name, "compact"]]  # no </think> / no stop
     for text in cases:
-        turn = task.make_env(inst).step(text)
-        assert turn.actions == ()
-        assert not turn.valid
-        assert turn.reward == pytest.approx(task.cfg.format_penalty)
+        _invalid_ends_the_episode(task, text)
+
+
+def test_text_around_the_actions_is_an_invalid_reply(task: AgentTask) -> None:
+    """Issue 49: replies that name their actions and then more (the parallel baseline learned to win with
+    ``RD\nP__GRD|``) are invalid, as are too many actions, lower case, stray spaces and text after the stop."""
+    act = _ACTION[task.name, task.cfg.style]
+    most = task.cfg.max_actions_per_turn
+    too_many = task.encode([task.canonical(act)] * (most + 1))  # type: ignore[list-item]
+    if task.chat:
+        cases = [
+            f"ok</think><answer>{act} || </answer>",  # an empty item
+            f"ok</think><answer>{act} || {act} now</answer>",  # text between || that is not an action
+            f"ok</think><answer>{act}</answer> and more",  # text after </answer>
+            f"ok</think>x<answer>{act}</answer>",  # text between </think> and <answer>
+            f"ok</think><answer>{too_many}</answer>",
+        ]
+    else:
+        cases = [
+            f"{act}\nP__G{act}|",
+            f"{act} |",
+            f" {act}|",
+            f"{act}|{act}",
+            f"{act}:|",
+            too_many + "|",
+        ]
+        cases += [f"{act.lower()}|"] if act.lower() != act else []
+    for text in cases:
+        _invalid_ends_the_episode(task, text)
+    assert task.reply_actions(answer(task, task.encode([task.canonical(act)] * most))) is not None  # type: ignore[list-item]
+
+
+_REPLY_PIECES = [
+    "L",
+    "D",
+    "R",
+    "U",
+    "d",
+    "|",
+    " ",
+    "\n",
+    "P",
+    "_",
+    "124",
+    "141",
+    "r1c2=4",
+    "ok",
+    "</think>",
+    "<answer>",
+    "</answer>",
+    " || ",
+    "||",
+    "Left",
+    "down",
+    "place 1 at row 1 col 1",
+    "Jump",
+]
+
+
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("style", STYLES)
+@settings(max_examples=150, deadline=None)
+@given(text=st.one_of(st.text(), st.lists(st.sampled_from(_REPLY_PIECES), max_size=10).map("".join)))
+def test_a_valid_reply_is_its_actions_and_nothing_else(name: str, style: str, text: str) -> None:
+    """The rule (sesa_cli.tasks.layouts) never raises, and what it accepts names 1..max_actions_per_turn actions:
+    in the compact style exactly their canonical rendering and the stop; in chat, RAGEN's reading of the answer with
+    nothing dropped. Plans follow the same rule with their own bound."""
+    task = make(name, style)
+    actions = task.reply_actions(text)
+    plan = task.plan_actions(text)
+    for got, most in ((actions, task.cfg.max_actions_per_turn), (plan, task.sketch_max_actions)):
+        if got is None:
+            continue
+        assert 1 <= len(got) <= most
+        assert all(task.canonical(task.encode([a])) == a for a in got)
+        if not task.chat:
+            assert task.encode(got) + task.stop == text
+    if actions is not None and task.chat:
+        assert [task.canonical(a) for a in ragen.answer_actions(text) or []] == actions
 
 
 @pytest.mark.parametrize("name", ["frozenlake", "sokoban"])
@@ -117,8 +199,7 @@ def test_chat_action_names_are_case_insensitive(name: str) -> None:
     task = make(name, "chat")
     inst = task.instance("train", 2)
     text = "x</think><answer>dOwN ||  LEFT|| right </answer>"
-    tokens = task.parse_response(text) or []
-    assert [task.canonical(t) for t in tokens] == ["Down", "Left", "Right"]
+    assert task.reply_actions(text) == ["Down", "Left", "Right"]
     turn = task.make_env(inst).step(text)
     assert turn.valid
     assert turn.actions == ("Down", "Left", "Right")[: len(turn.actions)]  # the episode may end early
@@ -136,10 +217,10 @@ def test_sudoku_chat_forms() -> None:
 def test_actions_per_turn_and_budget(task: AgentTask) -> None:
     inst = task.instance("train", 3)
     env = task.make_env(inst)
-    acts = task.random_actions(env, random.Random(0), 8)
-    sep = " || " if task.chat else ("" if task.name != "sudoku" else " ")
-    turn = env.step(answer(task, sep.join(task.encode([a]) for a in acts)))
-    assert len(turn.actions) <= task.cfg.max_actions_per_turn
+    acts = task.random_actions(env, random.Random(0), task.cfg.max_actions_per_turn)
+    turn = env.step(answer(task, task.encode(acts)))
+    assert turn.valid
+    assert 1 <= len(turn.actions) <= task.cfg.max_actions_per_turn
     # Play until the end: never more than max_actions actions or max_turns turns.
     while not env.done:
         env.step(answer(task, task.encode(task.random_actions(env, random.Random(env.turns), 5))))
@@ -268,7 +349,7 @@ def test_warm_start_episodes_are_transcripts_with_some_success(name: str) -> Non
     for i in range(150):
         inst = task.instance("train", i)
         responses = task._random_responses(inst, rng)
-        assert all(1 <= len(task.parse_response(r) or []) <= 5 for r in responses)
+        assert all(1 <= len(task.reply_actions(r) or []) <= 5 for r in responses)
         wins += task.transcript(inst, responses)[1].success
     assert 0 < wins < 0.5 * 150  # unskilled: low but non-zero base success
 
@@ -343,5 +424,10 @@ def _ragen_actions(response: str) -> list[str] | None:
 @settings(max_examples=400, deadline=None)
 @given(response=st.one_of(st.text(), st.lists(st.sampled_from(_PIECES), max_size=14).map("".join)))
 def test_chat_parsing_matches_ragens_regex(response: str) -> None:
+    """RAGEN's reading of an answer (sesa_cli.tasks.ragen); the chat layout's valid reply is that reading with
+    nothing dropped: every item an action, nothing after ``</answer>``."""
+    assert ragen.answer_actions(response) == _ragen_actions(response)
     task = make("sokoban", "chat")
-    assert task.parse_response(response) == _ragen_actions(response)
+    actions = task.reply_actions(response)
+    if actions is not None:
+        assert [a.lower() for a in actions] == [a.lower() for a in _ragen_actions(response) or []]

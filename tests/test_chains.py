@@ -19,7 +19,9 @@ from sesa_cli.tasks import countdown as countdown_module
 from sesa_cli.tasks import math as math_module
 from sesa_cli.tasks import safe_arith
 from sesa_cli.tasks.base import Score
-from tests.conftest import compose_train
+from sesa_cli.terms import TermContext
+from sesa_cli.terms.follow import Follow, FollowSettings
+from tests.conftest import compose_train, sketch_of
 from tests.levels import LEVELS
 from tests.test_agent_tasks import make as make_agent
 
@@ -143,12 +145,12 @@ def test_a_cut_sketch_is_followed_by_the_stop_before_the_next_one(path_setup):
     for group in sampler.sample([None, None], torch.Generator().manual_seed(0)):
         expected = list(head)
         for k, r in enumerate(group):
-            assert r.sketch_context_ids == expected
-            assert r.sketch_completion is not None
-            cut = not r.sketch_completion.stopped
+            sketch = sketch_of(r)
+            assert sketch.context_ids == expected
+            cut = not sketch.completion.stopped
             assert cut  # no sketch fits in 1 token (a region name is one, its stop another)
-            assert r.stop_forced == (k < 3)
-            expected = expected + r.sketch_completion.ids + stop
+            assert r.stop_forced == sketch.stop_forced == (k < 3)
+            expected = expected + sketch.completion.ids + stop
 
 
 def test_the_sketch_budget_defaults_to_the_task_s(path_setup):
@@ -165,9 +167,9 @@ def test_chain_health_of_a_sampled_batch_matches_its_rollouts(path_setup):
     health = sampler.chain_health(groups)
     assert health.chains == 3
     assert len(health.valid) == 4
-    sketches = [r.sketch for g in groups for r in g[::2]]
+    sketches = [sketch_of(r).text for g in groups for r in g[::2]]
     assert sum(health.valid) * 3 == pytest.approx(sum(task.sketch_key(None, s) is not None for s in sketches))
-    judged = [task.follows_sketch(None, r.sketch, r.text, r.score) for g in groups for r in g]
+    judged = [task.follows_sketch(None, sketch_of(r).text, r.text, r.score) for g in groups for r in g]
     assert health.followed_all == pytest.approx(sum(judged) / len(judged))
     # evaluation may draw several chains per group, one after another; a partial chain at the end is left out
     assert sampler.chain_health([g + g + g[:5] for g in groups]).chains == 6
@@ -287,7 +289,7 @@ def test_path_corpus_lists_never_end_before_list_max_and_pairs_follow(path_setup
             items = line[2:].split("|")
             assert items[-1] == ""
             assert len(items) - 1 == task.cfg.list_max == len(set(items[:-1]))
-            assert all(task.parse(p) for p in items[:-1])
+            assert all(task.parse(p + task.stop) for p in items[:-1])
             kinds["P:"] += 1
         elif line.startswith("S:"):
             items = line[2:].split("|")[:-1]
@@ -389,11 +391,14 @@ def test_countdown_stage_two_carries_out_its_sketch_at_a_small_base(countdown_se
     health = sampler.chain_health(groups)
     assert health.followed_all is not None
     LEVELS["countdown_stage_two_followed"].check(health.followed_all)
+    follow = Follow(FollowSettings(1.0), TermContext(task, policy.encode, lambda items: items))
+    first: dict[int, int | None] = {}
     for r in (r for group in groups for r in group):
-        # the follow term's target (algo.follow_coef) is the word the solve prompt ends with, for every valid sketch
-        valid = task.sketch_key(r.inst, r.sketch or "") is not None
-        assert r.follow_token == (r.context_ids[-1] if valid else None)
-        assert not r.followed or valid
+        # the follow term's target (algo.terms.follow) is the word the solve prompt ends with, for every valid sketch
+        sketch = sketch_of(r)
+        valid = task.sketch_key(r.inst, sketch.text) is not None
+        assert follow.target(r, sketch, first) == (r.context_ids[-1] if valid else None)
+        assert not r.origin.followed or valid
 
 
 @pytest.mark.slow

@@ -36,6 +36,41 @@ def test_bad_input_is_one_line_and_exit_2(monkeypatch, capsys, argv, expected):
     assert not any("Traceback" in line for line in err)
 
 
+@pytest.mark.parametrize(
+    ("command", "argv", "expected"),
+    [
+        ("train", ["algo.advantage=nope"], "unknown algo.advantage 'nope'; valid: dr_grpo, grpo, rloo"),
+        ("train", ["algo.loss=nope"], "unknown algo.loss 'nope'; valid: "),
+        ("train", ["algo.aggregation=nope"], "unknown algo.aggregation 'nope'; valid: "),
+        ("train", ["algo.off_policy=nope"], "unknown algo.off_policy 'nope'; valid: "),
+        ("train", ["logger=[nope]"], "unknown logger 'nope'; valid: "),
+        ("train", ["-m", "algo.advantage=grpo,nope"], "unknown algo.advantage 'nope'"),
+        ("train", ["task=math", "task.data=no/such.jsonl"], "math data file 'no/such.jsonl' not found"),
+        ("eval", ["task=math", "task.data=no/such.jsonl"], "math data file 'no/such.jsonl' not found"),
+    ],
+)
+def test_a_bad_registry_name_or_task_option_is_refused_before_any_model_work(
+    command, argv, expected, monkeypatch, capsys, tmp_path
+):
+    """Issue 49: ``algo.advantage=nope`` loaded the model and ran the step-0 evaluation before its error, leaving a
+    failed run dir. Every registry name and task option is checked with the overrides: one line, exit 2, no run
+    dir, and the model is never loaded."""
+    from sesa_cli.models import loading
+
+    def no_model_work(*args, **kwargs):
+        raise AssertionError("model work started before the overrides were checked")
+
+    monkeypatch.setattr(loading, "load_base", no_model_work)
+    out = tmp_path / "out"
+    key = "hydra.sweep.dir" if "-m" in argv else "hydra.run.dir"
+    assert run_cli([command, *argv, f"{key}={out}"], monkeypatch) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    assert err[0].startswith(f"sesa {command}: error: ")
+    assert expected in err[0]
+    assert not out.exists()
+
+
 def test_cfg_job_passes_through_to_hydra(monkeypatch, capsys):
     assert run_cli(["train", "--cfg", "job", "task=path", "sampler=parallel", "seed=7"], monkeypatch) == 0
     out = capsys.readouterr().out
@@ -157,7 +192,7 @@ def test_a_sequential_run_names_its_parallel_baseline_and_the_report(monkeypatch
 
     seq = tmp_path / "seq run"
     argv = ["train", *FROZENLAKE, f"model.cache_dir={cache_dir}", *SMALL, "train.steps=1", "train.eval_every=0",
-            "eval.instances=2", "sampler.train_sketches=true", "sampler.parallel_rows=2", f"hydra.run.dir={seq}"]  # fmt: skip
+            "eval.instances=2", "algo.train_sketches=true", "sampler.parallel_rows=2", f"hydra.run.dir={seq}"]  # fmt: skip
     assert run_cli(argv, monkeypatch) == 0
     lines = [line.strip() for line in capsys.readouterr().out.splitlines()]
     at = lines.index("# its parallel baseline: the same settings with sampler=parallel")
@@ -176,3 +211,17 @@ def test_a_sequential_run_names_its_parallel_baseline_and_the_report(monkeypatch
     assert (tmp_path / "report" / "groups.csv").is_file()
     # a parallel run's ending names no baseline
     assert "# its parallel baseline" not in capsys.readouterr().out
+
+
+def test_config_dir_adds_a_config_dir_as_hydra_documents_it(monkeypatch, capsys, tmp_path):
+    # issue 50 case 10: `--config-dir DIR` was refused ("experiment=small is not a experiment option") because sesa's
+    # own compositions (the validation, the run dir) did not see it; it is the hydra.searchpath entry it stands for
+    (tmp_path / "mine" / "experiment").mkdir(parents=True)
+    (tmp_path / "mine" / "experiment" / "small.yaml").write_text("# @package _global_\ntrain:\n  steps: 7\n")
+    for flags in (["--config-dir", str(tmp_path / "mine")], [f"--config-dir={tmp_path / 'mine'}"],
+                  ["-cd", str(tmp_path / "mine"), "hydra.searchpath=[pkg://sesa_cli]"]):  # fmt: skip
+        capsys.readouterr()
+        assert run_cli(["train", *flags, "experiment=small", "task=path", "--cfg", "job"], monkeypatch) == 0
+        assert "\ntrain:\n  steps: 7\n" in capsys.readouterr().out
+    assert run_cli(["train", "--config-dir", str(tmp_path / "nope"), "experiment=small"], monkeypatch) == 2
+    assert capsys.readouterr().err.strip() == f"sesa train: error: --config-dir {tmp_path / 'nope'}: no such directory"

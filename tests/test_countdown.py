@@ -324,7 +324,9 @@ def test_chat_scores_follow_ragen_parsing() -> None:
     assert (task.stop, task.between) == ("</answer>", "\n")
     good = " 44 + 19 = 63, 63 + 35 = 98.</think><answer>44 + 19 + 35</answer>"
     assert task.score(INST, good).reward == SCORE
-    assert task.score(INST, "<think>x</think>\n <answer> 44 + 19 + 35 || 1+2 </answer>").reward == SCORE
+    assert task.score(INST, "<think>x</think>\n <answer> 44 + 19 + 35 </answer>").reward == SCORE
+    # RAGEN would read the first of two actions; here a second one makes the answer invalid (issue 49)
+    assert task.score(INST, "<think>x</think><answer>44 + 19 + 35 || 1+2</answer>").key is None
     assert task.score(INST, "</think><answer>44 - 19 + 35</answer>").reward == FORMAT_SCORE
     assert task.score(INST, "<answer>44 + 19 + 35</answer>").reward == 0.0  # no </think>: RAGEN's regex fails
     assert task.score(INST, "</think> text <answer>44+19+35</answer>").reward == 0.0  # text between the blocks

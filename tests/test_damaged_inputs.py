@@ -90,7 +90,7 @@ CASES = [
     ("config-json-no-model-type", ["eval", "ckpt={run}"],
      edit_json(f"{CKPT}/config.json", lambda d: d.pop("model_type")), "{ckpt}/config.json has no 'model_type'"),
     ("tokenizer-not-json", ["eval", "ckpt={run}"], write(f"{CKPT}/tokenizer.json", "{"),
-     "{ckpt} cannot be loaded as a model"),
+     "{ckpt}/tokenizer.json is not valid JSON"),
     ("optimizer-missing", ["revive", "ckpt={run}", "more_steps=1"], remove(f"{CKPT}/optimizer.pt"),
      "{ckpt}/optimizer.pt is missing"),
     ("optimizer-truncated", ["revive", "ckpt={run}", "more_steps=1"], truncate(f"{CKPT}/optimizer.pt", 100),
@@ -114,7 +114,7 @@ CASES = [
     ("report-row-an-array", ["diversity-report", "runs=[{run}]"], replace_line("metrics.jsonl", 1, "[1, 2]"),
      "{run}/metrics.jsonl:2 is a JSON list, not an object"),
     ("report-row-without-step", ["diversity-report", "runs=[{run}]"], replace_line("metrics.jsonl", 1, '{"a": 1}'),
-     "{run}/metrics.jsonl: every metrics row needs an integer 'step'"),
+     "{run}/metrics.jsonl:2: 'step' is missing, not a non-negative integer"),
     ("run-json-not-json", ["revive", "ckpt={run}", "more_steps=1", "algo.kl_coef=0.05"], write("run.json", "nope"),
      "{run}/run.json is not valid JSON"),
     ("kl-reference-differs", ["revive", "ckpt={run}", "more_steps=1", "algo.kl_coef=0.05"],
@@ -134,10 +134,10 @@ CASES = [
     ("warmup-not-below-steps", ["train", "task=path", "train.steps=5", "optim.warmup_steps=5"], nothing,
      "optim.warmup_steps=5 must be < train.steps=5"),
     ("sequential-field-under-parallel", ["train", "task=path", "sampler=parallel", "sampler.stage1=solution",
-                                         "sampler.is_clip=3"], nothing,
-     "sampler.is_clip, sampler.stage1 only apply to sampler=sequential, and this run uses sampler=parallel"),
-    ("sequential-field-on-a-parallel-run", ["eval", "ckpt={run}", "sampler.loss_context=is"], nothing,
-     "sampler.loss_context only applies to sampler=sequential, and this run uses sampler=parallel"),
+                                         "algo.is_clip=3"], nothing,
+     "algo.is_clip, sampler.stage1 only apply to sampler=sequential, and this run uses sampler=parallel"),
+    ("sequential-field-on-a-parallel-run", ["eval", "ckpt={run}", "sampler.parallel_rows=2"], nothing,
+     "sampler.parallel_rows only applies to sampler=sequential, and this run uses sampler=parallel"),
     ("output-unwritable", ["train", "task=path", "hydra.run.dir=/proc/sesa-x"], nothing,
      "hydra.run.dir=/proc/sesa-x is not writable"),
     ("output-under-a-file", ["train", "task=path", "hydra.run.dir={run}/config.yaml/x"], nothing,
@@ -166,6 +166,42 @@ CASES = [
      "train.resume='maybe' is not valid; choose one of: auto, never"),
     ("multirun-with-cfg", ["train", "-m", "--cfg", "job", "sampler=parallel,sequential"], nothing,
      "-m/--multirun and --cfg cannot be combined"),
+    # issue 50: every value read from a run's files is type-checked where it is read, naming the file, line and key
+    ("metrics-step-a-string", ["revive", "ckpt={run}", "more_steps=1"], sed("metrics.jsonl", '"step": 2', '"step": "2"'),
+     "/metrics.jsonl:3: 'step' is \"2\", not a non-negative integer"),
+    ("report-step-a-string", ["diversity-report", "runs=[{run}]"], sed("metrics.jsonl", '"step": 2', '"step": "2"'),
+     "/metrics.jsonl:3: 'step' is \"2\", not a non-negative integer"),
+    ("report-step-of-130000-digits", ["diversity-report", "runs=[{run}]"],
+     replace_line("metrics.jsonl", 1, '{"step": ' + "1" * 130_000 + "}"),
+     "{run}/metrics.jsonl:2 cannot be read (its 'step' is a number of 130,000 digits, too long to read)"),
+    ("report-overrides-a-string", ["diversity-report", "runs=[{run}]"],
+     edit_json("run.json", lambda d: d.update(overrides="seed=1")),
+     "{run}/run.json: 'overrides' is \"seed=1\", not a list of strings"),
+    ("revive-kl-reference-a-string", ["revive", "ckpt={run}", "more_steps=1", "algo.kl_coef=0.05"],
+     edit_json("run.json", lambda d: d.update(kl_reference="sha")),
+     "{run}/run.json: 'kl_reference' is \"sha\", not an object"),
+    ("trainer-state-found-targets", ["revive", "ckpt={run}", "more_steps=1"],
+     edit_json(f"{CKPT}/trainer_state.json", lambda d: d.update(found_targets="abc")),
+     "{ckpt}/trainer_state.json: 'found_targets' is \"abc\", not a list of strings"),
+    # a checkpoint is loaded with the model it was trained with, on a task its tokenizer can write
+    ("eval-overrides-the-tokenizer", ["eval", "ckpt={run}", "model.tokenizer=chars"], nothing,
+     "model.tokenizer=chars: sesa eval of a checkpoint uses the model it was trained with ({run}/config.yaml says"),
+    ("revive-overrides-the-shape", ["revive", "ckpt={run}", "model.num_layers=2", "model=smollm2-135m"], nothing,
+     "model.num_layers=2, model=smollm2-135m: sesa revive of a checkpoint uses the model it was trained with"),
+    ("eval-on-another-task", ["eval", "ckpt={run}", "task=frozenlake"], nothing,
+     "task=frozenlake: {ckpt} was trained on task=path and its tokenizer cannot write this task's prompts ("),
+    # path and name limits, and values no config can hold: one line naming the key, the value cut
+    ("output-name-too-long", ["train", "task=path", "hydra.run.dir={run}/../out/" + "x" * 300], nothing,
+     ": a name in it is 300 bytes long and this file system allows "),
+    ("report-output-name-too-long", ["diversity-report", "runs=[{run}]", "hydra.run.dir=" + "r" * 300], nothing,
+     "hydra.run.dir=rrrrrrrr"),
+    ("ckpt-name-too-long", ["eval", "ckpt=" + "c" * 300], nothing, "ckpt=cccccccc"),
+    ("override-of-130000-digits", ["train", "task=path", "train.steps=" + "1" * 130_000], nothing,
+     "train.steps=111111"),
+    ("override-of-128-kib", ["train", "task=path", "sampler=" + "s" * 131_072], nothing,
+     "…(131,072 characters)…"),
+    ("override-with-a-nul-byte", ["train", "task=pa\x00th"], nothing,
+     "task=pa\\x00th: the value holds a NUL byte (\\x00), which no name, path or number can hold"),
 ]  # fmt: skip
 
 
@@ -213,6 +249,7 @@ def test_damaged_input_is_one_line_and_exit_2(source_run, tmp_path, monkeypatch,
     command = argv[0]
     line = check_one_line(code, capsys.readouterr().err, expected.format(run=run, ckpt=run / CKPT))
     assert line.startswith(f"sesa {command}: error: ")
+    assert len(line) < 1000  # long values are cut (issue 50: a 128 KiB value was echoed whole)
     assert snapshot(tmp_path, out) == before  # nothing outside the command's own run dir was written
 
 
@@ -285,22 +322,21 @@ def test_sequential_fields_the_user_did_not_set_or_that_a_job_uses_are_accepted(
     # a sweep in which some job samples sequentially, and a sequential run
     assert validate_argv("train", ["-m", "task=path", "sampler=parallel,sequential", "sampler.stage1=solution",
                                    f"hydra.sweep.dir={tmp_path / 'sweep'}"]) is None  # fmt: skip
-    assert validate_argv("train", ["task=path", "sampler=sequential", "sampler.loss_context=is", out]) is None
+    assert validate_argv("train", ["task=path", "sampler=sequential", "algo.loss_context=is", out]) is None
     # a sequential parent revived in parallel carries its own sequential settings: the user did not set them
     run = tmp_path / "run"
     shutil.copytree(source_run, run)
     sed("config.yaml", "  name: parallel", "  name: sequential")(run)
     sed("config.yaml", "  loss_context: prompt", "  loss_context: conditioned")(run)
     assert validate_argv("revive", [f"ckpt={run}", "sampler=parallel", out]) is None
-    problem = validate_argv("revive", [f"ckpt={run}", "sampler=parallel", "sampler.is_clip=3", out])
-    assert problem.startswith("sampler.is_clip only applies to sampler=sequential")
-    assert validate_argv("revive", [f"ckpt={run}", "sampler.is_clip=3", out]) is None  # the parent's sequential
+    problem = validate_argv("revive", [f"ckpt={run}", "sampler=parallel", "algo.is_clip=3", out])
+    assert problem.startswith("algo.is_clip only applies to sampler=sequential")
+    assert validate_argv("revive", [f"ckpt={run}", "algo.is_clip=3", out]) is None  # the parent's sequential
 
 
 def test_grader_timeouts_are_counted_in_evaluation(path_setup):
     from sesa_cli.evaluation import summarize
-    from sesa_cli.rollout.engine import Completion
-    from sesa_cli.rollout.samplers import Rollout
+    from sesa_cli.rollout.rollouts import Completion, Rollout
     from sesa_cli.tasks.base import Score
 
     _, task, _ = path_setup
@@ -309,3 +345,39 @@ def test_grader_timeouts_are_counted_in_evaluation(path_setup):
     scores = [Score(0.0, False, "a", grader_timeout=True), Score(1.0, True, "b"), Score(0.0, False, None, True)]
     groups = [[Rollout(0, inst, [1], [1], done, "x", s) for s in scores[:2]], [Rollout(1, inst, [1], [1], done, "x", scores[2]), Rollout(1, inst, [1], [1], done, "x", scores[1])]]  # fmt: skip
     assert summarize(task, groups)["eval/grader_timeouts"] == 2.0
+
+
+# ---------------------------------------------------------------------------------------------------- issue 50
+def test_a_checkpoint_linked_in_from_a_run_of_another_tokenizer_is_refused(tmp_path, monkeypatch, capsys):
+    # case 7: a step_N of a chars-tokenizer run linked into a words run: revived silently before (and with a KL
+    # term, an IndexError); now refused before any model work, by the model the checkpoint was trained with
+    from tests.test_warm_start import QUICK
+
+    runs = {}
+    for tokenizer in ("words", "chars"):
+        runs[tokenizer] = tmp_path / tokenizer
+        argv = ["train", *QUICK, f"model.tokenizer={tokenizer}", f"model.cache_dir={tmp_path / 'cache'}",
+                *SMALL[:4], "train.steps=1", f"hydra.run.dir={runs[tokenizer]}"]  # fmt: skip
+        assert run_cli(argv, monkeypatch) == 0
+    step = runs["words"] / "checkpoints" / "step_000001"
+    shutil.rmtree(step)
+    step.symlink_to(runs["chars"] / "checkpoints" / "step_000001")
+    capsys.readouterr()
+    expected = f"{step} was trained with model.tokenizer=chars and its run's config says model.tokenizer=words"
+    for argv in (["revive", f"ckpt={runs['words']}", "more_steps=1", "algo.kl_coef=0.1"], ["eval", f"ckpt={step}"]):
+        code = run_cli([*argv, f"hydra.run.dir={tmp_path / 'out'}"], monkeypatch)
+        check_one_line(code, capsys.readouterr().err, expected)
+        assert not (tmp_path / "out").exists()
+
+
+def test_a_resumed_run_says_which_metrics_row_is_damaged(source_run, tmp_path, monkeypatch, capsys, tiny_overrides):
+    # case 9: the rerun that resumes an interrupted run refuses a damaged row as revive and the report do; before,
+    # it dropped the row without a word
+    run = tmp_path / "run"
+    shutil.copytree(source_run, run)
+    edit_json("run.json", lambda d: d.update(status="interrupted"))(run)
+    replace_line("metrics.jsonl", 1, '{"step": 1, "rollout/reward_mean": 0.5')(run)  # cut short, not the last line
+    rows = (run / "metrics.jsonl").read_bytes()
+    code = run_cli(["train", *tiny_overrides, *SMALL, f"hydra.run.dir={run}"], monkeypatch)
+    check_one_line(code, capsys.readouterr().err, f"{run}/metrics.jsonl:2 is not valid JSON")
+    assert (run / "metrics.jsonl").read_bytes() == rows

@@ -162,8 +162,8 @@ def _one_process_step(overrides: list[str], groups: list, tmp_path: Path) -> tup
     trainer = Trainer(cfg, task, load_policy(cfg.model, task), RunDir(tmp_path))
     trainer._draw_batch = lambda: (groups, 0)  # type: ignore[method-assign]
     grads: list[list[torch.Tensor]] = []
-    trainer.optimizer.register_step_pre_hook(
-        lambda *_: grads.append([p.grad.detach().clone() for p in trainer.trainable])
+    trainer.learner.optimizer.register_step_pre_hook(
+        lambda *_: grads.append([p.grad.detach().clone() for p in trainer.learner.trainable])
     )
     row = trainer.train_step()
     assert len(grads) == 1
@@ -182,7 +182,7 @@ def test_distinct_solutions_batch_repeats_a_solution_across_the_shards(dp_distin
     assert [r.score.key for g in g1 for r in g[1:]].count(repeated) == 1
     cfg = compose_train(overrides)
     strategy = off_policy_strategy(cfg.algo)  # one process's: no other shard to gather
-    shard, union = loss_inputs(g1, strategy, cfg.sampler), loss_inputs(g0 + g1, strategy, cfg.sampler)
+    shard, union = loss_inputs(g1, strategy, cfg.algo), loss_inputs(g0 + g1, strategy, cfg.algo)
     alone, _ = strategy.rows(shard.advantages, shard.off_policy, None, shard.n_solutions, shard.solutions)
     whole, _ = strategy.rows(union.advantages, union.off_policy, None, union.n_solutions, union.solutions)
     assert not torch.allclose(alone, whole[union.n_solutions - shard.n_solutions :])
@@ -199,7 +199,7 @@ def test_two_process_distinct_solutions_step_equals_one_process_on_the_global_ba
     assert any(float(g.abs().sum()) > 0 for g in grads)
     for single, parallel in zip(grads, r0["grads"], strict=True):
         torch.testing.assert_close(single, parallel, rtol=1e-4, atol=1e-6)
-    for single, parallel in zip(trainer.trainable, r0["weights"], strict=True):
+    for single, parallel in zip(trainer.learner.trainable, r0["weights"], strict=True):
         torch.testing.assert_close(single.detach(), parallel, rtol=1e-4, atol=1e-6)
     rows = [json.loads(line) for line in (out / "run" / "metrics.jsonl").read_text().splitlines()]
     logged = [r for r in rows if "loss/distinct_rewarded_frac" in r]

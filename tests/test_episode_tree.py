@@ -8,6 +8,7 @@ shares no code with the walk (no KV cache, no trie), only the environment and th
 
 from __future__ import annotations
 
+import itertools
 import math
 import random
 from collections import defaultdict
@@ -18,18 +19,22 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from sesa_cli import metrics as M
-from sesa_cli.config import SamplerConfig
-from sesa_cli.evaluation import ExactPolicy
+from sesa_cli.config import EvalProtocolConfig, SamplerConfig
+from sesa_cli.evaluation import Evaluation
+from sesa_cli.exact import ExactPolicy
+from sesa_cli.intervals import GAP_LIMIT
 from sesa_cli.models.policy import Policy
 from sesa_cli.models.special import suppress_special_tokens, suppressed_ids
 from sesa_cli.models.tiny import build_tokenizer
 from sesa_cli.rollout.engine import Engine
+from sesa_cli.rollout.episode_tree import episode_tree
 from sesa_cli.rollout.samplers import ParallelSampler
-from sesa_cli.tasks.episode_tree import episode_tree
 from sesa_cli.tasks.frozenlake import FrozenLakeInstance, FrozenLakeTask, FrozenLakeTaskConfig
 from sesa_cli.tasks.sokoban import SokobanTask, SokobanTaskConfig
 
 MAP = ("SFF", "FHF", "FFG")  # 3x3: start top-left, a hole in the middle, goal bottom-right
+
+pytestmark = pytest.mark.numerics  # the walks against brute force and against samples (the rest is cheap)
 
 
 def _task(**overrides) -> FrozenLakeTask:
@@ -137,7 +142,7 @@ def test_grid_tasks_list_their_responses_only_where_episodes_are_deterministic()
     task = _task()
     assert task.turn_responses()[:4] == ["L|", "D|", "R|", "U|"]
     assert len(task.turn_responses()) == 4 + 16
-    assert all(task.parse_response(r) is not None and len(r) <= task.cfg.max_new_tokens for r in task.turn_responses())
+    assert all(task.reply_actions(r) is not None and len(r) <= task.cfg.max_new_tokens for r in task.turn_responses())
     assert _task(is_slippery=True).turn_responses() is None  # success_rate 0.8: the ice decides
     assert _task(is_slippery=True, success_rate=1.0).turn_responses() is not None
     assert _task(style="chat").turn_responses() is None  # free <think> text cannot be listed
@@ -176,7 +181,8 @@ def test_exact_policy_reports_policy_metrics_of_the_brute_force_probabilities():
     sampler = ParallelSampler(SamplerConfig(), task, policy)
     ep = ExactPolicy(sampler, [inst], min_prob=0.0, max_branches=100_000)
     assert ep.available
-    summary = ep.summary(ep.probs(), k=4)
+    snapshot = ep.snapshot()
+    summary = snapshot.summary(k=4)
     keys = sorted(exact)
     expected = M.policy_metrics([exact[k] for k in keys], [success[k] for k in keys], 4)
     for name in ("valid_mass", "target_mass", "effective_solutions", "solutions_above_1pct", "solution_entropy"):
@@ -185,7 +191,7 @@ def test_exact_policy_reports_policy_metrics_of_the_brute_force_probabilities():
     assert "policy/coverage@4" not in summary  # winning action sequences are not a fixed target set
     # by hand: the shortest wins are D,D,R,R and R,R,D,D (4 actions, the hole in the middle); a win needs 4 moves
     assert {k for k, s in success.items() if s} == {"Down,Down,Right,Right", "Right,Right,Down,Down"}
-    record = ep.record(0, ep.probs())
+    record = snapshot.record(0)
     assert set(record["instances"][0]["targets"]) == {"Down,Down,Right,Right", "Right,Right,Down,Down"}
 
 
@@ -237,3 +243,107 @@ def test_plan_lines_are_a_plan_and_the_turns_that_carry_it_out():
     # 0 (the default) draws no extra random number, so the corpus and the cached bases stay as they were
     assert task.warm_start_key()["cfg"]["warm_start_plan_lines"] == 0.5
     assert "warm_start_plan_lines" not in _task().warm_start_key()["cfg"]
+
+
+# ------------------------------------------------------------------------------------------------ one rule (issue 49)
+def test_the_listed_responses_are_exactly_the_valid_replies():
+    """The walker lists every reply the layout's rule accepts and no other: over every string of up to 4 characters
+    of the compact alphabet (and a space and a lower-case letter), ``reply_actions`` accepts exactly the listed
+    ones (2 actions per turn: ``D|`` .. ``UU|``)."""
+    task = _task()
+    listed = set(task.turn_responses())
+    alphabet = sorted(set(task.alphabet()) | {" ", "d"})
+    accepted = {
+        text
+        for n in range(1, 5)
+        for text in map("".join, itertools.product(alphabet, repeat=n))
+        if task.reply_actions(text) is not None
+    }
+    assert accepted == listed
+
+
+NEAR = ("SFG", "FHF", "FFF")  # the goal two moves right of the start: "RR|" wins in one turn
+
+
+def _trailing_text_policy(task: FrozenLakeTask) -> Policy:
+    """The bigram policy of :func:`_bigram_policy` (character tokens), set to walk right and often to write a state
+    row, or a third letter, after its actions before the stop, as parallel GRPO learned to (``RD\nP__GRD|``, issue
+    49): a reply starts with ``R``; after a letter come another ``R``, a line break or the stop about equally; after
+    a line break a row symbol, which leads to the stop."""
+    policy, _ = _bigram_policy(task, 0)
+    ids = policy.tokenizer.convert_tokens_to_ids
+    head = policy.model.lm_head.weight  # (vocab, hidden): the logits after token t are head[:, t] (one-hot rows)
+    scale = 1 / math.sqrt(head.shape[1])
+    bumps = {  # previous token -> {next token: logit}, over the table's uniform(-1, 1) noise
+        ":": {"R": 8.0},
+        "R": {"R": 5.0, "\n": 5.5, "|": 5.0},
+        "\n": {"P": 6.0, "_": 5.0},
+        "P": {"|": 6.0, "_": 4.0},
+        "_": {"|": 6.0, "G": 4.0},
+        "G": {"|": 6.0},
+    }
+    with torch.no_grad():
+        for prev, nexts in bumps.items():
+            for nxt, logit in nexts.items():
+                head[ids(nxt), ids(prev)] = logit * scale
+    return policy
+
+
+def _responses(policy: Policy, rollout) -> list[str]:
+    """The replies of one sampled episode (the runs of sampled tokens, ``Completion.mask``)."""
+    out: list[list[int]] = []
+    previous = False
+    for tok, sampled in zip(rollout.completion.ids, rollout.completion.mask, strict=True):
+        if sampled and not previous:
+            out.append([])
+        if sampled:
+            out[-1].append(tok)
+        previous = sampled
+    return [policy.decode(ids) for ids in out]
+
+
+def test_a_policy_that_writes_text_after_its_actions_is_read_alike_by_reward_samples_and_walker():
+    """Issue 49's acceptance check on a hand-built policy that often writes text after its actions: the reward,
+    ``eval/success``, ``eval/valid`` and the exact walk's ``policy/target_mass`` and ``policy/valid_mass`` agree.
+
+    Each sampled episode: a reply with text after its actions is invalid (format penalty, no key, no win). Over the
+    instances: the sampled success and valid shares lie within 4 standard deviations (binomial, n samples; 4 sd: a
+    false alarm about once in 16,000 runs, and the draws are seeded) of the walk's exact masses; and the evaluation
+    row's own check, ``policy/sampled_gap``, reads below its limit."""
+    task = _task()
+    policy = _trailing_text_policy(task)
+    n = 600
+    evaluation = Evaluation(task, policy, SamplerConfig(), EvalProtocolConfig(samples=n), seed=0)
+    evaluation.instances = [FrozenLakeInstance(NEAR, seed=1), FrozenLakeInstance(MAP, seed=1)]
+    evaluation.exact = ExactPolicy(evaluation.plain, evaluation.instances, min_prob=0.0, max_branches=0)
+    result = evaluation.run(0)
+    row = result.row
+    # every sampled episode: reward = win + format penalty of its one invalid reply, key None exactly then
+    trailing = 0
+    for group in result.groups:
+        for r in group:
+            replies = _responses(policy, r)
+            invalid = [text for text in replies if task.reply_actions(text) is None]
+            assert len(invalid) <= 1
+            assert not invalid or replies[-1] == invalid[0]
+            assert (r.score.key is None) == bool(invalid)
+            assert not (invalid and r.score.success)
+            penalty = task.cfg.format_penalty if invalid else 0.0
+            assert r.score.reward == pytest.approx(float(r.score.success) + penalty)
+            # the lenient reading of before issue 49: the reply's first actions, whatever came after them
+            trailing += any(text[:1] in "LDRU" and "\n" in text for text in invalid)
+    assert trailing > 0.1 * n * len(result.groups)  # the policy does write text after its actions, often
+    # the exact masses against the samples, instance by instance
+    snapshot = evaluation.exact.snapshot()
+    for inst, group in zip(snapshot.instances, result.groups, strict=True):
+        p, target = inst.probs, inst.targets
+        for sampled, exact in (
+            (np.mean([r.score.success for r in group]), float(p[target].sum())),
+            (np.mean([r.score.key is not None for r in group]), float(p.sum())),
+        ):
+            sd = math.sqrt(max(exact * (1 - exact), 0.25 / n) / n)
+            assert abs(sampled - exact) <= 4 * sd, (inst.index, sampled, exact)
+    assert row["policy/valid_mass"] < 0.8  # much of the mass is invalid replies: failures, not hidden wins
+    assert row["policy/target_mass"] > 0.05  # and there are wins to compare
+    assert row["eval/exact_instances_success"] == pytest.approx(row["eval/success"])  # every instance is walked
+    assert row["policy/sampled_gap"] <= GAP_LIMIT

@@ -8,7 +8,7 @@ import torch
 
 from sesa_cli.rollout.samplers import make_sampler
 from sesa_cli.rollout.scoring import build_batch, completion_logps
-from tests.conftest import chained_context, policy_objective
+from tests.conftest import chained_context, policy_objective, sketch_of
 from tests.levels import LEVELS
 
 
@@ -108,10 +108,13 @@ def test_sequential_episode_k_continues_after_the_earlier_episodes(frozenlake_se
     instances = [task.instance("train", i) for i in range(2)]
     groups = sampler.sample(instances, torch.Generator().manual_seed(0))
     between = policy.encode(task.between) if task.between else []
+    stop = policy.encode(task.stop)
     for inst, group in zip(instances, groups, strict=True):
         x = sampler.encode_prompt(task.prompt(inst))
         for k, r in enumerate(group):
-            assert r.context_ids == chained_context(x, [e.completion.ids for e in group[:k]], between)
+            # an episode whose last reply was cut (an invalid reply: it ended the episode) is closed with the stop
+            earlier = [e.completion.ids + (stop if e.stop_forced else []) for e in group[:k]]
+            assert r.context_ids == chained_context(x, earlier, between)
             assert r.prompt_ids == x
             responses = [t for m, t in _segments(policy, r.completion) if m]
             assert r.score == task.transcript(inst, responses)[1]
@@ -126,9 +129,9 @@ def test_agent_sketches_are_plans_placed_in_the_first_turn(frozenlake_setup):
     for k, r in enumerate(group):
         expected = list(head)
         for earlier in group[:k]:
-            expected += earlier.sketch_completion.ids + (policy.encode(task.stop) if earlier.stop_forced else [])
-        assert r.sketch_context_ids == expected
-        assert r.context_ids == sampler.encode_prompt(task.solve_prompt(inst, r.sketch))
+            expected += sketch_of(earlier).completion.ids + (policy.encode(task.stop) if earlier.stop_forced else [])
+        assert sketch_of(r).context_ids == expected
+        assert r.context_ids == sampler.encode_prompt(task.solve_prompt(inst, sketch_of(r).text))
         assert r.prompt_ids == sampler.encode_prompt(task.prompt(inst))
 
 
@@ -157,13 +160,13 @@ def test_update_raises_the_logprob_of_successful_episodes(frozenlake_setup, tmp_
     good = [r for r in rows if r.score.success]
     bad = [r for r in rows if not r.score.success]
     assert any(r.completion.mask is not None and not all(r.completion.mask) for r in rows)  # observations present
-    inputs = trainer.loss_inputs(groups)
+    inputs = trainer.learner.inputs(groups)
     adv = inputs.advantages.tolist()
 
     def mean_logp(rows) -> float:
         return policy_objective(trainer.model, rows, [1.0] * len(rows))
 
     before_good, before_bad, before = mean_logp(good), mean_logp(bad), policy_objective(trainer.model, rows, adv)
-    trainer.update(inputs)
+    trainer.learner.update(inputs)
     assert policy_objective(trainer.model, rows, adv) > before
     assert mean_logp(good) - before_good > mean_logp(bad) - before_bad

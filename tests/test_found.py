@@ -1,6 +1,6 @@
-"""algo.found_coef: the supervised term toward every distinct solution the sampler has drawn with success.
+"""algo.terms.found: the supervised term toward every distinct solution the sampler has drawn with success.
 
-The memory (sesa_cli.update.FoundSolutions) is checked on hand-built rollouts; the term's effect on a hand-set
+The memory (sesa_cli.terms.found.FoundSolutions) is checked on hand-built rollouts; the term's effect on a hand-set
 softmax policy and on the tiny path model (one update of the trainer) is checked against what it is meant to do:
 lift the found solutions the policy holds least, never anything outside the found set.
 """
@@ -14,14 +14,14 @@ from dataclasses import replace
 import pytest
 import torch
 
-from sesa_cli.config import AlgoConfig, ConfigError
-from sesa_cli.rollout.engine import Completion
-from sesa_cli.rollout.samplers import Rollout
+from sesa_cli.config import ConfigError
+from sesa_cli.rollout.rollouts import Completion, Rollout
 from sesa_cli.rollout.scoring import build_batch, completion_logps
 from sesa_cli.runs import RunDir
 from sesa_cli.tasks.base import Score
+from sesa_cli.terms import term_settings
+from sesa_cli.terms.found import Found, FoundSolutions
 from sesa_cli.trainer import Trainer
-from sesa_cli.update import FoundSolutions
 
 
 def _rollout(
@@ -108,12 +108,12 @@ def test_the_term_moves_mass_from_outside_the_found_set_into_it():
 
 def test_a_trainer_update_adds_the_term_and_raises_every_found_path(path_setup, tmp_path):
     """The tiny path base, two paths found (drawn with success by off-policy rows of a hand-built batch; a third
-    target drawn on-policy is not remembered), one update with found_coef alone (every advantage zero): both found
+    target drawn on-policy is not remembered), one update with the term alone (every advantage zero): both found
     paths gain log-prob under the plain prompt (one Adam step, whose first
     step is sign-like: at lr 1e-6 it is a first-order move, far above float drift); loss/found_nll and
     loss/found_solutions are logged; the memory survives a checkpoint."""
     cfg, task, policy = path_setup
-    cfg = replace(cfg, algo=replace(cfg.algo, found_coef=1.0), optim=replace(cfg.optim, lr=1e-6, warmup_steps=0))
+    cfg = replace(cfg, algo=replace(cfg.algo, terms={"found": 1.0}), optim=replace(cfg.optim, lr=1e-6, warmup_steps=0))
     trainer = Trainer(cfg, task, copy.deepcopy(policy), RunDir(tmp_path / "run"))
     prompt = trainer.sampler.encode_prompt(task.prompt(None))
     targets = sorted(task.targets)[:3]
@@ -129,10 +129,12 @@ def test_a_trainer_update_adds_the_term_and_raises_every_found_path(path_setup, 
     before = held()
     rows = [_rollout(prompt, i, t, True, solve) for i, t in zip(ids[:2], targets[:2], strict=True)]
     rows += [_rollout(prompt, ids[2], targets[2], True), _rollout(prompt, ids[1], None, False, solve)]
-    inputs = trainer.loss_inputs([rows])
-    assert set(trainer.found.by_prompt[tuple(prompt)]) == set(targets[:2])
+    inputs = trainer.learner.inputs([rows])
     inputs.advantages = torch.zeros_like(inputs.advantages)
-    stats = trainer.update(inputs)
+    stats = trainer.learner.update(inputs)
+    (found,) = trainer.learner.terms
+    assert isinstance(found, Found)
+    assert set(found.memory.by_prompt[tuple(prompt)]) == set(targets[:2])
     gained = held() - before
     assert stats["loss/found_solutions"] == 2
     assert stats["loss/found_nll"] > 0
@@ -141,9 +143,23 @@ def test_a_trainer_update_adds_the_term_and_raises_every_found_path(path_setup, 
     ckpt = trainer.save_checkpoint()
     resumed = Trainer(cfg, task, copy.deepcopy(policy), RunDir(tmp_path / "run2"))
     resumed.load_checkpoint(ckpt)
-    assert resumed.found.by_prompt == trainer.found.by_prompt
+    (again,) = resumed.learner.terms
+    assert isinstance(again, Found)
+    assert again.memory.by_prompt == found.memory.by_prompt
+    assert json.dumps(again.state_dict()) == json.dumps(found.state_dict())  # bit for bit, in the same order
 
 
-def test_found_coef_below_zero_is_refused():
-    with pytest.raises(ConfigError, match="found_coef"):
-        AlgoConfig(found_coef=-0.1)
+def test_the_terms_settings_are_checked():
+    with pytest.raises(ConfigError, match=r"algo\.terms\.found\.coef=-0\.1 must be a finite number >= 0"):
+        term_settings({"found": -0.1})
+    with pytest.raises(
+        ConfigError, match=r"algo\.terms\.found\.rows='some' is not valid; choose one of: off_policy, all"
+    ):
+        term_settings({"found": {"coef": 0.2, "rows": "some"}})
+    with pytest.raises(ConfigError, match=r"algo\.terms\.found\.row is not a setting; valid: coef, rows"):
+        term_settings({"found": {"row": "all"}})
+    with pytest.raises(ConfigError, match=r"unknown algo\.terms 'fund'; valid: follow, found"):
+        term_settings({"fund": 0.2})
+    settings = term_settings({"found": {"coef": 1, "rows": "all"}, "follow": 0})  # coef 0: off
+    assert list(settings) == ["found"]
+    assert settings["found"].coef == 1.0

@@ -154,7 +154,7 @@ def test_eval_of_a_run_logs_to_the_runs_trackers(tracked_run, monkeypatch):
     [
         (
             ["logger=[tensorboard,nope]"],
-            "logger='nope' is not a logger; choose from: tensorboard, mlflow, wandb, trackio",
+            "unknown logger 'nope'; valid: mlflow, tensorboard, trackio, wandb",
         ),
         (["logger=[mlflow,mlflow]"], "names a logger twice"),
         (["logger_options.experiment= "], "logger_options.experiment must not be empty"),
@@ -227,10 +227,14 @@ def test_a_tracker_failing_mid_run_warns_once_and_the_run_dir_is_complete(monkey
 
 
 def test_logger_names_are_the_registry():
-    from sesa_cli.config import LOGGER_NAMES
-    from sesa_cli.loggers import LOGGERS
+    from sesa_cli.config import ConfigError
+    from sesa_cli.loggers import LOGGERS, check_names
 
-    assert tuple(LOGGERS) == LOGGER_NAMES
+    assert tuple(LOGGERS) == ("tensorboard", "mlflow", "wandb", "trackio")
+    with pytest.raises(ConfigError, match=r"unknown logger 'tensorbord'; valid: mlflow, tensorboard, trackio, wandb"):
+        check_names(["tensorbord"])
+    with pytest.raises(ConfigError, match="names a logger twice"):
+        check_names(["mlflow", "mlflow"])
 
 
 # ------------------------------------------------------------------------------------------ W&B (offline) and trackio

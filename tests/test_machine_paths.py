@@ -64,10 +64,10 @@ def test_no_help_text_names_a_machine_path(argv, monkeypatch, capsys):
 
 
 def test_the_results_script_help_names_no_machine_path(capsys):
-    from sesa_cli.report.results import main
+    from tests.scripts import results
 
     with pytest.raises(SystemExit):
-        main(["--help"])
+        results.main(["--help"])
     out = capsys.readouterr().out
     assert "model.cache_dir=" in out
     assert not MACHINE_PATH.findall(out)

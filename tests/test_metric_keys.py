@@ -20,22 +20,16 @@ DOCS = Path(__file__).resolve().parents[1] / "docs" / "metrics.md"
 CONFIGS = {
     "parallel": ({"name": "parallel"}, {}),
     "sketch-is-kl-entropy": (
-        {"name": "sequential", "stage1": "sketch", "loss_context": "is", "train_sketches": True},
-        {"kl_coef": 0.05, "entropy_coef": 0.01},
+        {"name": "sequential", "stage1": "sketch"},
+        {"kl_coef": 0.05, "entropy_coef": 0.01, "loss_context": "is", "train_sketches": True},
     ),
     "solution-weight-negatives-clip-cov": (
         {"name": "sequential", "stage1": "solution"},
         {"loss": "clip_cov", "off_policy": "weight_negatives"},
     ),
     "baseline-dapo-filter-kl-cov": (
-        {"name": "sequential", "stage1": "solution"},
-        {
-            "off_policy": "on_policy_baseline",
-            "loss": "kl_cov",
-            "minibatches": 2,
-            "dynamic_sampling": True,
-            "rollout_filter_ratio": 0.5,
-        },
+        {"name": "sequential", "stage1": "solution", "filters": {"dynamic_sampling": True, "rollout_filter": 0.5}},
+        {"off_policy": "on_policy_baseline", "loss": "kl_cov", "minibatches": 2},
     ),
 }
 

@@ -253,11 +253,11 @@ def test_trainer_uses_the_disabled_adapter_as_kl_reference(lora_setup, tmp_path:
     cfg, task, policy, base, model = lora_setup
     cfg = replace(cfg, algo=replace(cfg.algo, kl_coef=0.1))
     trainer = Trainer(cfg, task, Policy(model, policy.tokenizer, policy.source), RunDir(tmp_path))
-    assert trainer.ref_model is None
+    assert trainer.learner.ref_model is None
     batch = _batch(policy, task)
     with torch.no_grad():
         expected, _ = completion_logps(base, batch)
-    torch.testing.assert_close(trainer._ref_logps(batch), expected, rtol=0, atol=1e-6)
+    torch.testing.assert_close(trainer.learner.ref_logps(batch), expected, rtol=0, atol=1e-6)
 
 
 def test_gradient_checkpointing_gives_the_same_gradients(path_setup) -> None:

@@ -16,10 +16,10 @@ import torch
 from sesa_cli import algos
 from sesa_cli.algos import off_policy_strategy
 from sesa_cli.algos.off_policy import distinct_shares
-from sesa_cli.config import OFF_POLICY_NAMES, AlgoConfig, ConfigError
+from sesa_cli.commands.registered import check_registered
+from sesa_cli.config import AlgoConfig, ConfigError
 from sesa_cli.deprecations import rename_overrides
-from sesa_cli.rollout.engine import Completion
-from sesa_cli.rollout.samplers import Rollout
+from sesa_cli.rollout.rollouts import Completion, Expansion, Rollout, Sketch
 from sesa_cli.rollout.scoring import build_batch, completion_logps
 from sesa_cli.runs import RunDir
 from sesa_cli.tasks.base import Score
@@ -36,12 +36,12 @@ SHIFT = [0.0, math.log(2.0), 0.0, -math.log(3.0), 0.0, 0.0, math.log(4.0), 0.0]
 IS_CLIP = 2.0
 
 
-def _trainer(path_setup, tmp_path, off_policy: str, **sampler_kw) -> Trainer:
+def _trainer(path_setup, tmp_path, off_policy: str, **algo_kw) -> Trainer:
     cfg, task, policy = path_setup
     cfg = replace(
         cfg,
-        sampler=replace(cfg.sampler, name="sequential", is_clip=IS_CLIP, **sampler_kw),
-        algo=replace(cfg.algo, off_policy=off_policy),
+        sampler=replace(cfg.sampler, name="sequential"),
+        algo=replace(cfg.algo, off_policy=off_policy, is_clip=IS_CLIP, **algo_kw),
     )
     return Trainer(cfg, task, copy.deepcopy(policy), RunDir(tmp_path / "run"))
 
@@ -76,8 +76,8 @@ def _advantages_seen(trainer: Trainer, groups, monkeypatch) -> tuple[torch.Tenso
     seen = []
     real = algos.compute_loss
     monkeypatch.setattr(algos, "compute_loss", lambda *a, **k: seen.append(a[2].clone()) or real(*a, **k))
-    trainer.optimizer.step = lambda: None
-    stats = trainer.update(trainer.loss_inputs(groups))
+    trainer.learner.optimizer.step = lambda: None
+    stats = trainer.learner.step(groups, 0)
     return torch.cat(seen), stats
 
 
@@ -88,7 +88,7 @@ def _paper(trainer: Trainer) -> torch.Tensor:
 
 def test_paper_passes_the_estimators_advantages_unchanged(path_setup, tmp_path, monkeypatch):
     trainer = _trainer(path_setup, tmp_path, off_policy="paper")
-    inputs = trainer.loss_inputs(_groups(trainer))
+    inputs = trainer.learner.inputs(_groups(trainer))
     assert inputs.off_policy.tolist() == OFF
     seen, stats = _advantages_seen(trainer, _groups(trainer), monkeypatch)
     assert torch.equal(seen, _paper(trainer))  # bit-identical: the paper's loss is what it always was
@@ -145,7 +145,7 @@ def test_with_conditioned_scoring_no_row_is_off_policy_and_every_variant_is_the_
     for name in ("paper", variant):
         trainer = _trainer(path_setup, tmp_path / name, off_policy=name, loss_context="conditioned")
         groups = _groups(trainer)
-        assert not trainer.loss_inputs(groups).off_policy.any()
+        assert not trainer.learner.inputs(groups).off_policy.any()
         groups_seen[name] = _advantages_seen(trainer, groups, monkeypatch)
     assert torch.equal(groups_seen["paper"][0], groups_seen[variant][0])
     assert groups_seen[variant][1]["loss/off_policy_frac"] == 0.0
@@ -156,10 +156,10 @@ def test_sketch_rows_are_never_off_policy(path_setup, tmp_path):
     trainer = _trainer(path_setup, tmp_path, off_policy="drop_negatives", train_sketches=True)
     groups = _groups(trainer)
     for group in groups:  # one sketch per group, shared by its solutions
-        sketch = Completion([5, 6], [-0.1, -0.2], [0.0, 0.0], True)
+        sketch = Sketch("", [1, 2], Completion([5, 6], [-0.1, -0.2], [0.0, 0.0], True), 0)
         for r in group:
-            r.sketch_completion, r.sketch_context_ids = sketch, [1, 2]
-    inputs = trainer.loss_inputs(groups)
+            r.origin = Expansion(sketch)
+    inputs = trainer.learner.inputs(groups)
     assert inputs.n_solutions == 8
     assert inputs.off_policy.tolist() == [*OFF, False, False]  # the two sketch rows, scored where drawn
     assert inputs.contexts[8:] == [[1, 2], [1, 2]]
@@ -172,10 +172,10 @@ def test_a_sketch_that_repeats_an_earlier_one_of_its_chain_is_never_pushed_up(pa
     # drew a rewarded solution; group 1's expand A, B, C, D: a sketch of another group's chain is no repeat.
     ids = {"A": [5, 6], "B": [7], "C": [8], "D": [9]}
     for group, names in zip(groups, ("ACAD", "ABCD"), strict=True):
-        for r, name in zip(group, names, strict=True):
-            r.sketch_completion = Completion(ids[name], [-0.1] * len(ids[name]), [0.0] * len(ids[name]), True)
-            r.sketch_context_ids = [1, 2]
-    inputs = trainer.loss_inputs(groups)
+        for k, (r, name) in enumerate(zip(group, names, strict=True)):
+            comp = Completion(ids[name], [-0.1] * len(ids[name]), [0.0] * len(ids[name]), True)
+            r.origin = Expansion(Sketch(name, [1, 2], comp, k))
+    inputs = trainer.learner.inputs(groups)
     solution = inputs.advantages[:8].tolist()
     sketches = inputs.advantages[8:].tolist()
     assert len(sketches) == 8  # one row per drafted sketch, in chain order
@@ -192,10 +192,9 @@ def test_a_sketch_no_solution_carried_out_is_never_pushed_up(path_setup, tmp_pat
     # (followed False), the third did; in group 1 the task cannot tell (followed None) for all four
     for g, group in enumerate(groups):
         for k, r in enumerate(group):
-            r.sketch_completion = Completion([5 + k], [-0.1], [0.0], True)
-            r.sketch_context_ids = [1, 2 + g]
-            r.followed = (k != 0) if g == 0 else None
-    inputs = trainer.loss_inputs(groups)
+            sketch = Sketch(str(k), [1, 2 + g], Completion([5 + k], [-0.1], [0.0], True), k)
+            r.origin = Expansion(sketch, followed=(k != 0) if g == 0 else None)
+    inputs = trainer.learner.inputs(groups)
     solution = inputs.advantages[:8].tolist()
     sketches = inputs.advantages[8:].tolist()
     assert solution[0] > 0
@@ -209,15 +208,12 @@ def test_a_sketch_no_solution_carried_out_is_never_pushed_up(path_setup, tmp_pat
 def test_weight_negatives_with_importance_weighted_loss_is_refused(path_setup):
     cfg = path_setup[0]
     with pytest.raises(ConfigError, match="weight negatives twice"):
-        replace(
-            cfg, algo=replace(cfg.algo, off_policy="weight_negatives"), sampler=replace(cfg.sampler, loss_context="is")
-        )
-    with pytest.raises(ConfigError, match=r"algo\.off_policy"):
-        AlgoConfig(off_policy="nope")
+        replace(cfg, algo=replace(cfg.algo, off_policy="weight_negatives", loss_context="is"))
+    with pytest.raises(ConfigError, match=r"unknown algo\.off_policy 'nope'; valid: distinct_solutions, "):
+        check_registered(replace(cfg, algo=replace(cfg.algo, off_policy="nope")))
 
 
-def test_the_config_accepts_the_registered_strategies_and_the_old_key_still_works():
-    assert sorted(algos.OFF_POLICY) == sorted(OFF_POLICY_NAMES)
+def test_the_registry_is_the_list_of_strategies_and_the_old_key_still_works():
     renamed, notices = rename_overrides(["sampler.off_policy=paper", "seed=1"])
     assert renamed == ["algo.off_policy=paper", "seed=1"]
     assert notices == ["deprecated: sampler.off_policy -> algo.off_policy (the old name goes in the next release)"]

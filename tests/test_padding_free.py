@@ -75,6 +75,7 @@ def _lora(model):
     return get_peft_model(copy.deepcopy(model), config)
 
 
+@pytest.mark.numerics
 @pytest.mark.parametrize("which", ["tiny", "tiny_lora", "qwen2_gqa", "qwen2_eager"])
 @pytest.mark.parametrize(("shared", "temperature"), [(False, 1.0), (True, 0.7)])
 def test_packed_scoring_gives_the_padded_logps_entropies_and_gradients(path_setup, which, shared, temperature):
@@ -153,11 +154,11 @@ def test_a_padding_free_update_takes_the_padded_updates_step(frozenlake_setup, t
         c = replace(cfg, model=model, algo=algo, optim=replace(cfg.optim, lr=1e-5))
         trainers[padding_free] = Trainer(c, task, copy.deepcopy(policy), RunDir(tmp_path / f"run{padding_free}"))
     groups, _ = trainers[False]._draw_batch()
-    inputs = trainers[False].loss_inputs(groups)
+    inputs = trainers[False].learner.inputs(groups)
     lengths = [len(c) + len(y) for c, y in zip(inputs.contexts, inputs.completions, strict=True)]
     assert min(lengths) * 3 < max(lengths)  # ragged: packing has padding to remove
     before = torch.cat([p.detach().flatten() for p in policy.model.parameters()])
-    stats = {pf: t.update(copy.deepcopy(inputs)) for pf, t in trainers.items()}
+    stats = {pf: t.learner.update(copy.deepcopy(inputs)) for pf, t in trainers.items()}
     for key in ("loss/total", "loss/follow_nll", "optim/grad_norm"):
         assert stats[True][key] == pytest.approx(stats[False][key], rel=1e-4, abs=1e-6), key
     moved = {
@@ -185,6 +186,7 @@ def test_a_flat_packing_holds_every_row_whole_in_one_row_with_restarting_positio
         assert packed.position_ids[0, at].tolist() == list(range(n))
 
 
+@pytest.mark.numerics
 def test_an_attention_without_custom_masks_scores_the_flat_packing_to_the_padded_values(path_setup, monkeypatch):
     """A model whose attention takes no 4D mask (flash attention, which this CPU has not) gets the flat packing and
     no mask; run through SDPA, which reads the same packing from the restarting positions, it scores what the padded

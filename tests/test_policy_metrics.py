@@ -10,7 +10,7 @@ from dataclasses import replace
 import pytest
 import torch
 
-from sesa_cli.evaluation import ExactPolicy
+from sesa_cli.exact import ExactPolicy, PolicySnapshot
 from sesa_cli.rollout.samplers import ParallelSampler
 from sesa_cli.runs import RunDir
 from sesa_cli.tasks.base import Task
@@ -38,14 +38,17 @@ def test_only_the_path_task_enumerates_its_answers():
     assert {name for name, cls in TASKS.items() if cls.solution_space is not Task.solution_space} == {"path"}
 
 
+@pytest.mark.numerics
 def test_solution_probabilities_match_the_samplers_own_logps(path_setup):
     cfg, task, policy = path_setup
     sampler = ParallelSampler(cfg.sampler, task, policy)
     exact = ExactPolicy(sampler, [None], rows=16)  # several scoring chunks over the 64 test leaves
-    (probs,) = exact.probs()
+    (inst,) = exact.snapshot().instances
+    probs = inst.probs
     assert probs.shape == (64,)
+    assert not probs.flags.writeable  # a snapshot: nothing a later scoring does changes it
     assert 0 < probs.sum() <= 1 + 1e-9  # disjoint answers: their mass is at most 1 (a fresh base's is ~0.5)
-    index = {key: i for i, key in enumerate(exact.keys[0])}
+    index = {key: i for i, key in enumerate(inst.keys)}
     (group,) = sampler.draw([None], 128, torch.Generator().manual_seed(0))
     checked = 0
     for r in group:
@@ -66,21 +69,22 @@ def test_a_solution_space_with_an_invalid_answer_is_refused(path_setup):
 
 def test_summary_and_record_follow_the_probabilities(path_setup):
     cfg, task, policy = path_setup
-    exact = ExactPolicy(ParallelSampler(cfg.sampler, task, policy), [None])
-    n = len(exact.keys[0])
+    (scored,) = ExactPolicy(ParallelSampler(cfg.sampler, task, policy), [None]).snapshot().instances
+    n = len(scored.keys)
     probs = torch.zeros(n, dtype=torch.float64).numpy()
-    targets = [i for i in range(n) if exact.targets[0][i]]
-    other = next(i for i in range(n) if not exact.targets[0][i])
+    targets = [i for i in range(n) if scored.targets[i]]
+    other = next(i for i in range(n) if not scored.targets[i])
     probs[targets[0]], probs[other] = 0.6, 0.0005  # one target carries the success; one non-target below 0.001
     probs[targets[1]] = 0.002
-    summary = exact.summary([probs], k=4)
+    snapshot = PolicySnapshot((replace(scored, probs=probs),))
+    summary = snapshot.summary(k=4)
     assert summary["policy/target_mass"] == pytest.approx(0.602)
     assert summary["policy/solutions_above_1pct"] == 1.0
-    record = exact.record(7, [probs])
+    record = snapshot.record(7)
     assert record["step"] == 7
     (inst,) = record["instances"]
-    assert set(inst["probs"]) == set(inst["targets"]) == {exact.keys[0][i] for i in targets}  # 0.0005 left out
-    assert inst["probs"][exact.keys[0][targets[0]]] == 0.6
+    assert set(inst["probs"]) == set(inst["targets"]) == {scored.keys[i] for i in targets}  # 0.0005 left out
+    assert inst["probs"][scored.keys[targets[0]]] == 0.6
 
 
 def test_training_rows_and_evaluations_carry_the_exact_policy(path_setup, tmp_path):

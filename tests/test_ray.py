@@ -55,3 +55,15 @@ def test_a_ray_sweep_runs_four_jobs_on_one_cpu_each(tmp_path: Path, tiny_overrid
     assert len(success) == 4
     for name in ("report.md", "report.html"):
         assert (out / name).is_file(), name
+
+
+def test_a_stopped_ray_sweep_rerun_with_its_command_equals_the_uninterrupted_sweep(tmp_path, tiny_overrides,
+                                                                                  path_setup):  # fmt: skip
+    # issue 50's acceptance check on Ray: SIGTERM to the sweep's own process during its second job; the Ray tasks
+    # running then stop after their step's checkpoint, the job not started yet does nothing, and the same command
+    # resumes the sweep (tests/test_sweep_ownership.py runs it on joblib)
+    from tests.test_sweep_ownership import stopped_sweep_resumes
+
+    ray = ["hydra/launcher=ray", "+hydra.launcher.ray.init.num_cpus=2", "+hydra.launcher.ray.init.include_dashboard=false",
+           "+hydra.launcher.ray.remote.num_cpus=1"]  # fmt: skip
+    stopped_sweep_resumes(tmp_path, tiny_overrides, ray)

@@ -10,21 +10,36 @@ from tests.conftest import compose_train, run_cli
 
 # an old override per renamed key, with a value that differs from the default, and where it lands now
 OLD = {
-    "train.eval_samples": ("5", "eval", "samples", 5),
-    "task.eval_instances": ("3", "eval", "instances", 3),
-    "eval.n": ("7", "eval", "samples", 7),
-    "algo.lr": ("0.002", "optim", "lr", 0.002),
-    "algo.max_grad_norm": ("0.5", "optim", "max_grad_norm", 0.5),
-    "train.warmup_steps": ("2", "optim", "warmup_steps", 2),
-    "train.lr_schedule": ("cosine", "optim", "lr_schedule", "cosine"),
-    "train.weight_decay": ("0.1", "optim", "weight_decay", 0.1),
-    "sampler.off_policy": ("paper", "algo", "off_policy", "paper"),
+    "train.eval_samples": ("5", "eval.samples", 5),
+    "task.eval_instances": ("3", "eval.instances", 3),
+    "eval.n": ("7", "eval.samples", 7),
+    "algo.lr": ("0.002", "optim.lr", 0.002),
+    "algo.max_grad_norm": ("0.5", "optim.max_grad_norm", 0.5),
+    "train.warmup_steps": ("2", "optim.warmup_steps", 2),
+    "train.lr_schedule": ("cosine", "optim.lr_schedule", "cosine"),
+    "train.weight_decay": ("0.1", "optim.weight_decay", 0.1),
+    "sampler.off_policy": ("paper", "algo.off_policy", "paper"),
+    "sampler.loss_context": ("conditioned", "algo.loss_context", "conditioned"),
+    "sampler.is_clip": ("3.0", "algo.is_clip", 3.0),
+    "sampler.train_sketches": ("true", "algo.train_sketches", True),
+    "algo.follow_coef": ("0.1", "algo.terms.follow.coef", 0.1),
+    "algo.found_coef": ("0.5", "algo.terms.found.coef", 0.5),
+    "algo.found_rows": ("all", "algo.terms.found.rows", "all"),
+    "algo.dynamic_sampling": ("true", "sampler.filters.dynamic_sampling", True),
+    "algo.max_resample_rounds": ("8", "sampler.filters.dynamic_sampling.max_rounds", 8),
+    "algo.rollout_filter_ratio": ("0.25", "sampler.filters.rollout_filter.ratio", 0.25),
 }
+
+
+def _at(config: dict, key: str):
+    for part in key.split("."):
+        config = config[part]
+    return config
 
 
 def test_every_renamed_key_is_covered_here():
     assert set(OLD) == set(RENAMED_KEYS)
-    assert {f"{section}.{field}" for _, section, field, _ in OLD.values()} == set(RENAMED_KEYS.values())
+    assert {new for _, new, _ in OLD.values()} == set(RENAMED_KEYS.values())
 
 
 def test_rename_overrides_keeps_prefixes_values_and_sweeps():
@@ -59,12 +74,11 @@ def test_rename_overrides_keeps_prefixes_values_and_sweeps():
 
 
 def test_every_old_override_still_works_on_the_command_line_with_a_notice(monkeypatch, capsys):
-    for old, (value, section, field, expected) in OLD.items():
+    for old, (value, new, expected) in OLD.items():
         assert run_cli(["train", "--cfg", "job", "task=path", "train.steps=10", f"{old}={value}"], monkeypatch) == 0
         captured = capsys.readouterr()
         composed = yaml.safe_load(captured.out)
-        assert composed[section][field] == expected, old
-        new = f"{section}.{field}"
+        assert _at(composed, new) == expected, old
         assert captured.err.strip().splitlines() == [
             f"sesa train: deprecated: {old} -> {new} (the old name goes in the next release)"
         ]
@@ -100,6 +114,33 @@ def test_an_old_runs_config_upgrades_to_the_current_keys():
     moved = upgrade_config({"sampler": {"name": "sequential", "off_policy": "paper"}, "algo": {"name": "grpo"}})
     assert moved["sampler"] == {"name": "sequential"}
     assert moved["algo"] == {"name": "grpo", "off_policy": "paper"}
+
+
+def test_an_old_runs_loss_terms_and_filters_keep_their_meaning():
+    """The loss settings moved to ``algo``, the terms into ``algo.terms``, the group filters into
+    ``sampler.filters``: an old run's values land there with the meaning they had (a filter that was off stays off,
+    with its settings dropped; a coefficient of 0 leaves its term off)."""
+    old = {
+        "sampler": {"name": "sequential", "loss_context": "is", "is_clip": 3.0, "train_sketches": True},
+        "algo": {"name": "grpo", "follow_coef": 0.0, "found_coef": 0.2, "found_rows": "all",
+                 "dynamic_sampling": False, "max_resample_rounds": 4, "rollout_filter_ratio": 1.0},
+    }  # fmt: skip
+    new = upgrade_config(old)
+    assert new["sampler"] == {"name": "sequential"}  # both filters were off: no entry, as in a run written since
+    assert new["algo"] == {"name": "grpo", "loss_context": "is", "is_clip": 3.0, "train_sketches": True,
+                           "terms": {"found": {"coef": 0.2, "rows": "all"}}}  # fmt: skip
+    from sesa_cli.rollout.filters import build_filters
+    from sesa_cli.terms import term_settings
+
+    assert list(term_settings(new["algo"]["terms"])) == ["found"]
+    # a filter that was on keeps its settings
+    ragen = upgrade_config(
+        {"algo": {"rollout_filter_ratio": 0.25, "dynamic_sampling": False, "max_resample_rounds": 4}}
+    )
+    assert ragen["sampler"] == {"filters": {"rollout_filter": {"ratio": 0.25}}}
+    dapo = upgrade_config({"algo": {"name": "dapo", "dynamic_sampling": True, "max_resample_rounds": 8}})
+    assert dapo["sampler"] == {"filters": {"dynamic_sampling": {"max_rounds": 8}}}
+    assert [f.max_rounds for f in build_filters(dapo["sampler"]["filters"])] == [8]
 
 
 def test_revive_and_eval_reload_a_parent_config_with_old_keys(tmp_path):

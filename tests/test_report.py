@@ -628,3 +628,118 @@ def test_the_heatmap_shows_every_group(tmp_path: Path) -> None:
     h2, w2 = image.imread(two["plots"]["heatmap"]).shape[:2]
     assert width > w2  # three panels to a row, not the first two
     assert height > h2  # and a second row for the other two
+
+
+# ------------------------------------------------------------------------------------------- marks (issue 49)
+def _set_final(run_dir: Path, **values: float) -> None:
+    """Overwrite the run's last evaluation row with ``values`` (metric keys with ``/`` written as ``__``)."""
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    last = max(i for i, line in enumerate(lines) if metric_key("eval/success") in json.loads(line))
+    row = json.loads(lines[last])
+    row.update({name.replace("__", "/"): value for name, value in values.items()})
+    lines[last] = json.dumps(row)
+    (run_dir / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+
+
+def test_a_run_whose_exact_metrics_miss_its_samples_is_marked_and_the_verdict_reads_a_sampled_metric(
+    tmp_path: Path,
+) -> None:
+    """Issue 49: the parallel baseline won with replies its exact walk counted invalid (eval/success 0.815, exact
+    target mass 0.017). Its group is marked in the headline, the note says why, and the verdict does not rest on
+    policy/effective_solutions but on the evaluation's distinct correct answers, and says so."""
+    sweep = write_multirun(tmp_path / "sweep", policy=True, seeds=(0, 1, 2))
+    clean = analyse([sweep])
+    assert clean.marks == []
+    assert clean.answer().startswith(
+        "[2] sequential kept more solutions than [1] parallel: policy/effective_solutions"
+    )
+    _set_final(sweep / "0", policy__sampled_gap=41.0, eval__exact_instances_success=0.815, policy__target_mass=0.017)
+    report = analyse([sweep])
+    assert [(m.group, m.run, m.kind) for m in report.marks] == [(report.baseline, "0", "exact")]
+    headline = report.headline_frame()
+    assert list(headline["group"]) == ["[1] parallel (!)", "[2] sequential"]
+    note = next(n for n in report.notes if n.startswith("warning: [1] parallel, seed 0:"))
+    assert "0.815" in note
+    assert "0.017" in note
+    assert "41.0 standard deviations" in note
+    answer = report.answer()
+    assert answer is not None
+    assert "policy/effective_solutions" not in answer.partition(".")[0]
+    assert f"{metric_key('eval/distinct_correct@{k}', k=16)} " in answer
+    assert answer.endswith(
+        "Not read on the exact policy/* metrics: those of [1] parallel do not describe what it samples."
+    )
+    groups = next(rows for title, _, rows in console_tables(report) if title == "groups")
+    assert groups[0][1].endswith("(!)")
+    markdown = write_report(report, tmp_path / "report")["markdown"].read_text()
+    assert "| [1] parallel (!) |" in markdown
+    assert "warning: [1] parallel, seed 0:" in markdown
+    # a low valid mass marks the run too
+    sweep2 = write_multirun(tmp_path / "sweep2", policy=True)
+    _set_final(sweep2 / "3", policy__valid_mass=0.27)
+    report = analyse([sweep2])
+    assert [(report.labels[m.group], m.run, m.kind) for m in report.marks] == [("[2] sequential", "1", "exact")]
+    assert "policy/valid_mass is 0.270" in report.marks[0].text
+
+
+def test_unfinished_runs_are_marked(tmp_path: Path) -> None:
+    """A run still training, killed, interrupted or failed, or shorter than its group: its last values are not
+    final ones, and the report says so (issue 49: mid-run values were reported as final)."""
+    from sesa_cli import run_lock
+
+    sweep = write_multirun(tmp_path / "sweep", seeds=(0, 1, 2))
+    info = json.loads((sweep / "0" / "run.json").read_text())
+    (sweep / "0" / "run.json").write_text(json.dumps({**info, "status": "interrupted", "exit_code": 130}))
+    # still training: a live process (this one) holds the dir
+    (sweep / "1" / run_lock.LOCK_NAME).write_text(json.dumps(run_lock._record("train", [])))
+    # killed: no end recorded, stopped at step 6 of 10 (the first 9 lines: steps 0-6 and two evaluations)
+    lines = (sweep / "2" / "metrics.jsonl").read_text().splitlines()
+    (sweep / "2" / "metrics.jsonl").write_text("\n".join(lines[:9]) + "\n")
+    # shorter than its group but finished (status written): it ended early
+    lines = (sweep / "3" / "metrics.jsonl").read_text().splitlines()
+    (sweep / "3" / "metrics.jsonl").write_text("\n".join(lines[:9]) + "\n")
+    info = json.loads((sweep / "3" / "run.json").read_text())
+    (sweep / "3" / "run.json").write_text(json.dumps({**info, "status": "finished"}))
+    report = analyse([sweep])
+    texts = {(report.labels[m.group], m.run): m.text for m in report.marks}
+    assert set(texts) == {("[1] parallel", "0"), ("[1] parallel", "1"), ("[1] parallel", "2"), ("[2] sequential", "0")}
+    assert texts["[1] parallel", "0"].startswith("an interrupted train run (exit code 130)")
+    assert texts["[1] parallel", "1"].startswith("still training (step 10 of 10)")
+    assert texts["[1] parallel", "2"].startswith("killed at step 6 of 10")
+    assert texts["[2] sequential", "0"].startswith("ended at step 6, before its group's 10")
+    assert all(m.kind == "status" for m in report.marks)
+    assert list(report.headline_frame()["group"]) == ["[1] parallel (!)", "[2] sequential (!)"]
+
+
+def test_iid_sampling_is_the_baseline_whatever_the_order_of_runs(tmp_path: Path) -> None:
+    parallel = [write_run(tmp_path / f"p{s}", {"sampler": "parallel", "seed": s}) for s in (0, 1)]
+    sequential = [write_run(tmp_path / f"s{s}", {"sampler": "sequential", "seed": s}) for s in (0, 1)]
+    for runs in ([*sequential, *parallel], [*parallel, *sequential]):
+        report = analyse(runs)
+        assert report.labels[report.baseline].endswith("parallel")
+        assert next(report.labels[g] for g in report.compare["group"].unique()).endswith("sequential")
+
+
+def test_the_cpu_each_group_ran_on_is_named_where_groups_differ(tmp_path: Path) -> None:
+    """run.json records the CPU (model, vector extensions, the kernels torch chose: issue 49); the report names it
+    per group where groups differ, and shows it per run."""
+    from sesa_cli.runs import environment
+
+    cpu = environment()["cpu"]
+    assert cpu["model"]
+    assert isinstance(cpu["vector_extensions"], list)
+    assert cpu["kernels"]
+    runs = []
+    for sampler, model, kernels in (("parallel", "Xeon A", "AVX512"), ("sequential", "Xeon B", "AVX2")):
+        for s in (0, 1):
+            run = write_run(tmp_path / f"{sampler}{s}", {"sampler": sampler, "seed": s})
+            info = json.loads((run / "run.json").read_text())
+            info["cpu"] = {"model": model, "vector_extensions": ["avx2"], "kernels": kernels}
+            (run / "run.json").write_text(json.dumps(info))
+            runs.append(run)
+    report = analyse(runs)
+    assert "cpu per group: parallel: Xeon A; sequential: Xeon B" in report.notes
+    assert "kernels per group: parallel: AVX512; sequential: AVX2" in report.notes
+    from sesa_cli.report.document import runs_table
+
+    assert list(runs_table(report)["cpu"]) == ["Xeon A (AVX512)"] * 2 + ["Xeon B (AVX2)"] * 2

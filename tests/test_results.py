@@ -1,4 +1,5 @@
-"""docs/results.md machinery: the recipes' commands, resuming sweeps, and the page from a fake sweep."""
+"""docs/results.md machinery (scripts/results.py, the claims in scripts/claims.yaml): the recipes' commands, resuming
+sweeps, and the page from a fake sweep."""
 
 from __future__ import annotations
 
@@ -10,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from sesa_cli.config import conf_dir
-from sesa_cli.report import results as R
 from tests.fake_runs import write_revival, write_run
+from tests.scripts import results as R
 
 SEEDS = (0, 1)
 
@@ -51,20 +52,20 @@ def test_recipe_headers_give_the_sessions_commands(sweep: R.Sweep) -> None:
 
 @pytest.mark.parametrize("claim", R.CLAIMS, ids=lambda c: c.key)
 def test_recipe_headers_give_the_claims_report_commands(claim: R.Claim) -> None:
-    recipes = {R._sweep(name).recipe for name in claim.sweeps}
+    recipes = {R.sweep_named(name).recipe for name in claim.sweeps}
     assert any(R.report_command(claim) in _header_commands(recipe) for recipe in recipes)
 
 
 def test_the_comparison_sweeps_every_variant_explicitly() -> None:
     for name in ("discovery", "revive_sequential"):
-        argv = R.recipe_command(R._sweep(name))
+        argv = R.recipe_command(R.sweep_named(name))
         assert "algo.off_policy=paper,distinct_solutions" in argv
-        assert "algo.found_coef=0" in argv  # the variants without the term; the default sweeps have it
+        assert "algo.terms.found.coef=0" in argv  # the variants without the term; the default sweeps have it
         assert "sampler.stage1=sketch" in argv
     for name in ("discovery_default", "revive_default", "revive_deep"):
-        assert not any(a.startswith("algo.") for a in R.recipe_command(R._sweep(name)))  # the recipe's own loss
-    assert "seed=0,1,2,3,4,5,6,7,8,9" in R.recipe_command(R._sweep("collapse"))
-    assert "seed=0,1,2,3,4" in R.recipe_command(R._sweep("frozenlake"))
+        assert not any(a.startswith("algo.") for a in R.recipe_command(R.sweep_named(name)))  # the recipe's own loss
+    assert "seed=0,1,2,3,4,5,6,7,8,9" in R.recipe_command(R.sweep_named("collapse"))
+    assert "seed=0,1,2,3,4" in R.recipe_command(R.sweep_named("frozenlake"))
 
 
 # ----------------------------------------------------------------------------------------------- a fake sweep
@@ -73,7 +74,12 @@ def fake_claims(root: Path, seeds: tuple[int, ...] = SEEDS) -> None:
     one of its two losses, so a resumed session has something to run)."""
     for job, seed in enumerate(seeds):
         write_run(root / "collapse" / str(job), {"experiment": "collapse_revival", "seed": seed}, policy=True)
-        found = {"experiment": "collapse_revival", "algo.found_rows": "all", "train.checkpoint_every": 0, "seed": seed}
+        found = {
+            "experiment": "collapse_revival",
+            "algo.terms.found.rows": "all",
+            "train.checkpoint_every": 0,
+            "seed": seed,
+        }
         write_run(root / "parallel_found" / str(job), found, policy=True)
         default = {"experiment": "discovery", "sampler": "sequential", "sampler.stage1": "sketch", "seed": seed}
         write_run(root / "discovery_default" / str(job), default, policy=True)
@@ -84,7 +90,7 @@ def fake_claims(root: Path, seeds: tuple[int, ...] = SEEDS) -> None:
                 "experiment": "discovery",
                 "sampler": "sequential",
                 "algo.off_policy": variant,
-                "algo.found_coef": 0,
+                "algo.terms.found.coef": 0,
                 "sampler.stage1": "sketch",
                 "seed": seed,
             }
@@ -100,7 +106,7 @@ def fake_claims(root: Path, seeds: tuple[int, ...] = SEEDS) -> None:
             overrides={
                 "sampler": "sequential",
                 "algo.off_policy": "distinct_solutions",
-                "algo.found_coef": 0,
+                "algo.terms.found.coef": 0,
                 "sampler.stage1": "sketch",
             },
         )
@@ -137,9 +143,9 @@ def test_page_from_a_fake_sweep(tmp_path: Path) -> None:
     # (sequential 0.3 + 0.3 + 0.2 + 0.05, parallel 0.9 + 0.001 + 0.001 + 0.05, the same seed offset): paired, a point
     section = text[text.index("## II.") : text.index("## III.")]
     assert "| [1] parallel " in section
-    assert "| [2] parallel found_rows=all " in section
+    assert "| [2] parallel found.rows=all " in section
     assert section.count("| [") == 5 + 4  # headline rows, difference rows
-    assert " off_policy=paper found_coef=0 | +2.23 [2.21, 2.24] | -0.102 [-0.102, -0.102] |" in section
+    assert " off_policy=paper found.coef=0 | +2.23 [2.21, 2.24] | -0.102 [-0.102, -0.102] |" in section
     # claim III: parallel, one of the two losses, the default and the default from the last checkpoint; IV: the
     # agent task's headline
     section = text[text.index("## III.") : text.index("## IV.")]
@@ -225,7 +231,7 @@ def test_resume_runs_only_what_is_missing(tmp_path: Path, monkeypatch: pytest.Mo
     ckpts = f"ckpt={root / 'collapse' / '0'},{root / 'collapse' / '1'}"
     assert ckpts in calls[0]
     assert "algo.off_policy=paper" in calls[0]
-    assert "algo.found_coef=0" in calls[0]
+    assert "algo.terms.found.coef=0" in calls[0]
     assert "sampler.stage1=sketch" in calls[0]
     assert [a for a in calls[0] if a.startswith("hydra.sweep.dir")] == [
         f"hydra.sweep.dir={root}/revive_sequential.retry1"
@@ -234,14 +240,14 @@ def test_resume_runs_only_what_is_missing(tmp_path: Path, monkeypatch: pytest.Mo
     # a killed job: its dir is moved aside (kept) and only its seed is run again, in a new sweep dir
     metrics = root / "discovery" / "3" / "metrics.jsonl"
     metrics.write_text("".join(metrics.read_text().splitlines(keepends=True)[:5]))
-    notes = R.run_sweep(session, R._sweep("discovery"), root / "session.log")
+    notes = R.run_sweep(session, R.sweep_named("discovery"), root / "session.log")
     assert len(calls) == 1
     # job 3 of the fake sweep: off_policy=distinct_solutions, seed 1
     assert sorted(calls[0][3:-3]) == sorted(
         [
             "experiment=discovery",
             "algo.off_policy=distinct_solutions",
-            "algo.found_coef=0",
+            "algo.terms.found.coef=0",
             "sampler.stage1=sketch",
             "seed=1",
         ]
@@ -258,7 +264,7 @@ def test_revivals_wait_for_their_checkpoints(tmp_path: Path, monkeypatch: pytest
     write_run(root / "collapse" / "0", {"experiment": "collapse_revival", "seed": 0})
     calls: list[list[str]] = []
     monkeypatch.setattr(R, "_run", lambda argv, log, name: calls.append(argv))
-    notes = R.run_sweep(R.Session(root, SEEDS), R._sweep("revive_parallel"), root / "session.log")
+    notes = R.run_sweep(R.Session(root, SEEDS), R.sweep_named("revive_parallel"), root / "session.log")
     assert notes[0] == "revive_parallel: no complete collapse run of seed 1 to revive"
     assert f"ckpt={root / 'collapse' / '0'}" in calls[0]
 
@@ -270,7 +276,7 @@ def test_revivals_run_by_hand_with_relative_paths_are_found(tmp_path: Path, monk
     parent = write_run(root / "collapse" / "0", {"experiment": "collapse_revival", "seed": 0})
     write_revival(root / "revive_parallel" / "0", parent, at=6, overrides={"sampler": "parallel"})
     session = R.Session(root.resolve(), (0,))
-    assert [path.name for _, path in session.complete(R._sweep("revive_parallel"))] == ["0"]
+    assert [path.name for _, path in session.complete(R.sweep_named("revive_parallel"))] == ["0"]
 
 
 @pytest.mark.slow

@@ -1,6 +1,6 @@
 """Resume is exact: a run stopped at step 4 and revived for 4 more ends bit-identical to the uninterrupted run.
 
-With a KL term too (issue 17): the reference of a revived run is the base its lineage started from, recorded in
+With a KL term too: the reference of a revived run is the base its lineage started from, recorded in
 run.json, not the checkpoint it resumes from.
 """
 
@@ -66,6 +66,13 @@ def test_stopped_and_revived_equals_uninterrupted(tmp_path, monkeypatch, tiny_ov
     a, b = load_file(whole / final / weights), load_file(revived / final / weights)
     assert a.keys() == b.keys()
     assert all(torch.equal(a[k], b[k]) for k in a)
+    # the loss terms' own state (the path recipe's found term: its memory of solutions) resumed bit for bit
+    terms_a, terms_b = (
+        json.loads((run / final / "trainer_state.json").read_text())["terms"] for run in (whole, revived)
+    )
+    assert terms_a == terms_b
+    if any(r.get("loss/found_solutions") for r in whole_rows):
+        assert terms_a["found"]
     opt_a = torch.load(whole / final / "optimizer.pt", weights_only=True)["state"]
     opt_b = torch.load(revived / final / "optimizer.pt", weights_only=True)["state"]
     assert all(torch.equal(opt_a[i]["exp_avg_sq"], opt_b[i]["exp_avg_sq"]) for i in opt_a)

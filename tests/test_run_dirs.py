@@ -15,13 +15,14 @@ def test_a_failed_report_leaves_no_run_dir(monkeypatch, capsys, tmp_path):
     assert not out.exists()
 
 
-def test_a_train_that_fails_before_its_first_row_leaves_no_run_dir(monkeypatch, tmp_path, tiny_overrides):
-    # the run dir, its config.yaml and run.json are written, then the model cache cannot be made: exit 1, no dir
+def test_a_train_that_fails_before_its_first_row_leaves_no_run_dir(monkeypatch, capsys, tmp_path, tiny_overrides):
+    # the run dir, its config.yaml and run.json are written, then the model cache cannot be made: one line, no dir
     blocker = tmp_path / "a-file"
     blocker.write_text("")
     out = tmp_path / "run"
     argv = ["train", *tiny_overrides, f"model.cache_dir={blocker / 'cache'}", f"hydra.run.dir={out}"]
-    assert run_cli(argv, monkeypatch) == 1  # Hydra prints the traceback
+    assert run_cli(argv, monkeypatch) == 2
+    assert f"{blocker} is a file, not a directory" in capsys.readouterr().err
     assert not out.exists()
 
 

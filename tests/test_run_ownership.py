@@ -54,7 +54,7 @@ def _lines(path: Path) -> list[dict]:
     return out
 
 
-def _wait(proc: subprocess.Popen, until: Callable[[], bool], timeout: float = 300) -> None:
+def wait_until(proc: subprocess.Popen, until: Callable[[], bool], timeout: float = 300) -> None:
     """Poll ``until`` every 5 ms while ``proc`` runs; fail if it ends first or the time runs out."""
     end = time.monotonic() + timeout
     while not until():
@@ -109,7 +109,7 @@ def test_a_second_command_into_a_run_dir_in_use_stops_naming_the_holder(tmp_path
     settings = [*tiny_overrides, *RUN, "train.steps=20", "train.checkpoint_every=5", f"hydra.run.dir={run}"]
     first = _sesa(["train", *settings, "seed=1"], cwd=tmp_path)
     try:
-        _wait(first, lambda: len(_train_steps(run)) >= 2)  # training, with records on disk
+        wait_until(first, lambda: len(_train_steps(run)) >= 2)  # training, with records on disk
         # held still while the second command starts (seconds of imports), which the first's 20 short steps could
         # otherwise outrun: then it would find a finished run instead of one in use
         os.kill(first.pid, signal.SIGSTOP)
@@ -197,9 +197,9 @@ def test_a_signal_saves_a_checkpoint_and_marks_the_run_interrupted(tmp_path, tin
                   f"hydra.run.dir={run}"], cwd=tmp_path, stdout=subprocess.PIPE)  # fmt: skip
     try:
         if when == "rows":
-            _wait(proc, lambda: len(_train_steps(run)) >= 3)
+            wait_until(proc, lambda: len(_train_steps(run)) >= 3)
         else:
-            _wait(proc, lambda: _checkpoint_being_written(run))
+            wait_until(proc, lambda: _checkpoint_being_written(run))
         proc.send_signal(sig)
         if twice:
             proc.send_signal(sig)
@@ -218,11 +218,10 @@ def test_a_signal_saves_a_checkpoint_and_marks_the_run_interrupted(tmp_path, tin
     _check_checkpoint(run, last)
     if not twice:  # the step under way finished and its checkpoint holds it: nothing lost
         assert last == steps[-1]
-        # the ending names the commands that continue the run
-        assert (
-            f"stopped at step {last} of 40; continue with: rerun the same command (train.resume=auto) or sesa "
-            f"revive ckpt=run more_steps={40 - last}" in " ".join(out.split())
-        )
+        # the ending names the commands that continue the run: this very command into this run dir, or a revival
+        text = " ".join(out.split())
+        assert f"stopped at step {last} of 40; continue with: sesa train {' '.join(tiny_overrides)} " in text
+        assert f"hydra.run.dir={run} (train.resume=auto) or sesa revive ckpt=run more_steps={40 - last}" in text
     else:
         assert last <= steps[-1]
 
@@ -242,7 +241,7 @@ def test_a_stopped_run_rerun_with_its_command_equals_the_uninterrupted_run(tmp_p
 
     # SIGTERM after step 3 or later: the interrupt checkpoint holds the last step
     proc = _sesa(command, cwd=tmp_path)
-    _wait(proc, lambda: len(_train_steps(stopped)) >= 3)
+    wait_until(proc, lambda: len(_train_steps(stopped)) >= 3)
     proc.send_signal(signal.SIGTERM)
     proc.communicate(timeout=300)
     assert proc.returncode == 143
@@ -252,7 +251,7 @@ def test_a_stopped_run_rerun_with_its_command_equals_the_uninterrupted_run(tmp_p
     # the same command resumes; SIGKILL once step 7 is logged (the checkpoint at 6 is the last): no ending at all,
     # the row of step 7 lies past the last checkpoint and the lock's record stays behind
     proc = _sesa(command, cwd=tmp_path)
-    _wait(proc, lambda: 7 in _train_steps(stopped))
+    wait_until(proc, lambda: 7 in _train_steps(stopped))
     proc.kill()
     proc.communicate(timeout=60)
     assert (stopped / ".sesa.lock").exists()

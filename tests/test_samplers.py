@@ -6,8 +6,9 @@ from dataclasses import replace
 
 import torch
 
+from sesa_cli.rollout.rollouts import ChainItem, Expansion, Plain
 from sesa_cli.rollout.samplers import make_sampler
-from tests.conftest import chained_context
+from tests.conftest import chained_context, sketch_of
 
 
 def _sampler(path_setup, **kw):
@@ -45,16 +46,19 @@ def test_kth_sketch_context_holds_exactly_the_earlier_sketches(path_setup):
     head = sampler.encode_prompt(task.sketch_head(None))
     for group in groups:
         assert len(group) == 8  # G sketches x m solutions
-        sketches = [group[i].sketch_completion for i in range(0, 8, 2)]
+        assert all(isinstance(r.origin, Expansion) for r in group)
+        sketches = [sketch_of(group[i]) for i in range(0, 8, 2)]
         for k in range(4):
             r = group[2 * k]
+            assert sketch_of(group[2 * k + 1]) is sketches[k]  # one sketch, m solutions expanding it
+            assert sketches[k].position == k
             expected = list(head)
             for s in sketches[:k]:
-                expected += s.ids + ([] if s.stopped else policy.encode(task.stop))
-            assert r.sketch_context_ids == expected
+                expected += s.completion.ids + ([] if s.completion.stopped else policy.encode(task.stop))
+            assert sketches[k].context_ids == expected
             # both solutions of a sketch expand it from the same solve prompt
             assert group[2 * k].context_ids == group[2 * k + 1].context_ids
-            assert r.context_ids == sampler.encode_prompt(task.solve_prompt(None, r.sketch))
+            assert r.context_ids == sampler.encode_prompt(task.solve_prompt(None, sketches[k].text))
 
 
 def test_scores_come_from_the_task(path_setup):
@@ -91,15 +95,31 @@ def test_parallel_rows_follow_the_chain_and_are_drawn_from_the_plain_prompt(path
         for group in sampler.sample([None, None], torch.Generator().manual_seed(0)):
             assert len(group) == 5
             chain, iid = group[:3], group[3:]
-            assert all(r.context_ids == x == r.prompt_ids and r.sketch is None for r in iid)  # on-policy rows
+            assert all(r.context_ids == x == r.prompt_ids and isinstance(r.origin, Plain) for r in iid)  # on-policy
             assert all(r.context_ids != x for r in chain[1:])  # later chain items are conditioned
+            assert [r.origin.position for r in chain] == [0, 1, 2]
             if stage1 == "sketch":
-                assert all(r.sketch is not None and r.context_ids != x for r in chain)
+                assert all(isinstance(r.origin, Expansion) and r.context_ids != x for r in chain)
                 head = sampler.encode_prompt(task.sketch_head(None))
-                assert chain[0].sketch_context_ids == head
+                assert sketch_of(chain[0]).context_ids == head
+            else:
+                assert all(isinstance(r.origin, ChainItem) for r in chain)
+                assert chain[2].origin.conditioned_on == (chain[0].text, chain[1].text)
+            assert sampler.rows_per_group == len(group)
         # chain health reads the chains only: 3 items per chain, in every group of a longer evaluation draw
         groups = sampler.draw([None, None], 10, torch.Generator().manual_seed(1))
         health = sampler.chain_health(groups)
         assert health is not None
         assert len(health.valid) == 3
         assert health.chains == 2 * 2  # two instances x 10 samples = two groups of 5 each, one chain per group
+
+
+def test_a_group_counts_its_chain_items_expansions_and_iid_rows(path_setup):
+    """The rollouts of one group (what `sesa train` counts per step): the chain's items times the solutions per sketch,
+    plus the i.i.d. rows; every row says which it is."""
+    sampler, _, _ = _sampler(path_setup, name="sequential", stage1="sketch", group_size=4, parallel_rows=1,
+                             solutions_per_sketch=2, sketch_max_tokens=8)  # fmt: skip
+    (group,) = sampler.sample([None], torch.Generator().manual_seed(0))
+    assert sampler.rows_per_group == len(group) == 3 * 2 + 1
+    assert [type(r.origin).__name__ for r in group] == ["Expansion"] * 6 + ["Plain"]
+    assert [r.origin.position for r in group] == [0, 0, 1, 1, 2, 2, 0]

@@ -146,8 +146,10 @@ def test_compact_example_from_the_docstring() -> None:
     turn = task.make_env(inst).step("124 141|")
     assert (turn.feedback, turn.reward) == ("\n3421\n21.3\n1...\n4312\n:", 2.0)
     assert turn.actions == ("r1c2=4", "r1c4=1")
-    # The canonical form is accepted too, and the warm start writes the three-digit form.
-    assert task.make_env(inst).step("r1c2=4 r1c4=1|") == turn
+    # A valid compact reply is the three-digit form and nothing else (what the warm start writes); the canonical
+    # name form, or two spaces, make an invalid reply there.
+    assert not task.make_env(inst).step("r1c2=4 r1c4=1|").valid
+    assert not task.make_env(inst).step("124  141|").valid
     assert task.response(["r1c2=4", "r1c4=1"]) == "124 141|"
 
 

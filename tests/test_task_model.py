@@ -15,7 +15,8 @@ def test_tiny_frozenlake_gets_the_settings_it_learns_with() -> None:
     assert (cfg.task.is_slippery, cfg.task.random_start_goal, cfg.task.max_actions_per_turn) == (False, False, 2)
     assert (cfg.task.sketch_max_actions, cfg.sampler.stage1, cfg.algo.off_policy) == (2, "auto", "weight_negatives")
     assert cfg.sampler.parallel_rows == 4
-    assert (cfg.algo.follow_coef, cfg.sampler.train_sketches, cfg.task.warm_start_plan_lines) == (0.1, True, 0.5)
+    assert (cfg.algo.terms, cfg.algo.train_sketches, cfg.task.warm_start_plan_lines) == ({"follow": {"coef": 0.1}},
+                                                                                          True, 0.5)  # fmt: skip
     assert (cfg.algo.minibatches, cfg.optim.lr, cfg.optim.lr_schedule) == (4, 3e-4, "linear")
     assert (cfg.eval.instances, cfg.eval.samples) == (64, 16)
 
@@ -24,14 +25,14 @@ def test_the_agent_tasks_share_one_optimizer_recipe_and_the_path_task_its_loss()
     """Sokoban and Countdown on model=tiny train with FrozenLake's recipe (conf/task_model/train/agent_tiny.yaml),
     its sampling included, Sokoban with its own aggregation, entropy bonus, lr and steps; the path task's sequential
     loss is distinct_solutions."""
-    recipe = ("minibatches", "follow_coef", "off_policy")
+    recipe = ("minibatches", "terms", "off_policy")
     default = compose_train([])
     for task in ("sokoban", "countdown"):
         cfg = compose_train([f"task={task}"])
         assert [getattr(cfg.algo, k) for k in recipe] == [getattr(default.algo, k) for k in recipe]
         assert cfg.optim.lr_schedule == "linear"
-        assert (cfg.sampler.stage1, cfg.sampler.loss_context) == ("auto", "prompt")
-        assert (cfg.sampler.parallel_rows, cfg.sampler.train_sketches) == (4, True)
+        assert (cfg.sampler.stage1, cfg.algo.loss_context) == ("auto", "prompt")
+        assert (cfg.sampler.parallel_rows, cfg.algo.train_sketches) == (4, True)
         assert (cfg.eval.instances, cfg.eval.samples) == (64, 16)
     countdown = compose_train(["task=countdown"])
     assert (countdown.algo.aggregation, countdown.algo.entropy_coef) == (default.algo.aggregation, 0.003)

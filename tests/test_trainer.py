@@ -8,7 +8,9 @@ from dataclasses import replace
 import pytest
 import torch
 
+from sesa_cli.algos import lr_scale
 from sesa_cli.config import ConfigError
+from sesa_cli.rollout.rollouts import Expansion
 from sesa_cli.rollout.scoring import build_batch, completion_logps, join_rows, select_rows
 from sesa_cli.runs import RunDir
 from sesa_cli.tasks.path import PathTask
@@ -17,7 +19,7 @@ from tests.conftest import policy_objective
 from tests.levels import LEVELS
 
 
-def _trainer(path_setup, tmp_path, task_kw=None, lr=1e-4, **sampler_kw):
+def _trainer(path_setup, tmp_path, task_kw=None, lr=1e-4, algo_kw=None, model_kw=None, **sampler_kw):
     cfg, task, policy = path_setup
     import copy
 
@@ -28,7 +30,8 @@ def _trainer(path_setup, tmp_path, task_kw=None, lr=1e-4, **sampler_kw):
         cfg,
         sampler=replace(cfg.sampler, **sampler_kw),
         optim=replace(cfg.optim, lr=lr),
-        algo=replace(cfg.algo, found_coef=0.0),
+        algo=replace(cfg.algo, **{"terms": {}, **(algo_kw or {})}),
+        model=replace(cfg.model, **(model_kw or {})),
     )
     if task_kw:
         cfg = replace(cfg, task=replace(cfg.task, **task_kw))
@@ -54,11 +57,12 @@ def test_update_raises_the_logprob_of_rewarded_samples(path_setup, tmp_path, sam
     rows = [r for g in groups for r in g]
     LEVELS["rewarded_rows"].check(sum(r.score.reward > 0 for r in rows))
     assert any(r.score.reward == 0 for r in rows)
-    inputs = trainer.loss_inputs(groups)
+    learner = trainer.learner
+    inputs = learner.inputs(groups)
     # The rows the loss pushes up and down: positive and negative advantages as the update applies them (with
     # the default algo.off_policy=drop_negatives an unrewarded chain row after the first gets 0).
-    assert not trainer.off_policy.needs_weights  # (no importance weights needed here)
-    adv, _ = trainer.off_policy.rows(inputs.advantages, inputs.off_policy, None, inputs.n_solutions, inputs.solutions)
+    assert not learner.off_policy.needs_weights  # (no importance weights needed here)
+    adv, _ = learner.off_policy.rows(inputs.advantages, inputs.off_policy, None, inputs.n_solutions, inputs.solutions)
     good = [r for r, a in zip(rows, adv.tolist(), strict=True) if a > 0]
     bad = [r for r, a in zip(rows, adv.tolist(), strict=True) if a < 0]
     assert good
@@ -67,7 +71,7 @@ def test_update_raises_the_logprob_of_rewarded_samples(path_setup, tmp_path, sam
     assert all(r.score.reward == 0 for r in bad)
     before_good, before_bad = _mean_logp(trainer, good), _mean_logp(trainer, bad)
     before = policy_objective(trainer.model, rows, adv.tolist())
-    stats = trainer.update(inputs)
+    stats = learner.update(inputs)
     assert torch.isfinite(torch.tensor(stats["loss/total"]))
     # the surrogate the update ascends goes up, and the rewarded rows gain on the unrewarded ones
     assert policy_objective(trainer.model, rows, adv.tolist()) > before
@@ -78,13 +82,13 @@ def test_identical_contexts_give_weight_one_and_equal_gradients(path_setup, tmp_
     grads = {}
     for mode in ("prompt", "conditioned", "is"):
         trainer = _trainer(
-            path_setup, tmp_path / mode, task_kw={"num_targets": 32}, name="parallel", loss_context=mode
+            path_setup, tmp_path / mode, task_kw={"num_targets": 32}, algo_kw={"loss_context": mode}, name="parallel"
         )
         trainer.generator.manual_seed(0)
         groups, _ = trainer._draw_batch()
-        inputs = trainer.loss_inputs(groups)
-        trainer.optimizer.step = lambda: None  # keep the weights: compare the gradients of one step
-        stats = trainer.update(inputs)
+        inputs = trainer.learner.inputs(groups)
+        trainer.learner.optimizer.step = lambda: None  # keep the weights: compare the gradients of one step
+        stats = trainer.learner.update(inputs)
         if mode == "is":
             assert stats["loss/is_weight_mean"] == 1.0
             assert stats["loss/is_weight_max"] == 1.0
@@ -94,9 +98,9 @@ def test_identical_contexts_give_weight_one_and_equal_gradients(path_setup, tmp_
 
 
 def test_sequential_is_weights_are_truncated(path_setup, tmp_path):
-    trainer = _trainer(path_setup, tmp_path, name="sequential", loss_context="is", is_clip=1.5)
+    trainer = _trainer(path_setup, tmp_path, algo_kw={"loss_context": "is", "is_clip": 1.5}, name="sequential")
     groups, _ = trainer._draw_batch()
-    stats = trainer.update(trainer.loss_inputs(groups))
+    stats = trainer.learner.step(groups, 0)
     assert 0 < stats["loss/is_weight_mean"] <= stats["loss/is_weight_max"] <= 1.5
 
 
@@ -114,34 +118,34 @@ def test_a_mini_batch_is_cut_to_its_longest_row_and_scores_the_same(path_setup):
 
 
 def test_mini_batches_reuse_the_sampled_logps_only_where_they_are_the_old_policys(path_setup, tmp_path, monkeypatch):
-    import sesa_cli.trainer as trainer_mod
+    from sesa_cli.rollout import scoring
 
     calls = []
-    real = trainer_mod.completion_logps
+    real = scoring.completion_logps
     monkeypatch.setattr(
-        trainer_mod, "completion_logps", lambda *a, **k: calls.append(torch.is_grad_enabled()) or real(*a, **k)
+        scoring, "completion_logps", lambda *a, **k: calls.append(torch.is_grad_enabled()) or real(*a, **k)
     )
     for sampler, reused in (("parallel", True), ("sequential", False)):
         calls.clear()
-        trainer = _trainer(path_setup, tmp_path / sampler, name=sampler)
-        trainer.cfg = replace(trainer.cfg, algo=replace(trainer.cfg.algo, minibatches=2))
+        trainer = _trainer(path_setup, tmp_path / sampler, algo_kw={"minibatches": 2}, name=sampler)
         groups, _ = trainer._draw_batch()
-        inputs = trainer.loss_inputs(groups)
+        inputs = trainer.learner.inputs(groups)
         inputs.advantages = torch.ones_like(inputs.advantages)  # no row skipped: every mini-batch is scored
-        trainer.update(inputs)
+        trainer.learner.update(inputs)
         # two graded mini-batch passes, plus one no-grad pass for the old log-probs unless they were reused
         assert calls.count(False) == (0 if reused else 1), sampler
         assert calls.count(True) == 2
 
 
 def test_the_rollout_filter_trains_on_the_most_disputed_groups_and_reports_the_whole_batch(path_setup, tmp_path):
-    trainer = _trainer(path_setup, tmp_path, task_kw={"num_targets": 32}, name="parallel")
-    trainer.cfg = replace(trainer.cfg, algo=replace(trainer.cfg.algo, rollout_filter_ratio=0.5))
+    trainer = _trainer(
+        path_setup, tmp_path, task_kw={"num_targets": 32}, name="parallel", filters={"rollout_filter": 0.5}
+    )
     trainer.generator.manual_seed(0)
     groups, _ = trainer._draw_batch()
     trained = []
-    real = trainer.loss_inputs
-    trainer.loss_inputs = lambda gs: trained.append(gs) or real(gs)
+    real = trainer.learner.inputs
+    trainer.learner.inputs = lambda gs: trained.append(gs) or real(gs)
     trainer._draw_batch = lambda: (groups, 0)
     row = trainer.train_step()
     std = [float(torch.tensor([r.score.reward for r in g]).std(unbiased=False)) for g in groups]
@@ -158,44 +162,40 @@ def test_the_rollout_filter_trains_on_the_most_disputed_groups_and_reports_the_w
 
 
 def test_lr_schedules_warm_up_then_decay_over_the_run(path_setup, tmp_path):
-    trainer = _trainer(path_setup, tmp_path)
+    learner = _trainer(path_setup, tmp_path).learner
 
     def scales(schedule: str) -> list[float]:
-        trainer.cfg = replace(
-            trainer.cfg,
-            train=replace(trainer.cfg.train, steps=10),
-            optim=replace(trainer.cfg.optim, warmup_steps=2, lr_schedule=schedule),
+        learner.cfg = replace(
+            learner.cfg,
+            train=replace(learner.cfg.train, steps=10),
+            optim=replace(learner.cfg.optim, warmup_steps=2, lr_schedule=schedule),
         )
-        out = []
-        for step in range(12):
-            trainer.step = step
-            out.append(round(trainer.lr_scale(), 4))
-        return out
+        return [round(learner.lr(step) / learner.cfg.optim.lr, 4) for step in range(12)]
 
     assert scales("constant") == [0.5, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1]
     assert scales("linear") == [0.5, 1, 1, 0.875, 0.75, 0.625, 0.5, 0.375, 0.25, 0.125, 0, 0]
     assert scales("cosine") == [0.5, 1, 1, 0.9619, 0.8536, 0.6913, 0.5, 0.3087, 0.1464, 0.0381, 0, 0]
-    with pytest.raises(ConfigError, match=r"optim\.lr_schedule='step' is not valid"):
-        replace(trainer.cfg.optim, lr_schedule="step")
+    with pytest.raises(ConfigError, match=r"unknown optim\.lr_schedule 'step'; valid: constant, cosine, linear"):
+        lr_scale(5, 10, 0, "step")
 
 
 @pytest.mark.parametrize("minibatches", [1, 2])
 def test_skipping_zero_advantage_rows_gives_the_full_passs_loss_and_gradient(path_setup, tmp_path, minibatches):
     results = {}
     for mode in ("skip", "full"):
-        trainer = _trainer(path_setup, tmp_path / mode, task_kw={"num_targets": 32}, name="parallel")
-        trainer.cfg = replace(trainer.cfg, algo=replace(trainer.cfg.algo, minibatches=minibatches))
+        trainer = _trainer(
+            path_setup, tmp_path / mode, task_kw={"num_targets": 32}, algo_kw={"minibatches": minibatches},
+            name="parallel",
+        )  # fmt: skip
+        learner = trainer.learner
         trainer.generator.manual_seed(0)
         groups, _ = trainer._draw_batch()
-        inputs = trainer.loss_inputs(groups)
+        inputs = learner.inputs(groups)
         inputs.advantages[:12] = 0.0  # a zero-std group and a half, wherever the mini-batches cut them
         if mode == "full":
-            trainer._minibatch_logps = lambda sub, live, old_sub, extra, t=trainer: (
-                *completion_logps(t.model, sub),
-                None,
-            )
-        trainer.optimizer.step = lambda: None  # keep the weights: compare the last mini-batch's gradient
-        stats = trainer.update(inputs)
+            learner.scorer.minibatch = lambda model, sub, live, old_sub, extras=(): (*completion_logps(model, sub), [])
+        learner.optimizer.step = lambda: None  # keep the weights: compare the last mini-batch's gradient
+        stats = learner.update(inputs)
         grad = torch.cat([p.grad.flatten() for p in trainer.model.parameters()])
         results[mode] = (stats["loss/total"], grad)
     assert results["skip"][0] == pytest.approx(results["full"][0], abs=1e-6)
@@ -206,9 +206,9 @@ def test_skipping_zero_advantage_rows_gives_the_full_passs_loss_and_gradient(pat
 def test_a_mini_batch_of_zero_advantages_only_steps_on_zero_gradients(path_setup, tmp_path):
     trainer = _trainer(path_setup, tmp_path, name="parallel")
     groups, _ = trainer._draw_batch()
-    inputs = trainer.loss_inputs(groups)
+    inputs = trainer.learner.inputs(groups)
     inputs.advantages[:] = 0.0
-    stats = trainer.update(inputs)
+    stats = trainer.learner.update(inputs)
     assert stats["loss/total"] == 0.0
     assert all(p.grad is not None and not p.grad.any() for p in trainer.model.parameters())
 
@@ -223,7 +223,7 @@ def test_checkpoint_round_trip_restores_optimizer_and_step(path_setup, tmp_path)
     other.load_checkpoint(ckpt)
     assert other.step == 1
     assert other.next_instance == trainer.next_instance
-    a, b = trainer.optimizer.state_dict()["state"], other.optimizer.state_dict()["state"]
+    a, b = trainer.learner.optimizer.state_dict()["state"], other.learner.optimizer.state_dict()["state"]
     assert a.keys() == b.keys()
     for k in a:
         assert torch.equal(a[k]["exp_avg"], b[k]["exp_avg"])
@@ -257,32 +257,37 @@ def test_a_sequential_step_logs_chain_health_and_a_parallel_one_does_not(path_se
 
 
 def test_follow_term_targets_every_stage_two_row_and_raises_its_logprob(path_setup, tmp_path):
-    """algo.follow_coef: every stage-II row whose sketch names a region is trained towards that region's first token
+    """algo.terms.follow: every stage-II row whose sketch names a region is trained towards that region's first token
     after its solve prompt, whether or not it followed (a run whose stage II stopped following is pulled back); with
     every advantage 0, the term alone moves the policy, and it raises those log-probs. The targets are already likely
     (log-prob about -0.01), so the step is kept small: Adam's first step moves every weight by about lr whatever its
     gradient, and at lr 1e-4 that second-order move outweighed the first-order gain on one batch (-0.0094 -> -0.0105);
     at 1e-6 the log-prob rises by 3e-5, far above float drift."""
-    trainer = _trainer(path_setup, tmp_path, lr=1e-6, name="sequential", stage1="sketch")
-    trainer.cfg = replace(trainer.cfg, algo=replace(trainer.cfg.algo, follow_coef=1.0))
+    trainer = _trainer(path_setup, tmp_path, lr=1e-6, algo_kw={"terms": {"follow": 1.0}}, name="sequential",
+                       stage1="sketch")  # fmt: skip
     task, policy = trainer.task, trainer.policy
     groups, _ = trainer._draw_batch()
     rows = [r for g in groups for r in g]
-    inputs = trainer.loss_inputs(groups)
-    targets = {i: (ctx, tok) for i, ctx, tok in inputs.follow}
+    inputs = trainer.learner.inputs(groups)
+    (term,) = trainer.learner.terms
+    follow = term.rows(inputs.rollouts)
+    assert follow is not None
+    assert follow.owners is not None
+    targets = dict(zip(follow.owners, zip(follow.contexts, follow.completions, strict=True), strict=True))
     for i, r in enumerate(rows):
-        region = task.sketch_key(r.inst, r.sketch)
+        assert isinstance(r.origin, Expansion)
+        region = task.sketch_key(r.inst, r.origin.sketch.text)
         if region is None:
             assert i not in targets
             continue
-        ctx, tok = targets[i]
+        ctx, (tok,) = targets[i]
         assert ctx == r.context_ids
         assert tok == policy.encode(region + "/")[0]
-        if r.followed:  # a row that followed starts with that token
+        if r.origin.followed:  # a row that followed starts with that token
             assert r.completion.ids[0] == tok
     assert targets
     inputs = replace(inputs, advantages=torch.zeros_like(inputs.advantages))
-    batch = build_batch([ctx for ctx, _ in targets.values()], [[tok] for _, tok in targets.values()], 0)
+    batch = build_batch([ctx for ctx, _ in targets.values()], [tok for _, tok in targets.values()], 0)
 
     def follow_logp() -> float:
         with torch.no_grad():
@@ -290,7 +295,7 @@ def test_follow_term_targets_every_stage_two_row_and_raises_its_logprob(path_set
         return float(logps[:, 0].mean())
 
     before = follow_logp()
-    stats = trainer.update(inputs)
+    stats = trainer.learner.update(inputs)
     assert stats["loss/follow_nll"] > 0
     assert follow_logp() > before
 
@@ -327,28 +332,27 @@ def test_rows_joined_into_one_pass_score_as_in_a_pass_of_their_own(path_setup, p
 
 @pytest.mark.parametrize("padding_free", [False, True])
 def test_the_follow_term_scored_in_its_mini_batchs_pass_is_its_rows_mean_nll(path_setup, tmp_path, padding_free):
-    """The follow term's rows ride in their mini-batch's forward pass: each mini-batch's ``follow_nll`` is the mean
+    """The follow term's rows are scored with their mini-batch (in its forward pass when the scorer shares passes,
+    padding-free; in a pass of their own when padded): each mini-batch's ``follow_nll`` is the mean
     -log pi(target | solve prompt) over the follow rows of its own solution rows, as a pass of their own gives it."""
-    trainer = _trainer(path_setup, tmp_path, name="sequential", stage1="sketch")
-    cfg = trainer.cfg
-    trainer.cfg = replace(
-        cfg,
-        model=replace(cfg.model, padding_free=padding_free),
-        algo=replace(cfg.algo, follow_coef=1.0, minibatches=2),
-    )
-    inputs = trainer.loss_inputs(trainer._draw_batch()[0])
-    assert len(inputs.follow) > 2
-    trainer.optimizer.step = lambda: None  # the same weights for every mini-batch
+    trainer = _trainer(path_setup, tmp_path, algo_kw={"terms": {"follow": 1.0}, "minibatches": 2},
+                       model_kw={"padding_free": padding_free}, name="sequential", stage1="sketch")  # fmt: skip
+    learner = trainer.learner
+    assert learner.scorer.shares_passes == padding_free
+    inputs = learner.inputs(trainer._draw_batch()[0])
+    follow = learner.terms[0].rows(inputs.rollouts)
+    assert follow is not None
+    assert follow.owners is not None
+    assert len(follow.owners) > 2
+    learner.optimizer.step = lambda: None  # the same weights for every mini-batch
     order = torch.Generator()
     order.set_state(trainer.generator.get_state())  # the update's mini-batch order
     chunks = torch.randperm(len(inputs.contexts), generator=order).chunk(2)
     with torch.no_grad():
-        nll = -completion_logps(
-            trainer.model, build_batch([c for _, c, _ in inputs.follow], [[t] for *_, t in inputs.follow], 0)
-        )[0][:, 0]
-    rows = torch.tensor([i for i, _, _ in inputs.follow])
+        nll = -completion_logps(trainer.model, build_batch(follow.contexts, follow.completions, 0))[0][:, 0]
+    rows = torch.tensor(follow.owners)
     expected = [float(nll[torch.isin(rows, chunk)].mean()) for chunk in chunks if torch.isin(rows, chunk).any()]
-    stats = trainer.update(inputs)
+    stats = learner.update(inputs)
     assert stats["loss/follow_nll"] == pytest.approx(sum(expected) / len(expected), rel=1e-5)
 
 

@@ -13,6 +13,8 @@ from __future__ import annotations
 import hashlib
 import json
 import random
+from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
@@ -32,13 +34,13 @@ PINNED = {
     "frozenlake_tiny": (["experiment=frozenlake_tiny"], "68c5158eb70b9824", "627769c7e338d511"),
     "frozenlake_chat": (
         ["task=frozenlake", "task.style=chat", *RAGEN_ON_TINY],
-        "56a9c7e5bb99acfd",
-        "b15bedd6157f53ce",
+        "d6c3606de6796177",
+        "19d338b4ba92b1c1",
     ),
     "sokoban": (["task=sokoban"], "3ab48446319b0c8f", "052787e0f598b4ec"),
-    "sokoban_chat": (["task=sokoban", "task.style=chat"], "99fd8f42b48cf2b7", "90ba5f2a85f2048d"),
+    "sokoban_chat": (["task=sokoban", "task.style=chat"], "bd9a273cfd879a08", "092d39ea97000a91"),
     "sudoku": (["task=sudoku"], "887446284e4da58f", "ba1ead0e96aa8ab4"),
-    "sudoku_chat": (["task=sudoku", "task.style=chat"], "f3466338e9c594e3", "3663aa10b19d8883"),
+    "sudoku_chat": (["task=sudoku", "task.style=chat"], "696ccb246f4719c3", "2d70db533fc268bb"),
 }
 
 
@@ -57,3 +59,96 @@ def test_corpus_and_cache_key_are_pinned(label: str) -> None:
     if corpus != corpus_sha and key == key_sha:
         pytest.fail(f"{label}: the warm-start corpus changed but its cache key did not: bump v in warm_start_key")
     assert (corpus, key) == (corpus_sha, key_sha), f"{label}: a deliberate change updates this row of PINNED"
+
+
+# ----------------------------------------------------------------------- issue 50 cases 6 and 9: the cache is whole
+QUICK = ["task=path", "task.regions=2", "task.cities=2", "task.districts=2", "task.num_targets=4", "model.hidden_size=16",
+         "model.num_heads=2", "model.num_layers=1", "model.intermediate_size=32", "model.warm_start_steps=2",
+         "model.warm_start_corpus_size=50"]  # fmt: skip
+"""A base built in about a second: the cache's mechanics, not a useful model."""
+
+
+def _quick_base(cache: Path, extra: tuple[str, ...] = ()) -> tuple[Path, Callable[[], Path]]:
+    from sesa_cli.models.tiny import cache_key, tiny_base_dir
+
+    cfg = compose_train([*QUICK, *extra, f"model.cache_dir={cache}"])
+    task = make_task(cfg.task, 0)
+    return cache / cache_key(cfg.model, task), lambda: tiny_base_dir(cfg.model, task)
+
+
+def _files(path: Path) -> dict[str, object]:
+    """Every file's bytes (warm_start.json's record without its wall time)."""
+    files: dict[str, object] = {p.name: p.read_bytes() for p in path.iterdir()}
+    files["warm_start.json"] = {k: v for k, v in json.loads(files["warm_start.json"]).items() if k != "seconds"}
+    return files
+
+
+@pytest.mark.parametrize(
+    "damage",
+    ["marker-removed", "weights-truncated", "tokenizer-not-json", "config-missing", "tokenizer-swapped"],
+)
+def test_a_damaged_cached_base_is_built_again_whole_never_used(tmp_path, caplog, damage) -> None:
+    target, base = _quick_base(tmp_path / "cache")
+    assert base() == target
+    built = _files(target)
+    if damage == "marker-removed":  # a build killed before its last file (case 6: then OSError, a .tmp, each run)
+        (target / "warm_start.json").unlink()
+    elif damage == "weights-truncated":
+        (target / "model.safetensors").write_bytes(built["model.safetensors"][:500])
+    elif damage == "tokenizer-not-json":
+        (target / "tokenizer.json").write_text("{")
+    elif damage == "config-missing":
+        (target / "config.json").unlink()
+    else:  # the tokenizer of a base with more tokens than this model has embeddings
+        tokenizer = json.loads(built["tokenizer.json"])
+        tokenizer["model"]["vocab"].update({f"extra{i}": 1000 + i for i in range(500)})
+        (target / "tokenizer.json").write_text(json.dumps(tokenizer))
+    assert base() == target
+    assert f"{target} is damaged" in caplog.text
+    assert _files(target) == built  # the same build again: the warm start is deterministic
+    assert sorted(p.name for p in target.parent.iterdir()) == sorted([target.name, target.name + ".lock"])
+    assert base() == target  # and used from then on, not rebuilt each run
+    assert caplog.text.count(f"{target} is damaged") == 1
+
+
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        (lambda rec, cfg: rec["built_for"]["model"].update(tokenizer="words"), "model.tokenizer: words -> chars"),
+        (lambda rec, cfg: rec.pop("built_for") and rec.update(tokenizer="words"), "tokenizer: words -> chars"),
+        (lambda rec, cfg: cfg.update(num_hidden_layers=3), "num_hidden_layers: 3 -> 1"),
+        (lambda rec, cfg: rec.update(vocabulary=7), "vocab_size: "),
+    ],
+    ids=["recorded-config", "older-record", "model-shape", "vocabulary"],
+)
+def test_a_cached_base_built_for_another_config_is_refused_with_one_line(tmp_path, change, expected) -> None:
+    from sesa_cli.config import ConfigError
+
+    target, base = _quick_base(tmp_path / "cache")
+    base()
+    record = json.loads((target / "warm_start.json").read_text())
+    config = json.loads((target / "config.json").read_text())
+    change(record, config)
+    (target / "warm_start.json").write_text(json.dumps(record))
+    (target / "config.json").write_text(json.dumps(config))
+    before = _files(target)
+    with pytest.raises(ConfigError) as err:
+        base()
+    message = str(err.value)
+    assert message.startswith(f"model.cache_dir: {target} holds a base built for another config (")
+    assert expected in message
+    assert "\n" not in message
+    assert _files(target) == before  # never used, never deleted
+
+
+def test_a_cache_dir_that_cannot_be_made_is_one_line(tmp_path, monkeypatch, capsys) -> None:
+    from tests.conftest import run_cli
+
+    (tmp_path / "file").write_text("")
+    code = run_cli(["train", *QUICK, f"model.cache_dir={tmp_path / 'file' / 'cache'}",
+                    f"hydra.run.dir={tmp_path / 'run'}"], monkeypatch)  # fmt: skip
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2
+    cache = tmp_path / "file" / "cache"
+    assert err == [f"sesa train: error: model.cache_dir={cache}: {tmp_path / 'file'} is a file, not a directory"]
+    assert not (tmp_path / "run").exists()

@@ -69,7 +69,7 @@ def _run(command: str, overrides: Sequence[str], run_dir: str | Path | None) -> 
     module_name = COMMANDS[command][0]
     module = import_module(f"sesa_cli.commands.{module_name}")
     from sesa_cli import run_lock
-    from sesa_cli.commands.rundir import claim_planned_run_dir
+    from sesa_cli.commands.rundir import claim_planned_run_dir, discard_staged
 
     GlobalHydra.instance().clear()  # a composition a caller left open (e.g. Hydra's compose API in a notebook)
     locked, rest = claim_planned_run_dir(command, rest)  # the run dir is this call's, as the CLI's (sesa_cli.run_lock)
@@ -85,6 +85,7 @@ def _run(command: str, overrides: Sequence[str], run_dir: str | Path | None) -> 
                 overrides=rest,
             )
     finally:
+        discard_staged()  # a report that did not finish: its staging dir (the old report stays)
         if locked is not None:
             run_lock.release(locked)
     path, result = ret.return_value

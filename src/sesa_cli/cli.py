@@ -47,8 +47,10 @@ def print_text(text: str) -> None:
 
 def fail(message: str, command: str | None = None) -> NoReturn:
     """Print one line to stderr and exit 2 (bad input)."""
+    from sesa_cli.config import cut
+
     prefix = f"sesa {command}" if command else "sesa"
-    print(f"{prefix}: error: {message}", file=sys.stderr)
+    print(f"{prefix}: error: {cut(message)}", file=sys.stderr)
     raise SystemExit(2)
 
 
@@ -61,12 +63,15 @@ def main(argv: list[str] | None = None) -> None:
 
 def checked_overrides(name: str, overrides: list[str]) -> list[str]:
     """The argv command ``name``'s Hydra app runs with (the CLI's and sesa_cli.api's): renamed keys upgraded (each
-    noted on stderr) and the overrides validated; a ConfigError with the one-line reason when they are wrong."""
+    noted on stderr), the ``plugins=`` modules imported, the overrides validated, and the plug-ins' config folders
+    put on Hydra's search path; a ConfigError with the one-line reason when they are wrong."""
+    from sesa_cli import plugins
     from sesa_cli.commands.validate import validate_argv
     from sesa_cli.config import ConfigError
     from sesa_cli.deprecations import rename_overrides
 
     rest, notices = rename_overrides(overrides)
+    plugins.load(plugins.named(rest))
     if os.environ.get("RANK", "0") == "0":  # once, not once per data-parallel replica
         for notice in notices:
             print(f"sesa {name}: {notice}", file=sys.stderr)
@@ -77,7 +82,7 @@ def checked_overrides(name: str, overrides: list[str]) -> list[str]:
     problem = validate_argv(COMMANDS[name][0], rest)
     if problem:
         raise ConfigError(problem)
-    return rest
+    return plugins.with_search_path(rest)
 
 
 def dispatch(args: list[str]) -> None:
@@ -105,32 +110,43 @@ def dispatch(args: list[str]) -> None:
     from sesa_cli.config import ConfigError
 
     if any(a in ("-h", "--help", "--help-all") for a in args[1:]):  # the command's own help; Hydra's: --hydra-help
+        from sesa_cli import plugins
         from sesa_cli.commands.help import command_help
 
         try:
+            plugins.load(plugins.named(args[1:]))  # a plug-in's task, term or filter appears in the help
             text = command_help(name, args[1:])
         except ConfigError as exc:  # an unknown help topic
             fail(str(exc), name)
         print_text(text)
         return
     from sesa_cli import run_lock
-    from sesa_cli.commands.rundir import claim_planned_run_dir
+    from sesa_cli.commands import rundir, sweep
+    from sesa_cli.commands.compose import config_dir_as_searchpath
+    from sesa_cli.paths import user_path_problem
 
     try:
-        rest = checked_overrides(name, args[1:])
-        # The run dir is this command's from here on, before Hydra's job writes into it (sesa_cli.run_lock).
-        _, rest = claim_planned_run_dir(name, rest)
-    except ConfigError as exc:
-        fail(str(exc), name)
-    try:
-        if name in ("train", "revive", "eval") and ("-m" in rest or "--multirun" in rest):
-            # after the last job: the sweep dir and how to report on it (sesa_cli.commands.ending.SweepEnding)
-            rest = [*rest, "+hydra.callbacks.sesa_ending._target_=sesa_cli.commands.ending.SweepEnding"]
+        try:
+            # --config-dir as the hydra.searchpath entry it is, so every composition sees it (sesa_cli.commands.compose)
+            rest = checked_overrides(name, config_dir_as_searchpath(args[1:]))
+            # The run dir is this command's from here on, before Hydra's job writes into it (sesa_cli.run_lock); a
+            # sweep's jobs each take theirs before Hydra writes into it (sesa_cli.commands.sweep).
+            _, rest = rundir.claim_planned_run_dir(name, rest)
+            rest = sweep.prepare_sweep(name, args[1:], rest)
+        except ConfigError as exc:
+            fail(str(exc), name)
+        except OSError as exc:  # a path the machine refuses (a name too long, a file in the way): one line
+            line = user_path_problem(exc, args[1:])
+            if line is None:
+                raise
+            fail(line, name)
         module = import_module(f"sesa_cli.commands.{module_name}")
         # Keep argv[0] (the real `sesa` path): Hydra registers shell completion under it.
         sys.argv = [sys.argv[0], *rest]
         module.main()
     finally:
+        rundir.discard_staged()  # a report that did not finish: its staging dir (the old report stays)
+        sweep.end_sweep()
         run_lock.release_all()
 
 

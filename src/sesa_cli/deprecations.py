@@ -22,10 +22,23 @@ RENAMED_KEYS = {
     "train.lr_schedule": "optim.lr_schedule",
     "train.weight_decay": "optim.weight_decay",
     "sampler.off_policy": "algo.off_policy",
+    "sampler.loss_context": "algo.loss_context",
+    "sampler.is_clip": "algo.is_clip",
+    "sampler.train_sketches": "algo.train_sketches",
+    "algo.follow_coef": "algo.terms.follow.coef",
+    "algo.found_coef": "algo.terms.found.coef",
+    "algo.found_rows": "algo.terms.found.rows",
+    "algo.dynamic_sampling": "sampler.filters.dynamic_sampling",
+    "algo.max_resample_rounds": "sampler.filters.dynamic_sampling.max_rounds",
+    "algo.rollout_filter_ratio": "sampler.filters.rollout_filter.ratio",
 }
-"""Old config key -> current one (issue 18: one name per concept; the evaluation protocol is ``eval.*`` in every
-command, the optimizer ``optim.*``; issue 28: the off-policy strategy is configured with the loss, ``algo.*``). The old names still work for one release: on the command line with a one-line
-notice (:func:`rename_overrides`), in a parent run's ``config.yaml`` silently (:func:`upgrade_config`)."""
+"""Old config key -> current one: one name per concept, and each setting in the section of what reads it (the
+evaluation protocol is ``eval.*`` in every command, the optimizer ``optim.*``, how the loss scores and weights its
+rows ``algo.*``, which groups a step keeps ``sampler.filters``, the loss terms that bring their own rows
+``algo.terms``). The old names still work for one release: on the command line with a one-line notice (:func:`rename_overrides`), in a parent run's ``config.yaml`` silently
+(:func:`upgrade_config`). A key moved into a plug-in's settings (``algo.terms.<name>``, ``sampler.filters.<name>``)
+keeps its meaning: ``true``/``false`` switch a filter on or off, a coefficient of 0 leaves a term off, and a setting
+of a filter that is off stays off."""
 
 
 def rename_overrides(overrides: list[str]) -> tuple[list[str], list[str]]:
@@ -47,18 +60,47 @@ def rename_overrides(overrides: list[str]) -> tuple[list[str], list[str]]:
     return out, notices
 
 
+OFF_VALUES = {
+    "algo.follow_coef": ("algo.terms.follow", 0),
+    "algo.found_coef": ("algo.terms.found", 0),
+    "algo.dynamic_sampling": ("sampler.filters.dynamic_sampling", False),
+    "algo.rollout_filter_ratio": ("sampler.filters.rollout_filter", 1),
+}
+"""Old keys that switched a plug-in, and the value that left it off: (its entry in the plug-in mapping, that value).
+A run written before the plug-in mappings holds every such key; upgraded, one at its off value adds no entry (the
+plug-in stays out of the mapping, as in a run written since), and neither do that plug-in's other settings."""
+
+
 def upgrade_config(config: dict[Any, Any]) -> dict[Any, Any]:
     """A resolved run config (``config.yaml`` as a nested dict) with the :data:`RENAMED_KEYS` moved to their current
-    places; a current key already present wins. Run dirs written before a rename reload under the current names."""
+    places; a current key already present wins. Run dirs written before a rename reload under the current names.
+
+    A plug-in left off (:data:`OFF_VALUES`) gets no entry; a key moved under a plug-in entry that is a switch
+    (``sampler.filters.dynamic_sampling: true``) makes the entry a mapping of settings."""
     config = copy.deepcopy(config)
+    off: list[str] = []
     for old, new in RENAMED_KEYS.items():
         old_parent, _, old_leaf = old.rpartition(".")
         section = config.get(old_parent)
         if not isinstance(section, dict) or old_leaf not in section:
             continue
         value = section.pop(old_leaf)
-        new_parent, _, new_leaf = new.rpartition(".")
-        target = config.setdefault(new_parent, {})
+        entry, off_value = OFF_VALUES.get(old, (None, None))
+        if entry is not None and value == off_value:
+            off.append(entry)
+        if any(new == e or new.startswith(e + ".") for e in off):
+            continue
+        *path, new_leaf = new.split(".")
+        target: Any = config
+        for i, name in enumerate(path):
+            node = target.get(name, {}) if isinstance(target, dict) else None
+            if node is True and i == len(path) - 1 and i > 0:  # a plug-in switched on: its settings
+                node = {}
+            if not isinstance(node, dict):  # off, or not a section: nothing to set
+                target = None
+                break
+            target[name] = node
+            target = node
         if isinstance(target, dict):
             target.setdefault(new_leaf, value)
     return config

@@ -22,11 +22,12 @@ import torch
 
 from sesa_cli import metrics as M
 from sesa_cli.config import EvalProtocolConfig, SamplerConfig
+from sesa_cli.devices import auto_batch_rows
+from sesa_cli.exact import ExactPolicy, PolicySnapshot
 from sesa_cli.models.policy import Policy
-from sesa_cli.rollout.samplers import ParallelSampler, Rollout, Sampler
-from sesa_cli.tasks.agent import AgentTask
+from sesa_cli.rollout.rollouts import Expansion, Rollout
+from sesa_cli.rollout.samplers import ParallelSampler, Sampler
 from sesa_cli.tasks.base import Task
-from sesa_cli.tasks.episode_tree import episode_tree
 
 
 def validation_instances(task: Task, protocol: EvalProtocolConfig) -> list[Any]:
@@ -111,162 +112,6 @@ def greedy_summary(
     }
 
 
-class ExactPolicy:
-    """The probability of every solution of an instance under the plain prompt, for tasks that can enumerate them
-    (``Task.solution_space``): exact ``policy/*`` metrics instead of estimates from drawn samples.
-
-    Each solution y (its answer text, stop included) is scored π(y | x) = Σ over its spellings in tokens
-    (``Policy.spellings``) of Π_j π(y_j | x, y_<j), by teacher forcing, at the sampling temperature, with the token
-    masking the sampler applies (:meth:`sesa_cli.rollout.engine.Engine.completion_logps`: the prompt runs once and
-    spellings that begin alike share their forward rows until they part). top_p/top_k truncation is not applied
-    (the defaults disable it). Instances whose task returns no solution space are skipped; :attr:`available` says
-    whether any instance has one.
-
-    Agent tasks whose environment is deterministic and whose responses can be listed
-    (``AgentTask.turn_responses``) have no fixed solution list: a solution is an episode's action sequence, and
-    :meth:`probs` walks every episode the policy can play (sesa_cli.tasks.episode_tree, branches below
-    ``min_prob`` pruned), so each call sets the instance's keys and targets; :meth:`summary` and :meth:`record`
-    read those of the latest call, and add ``pruned_mass``.
-    """
-
-    def __init__(
-        self,
-        sampler: Sampler,
-        instances: Sequence[Any],
-        rows: int = 256,
-        min_prob: float = 1e-4,
-        max_branches: int = 32,
-    ) -> None:
-        """``sampler`` gives the policy, the prompt rendering and the temperature; ``rows`` bounds the rows scored in
-        one forward pass (a real model's vocabulary makes each row's logits large). An agent task's episode tree is
-        pruned below ``min_prob`` and to the ``max_branches`` most probable branches live at once (0 = no cap): 32
-        cost ~0.3 s of one core per FrozenLake map at the near-uniform base (64 branches: 0.55 s; 2026-11-26,
-        bench/evaluation.py's machine), whose mass is then mostly pruned. The cost is the forward passes' arithmetic:
-        a turn's end feeds its feedback, so nearly every pass is branches x 23 columns, and walking several maps in
-        one batch costs the same per row (32, 64 and 256 rows x 23 columns: 1.11, 1.11 and 1.14 ms a row)."""
-        self.sampler = sampler
-        self.rows = rows
-        self.min_prob = min_prob
-        self.max_branches = max_branches
-        task, policy = sampler.task, sampler.policy
-        self.prompts: list[list[int]] = []
-        self.solutions: list[list[list[int]]] = []
-        """Per instance, the token ids of every spelling of every solution (``Policy.spellings``)."""
-        self.owners: list[np.ndarray] = []
-        """Per instance, (spellings,) the solution (index into ``solution_space``) each spelling writes."""
-        self.keys: list[list[str]] = []
-        self.targets: list[np.ndarray] = []
-        self.indices: list[int] = []
-        self.episodes: dict[int, Any] = {}  # position in indices -> instance, for episode-tree instances
-        self.pruned: dict[int, float] = {}  # position -> pruned mass of the latest probs()
-        walkable = isinstance(task, AgentTask) and task.turn_responses() is not None
-        for index, inst in enumerate(instances):
-            space = task.solution_space(inst)
-            if space is None:
-                if walkable:
-                    self.episodes[len(self.indices)] = inst
-                    self.indices.append(index)
-                    self.prompts.append(sampler.encode_prompt(task.prompt(inst)))
-                    self.solutions.append([])
-                    self.owners.append(np.zeros(0, dtype=np.int64))
-                    self.keys.append([])
-                    self.targets.append(np.zeros(0, dtype=bool))
-                continue
-            scores = [task.score(inst, text) for text in space]
-            invalid = [text for text, sc in zip(space, scores, strict=True) if sc.key is None]
-            if invalid:
-                raise ValueError(f"task {task.name!r}: solution_space holds answers it scores invalid: {invalid[:3]}")
-            self.indices.append(index)
-            self.prompts.append(sampler.encode_prompt(task.prompt(inst)))
-            spelled = [policy.spellings(text) for text in space]
-            self.solutions.append([ids for spellings in spelled for ids in spellings])
-            self.owners.append(np.array([s for s, spellings in enumerate(spelled) for _ in spellings], dtype=np.int64))
-            self.keys.append([str(sc.key) for sc in scores])
-            self.targets.append(np.array([sc.success for sc in scores], dtype=bool))
-
-    @property
-    def available(self) -> bool:
-        return bool(self.indices)
-
-    @property
-    def fixed(self) -> bool:
-        """Every instance has a fixed solution list (one teacher-forced pass each): cheap enough for training rows
-        every ``train.policy_every`` steps. Episode trees are walked at evaluations only."""
-        return self.available and not self.episodes
-
-    def probs(self) -> list[np.ndarray]:
-        """Per instance with a solution space, (S,) float64 π(y | x) of each solution, in ``solution_space`` order."""
-        engine, temperature = self.sampler.engine, self.sampler.cfg.temperature
-        out = []
-        with torch.no_grad():
-            for j, (prompt, solutions) in enumerate(zip(self.prompts, self.solutions, strict=True)):
-                if j in self.episodes:
-                    out.append(self._walk(j, prompt))
-                    continue
-                # In token order, the spellings of a chunk share the longest prefixes (scored once each).
-                order = sorted(range(len(solutions)), key=lambda i: solutions[i])
-                logps = torch.empty(len(solutions), dtype=torch.float64)
-                for s in range(0, len(order), self.rows):
-                    rows = order[s : s + self.rows]
-                    logps[rows] = engine.completion_logps(prompt, [solutions[i] for i in rows], temperature)
-                # a solution's probability is the sum over its spellings
-                out.append(np.bincount(self.owners[j], weights=logps.exp().numpy(), minlength=len(self.keys[j])))
-        return out
-
-    def _walk(self, j: int, prompt: list[int]) -> np.ndarray:
-        """Episode-tree instance ``j``: the probability of every action sequence played to its end; sets its keys,
-        targets and pruned mass."""
-        task = self.sampler.task
-        assert isinstance(task, AgentTask)
-        tree = episode_tree(
-            task,
-            self.sampler.policy,
-            self.sampler.engine,
-            prompt,
-            self.episodes[j],
-            self.sampler.cfg.temperature,
-            self.min_prob,
-            self.max_branches,
-        )
-        self.keys[j] = list(tree.probs)
-        self.targets[j] = np.array([tree.success[key] for key in self.keys[j]], dtype=bool)
-        self.pruned[j] = tree.pruned
-        return np.array([tree.probs[key] for key in self.keys[j]], dtype=np.float64)
-
-    def summary(self, probs: Sequence[np.ndarray], k: int, prefix: str = "policy/") -> dict[str, float]:
-        """:func:`sesa_cli.metrics.policy_metrics` of each instance (``coverage@k`` at ``k``), averaged over them.
-
-        Episode-tree instances: their targets are the winning action sequences the walk reached (not a fixed set), so
-        ``coverage@k`` is left out; an instance with none has success mass 0 and no effective solution; and
-        ``pruned_mass`` is the mean mass the walk cut."""
-        per = []
-        for j, (p, target) in enumerate(zip(probs, self.targets, strict=True)):
-            if j in self.episodes:
-                # a zero-probability target stands for "no winning episode reached": every metric reads it as 0
-                metrics = M.policy_metrics(np.append(p, 0.0), np.append(target, True), k)
-                del metrics[f"coverage@{k}"]
-                metrics["pruned_mass"] = self.pruned[j]
-                per.append(metrics)
-            else:
-                per.append(M.policy_metrics(p, target, k))
-        return {prefix + key: float(np.mean([m[key] for m in per])) for key in per[0]}
-
-    def record(self, step: int, probs: Sequence[np.ndarray], min_prob: float = 1e-3) -> dict[str, Any]:
-        """One ``policy_probs.jsonl`` line: per instance, the probability of every target and of any other solution
-        with p >= ``min_prob``, by solution key (solutions × steps heatmaps are drawn from these)."""
-        instances = []
-        for index, keys, p, target in zip(self.indices, self.keys, probs, self.targets, strict=True):
-            shown = target | (p >= min_prob)
-            instances.append(
-                {
-                    "instance": index,
-                    "targets": [key for key, t in zip(keys, target, strict=True) if t],
-                    "probs": {key: float(v) for key, v, keep in zip(keys, p, shown, strict=True) if keep},
-                }
-            )
-        return {"step": step, "instances": instances}
-
-
 def sample_records(groups: Sequence[Sequence[Rollout]], decode: Any) -> list[dict[str, Any]]:
     """JSON-ready rows for samples.jsonl: context, completion, reward, success, key (and sketch, and
     ``stop_forced`` when the sampler closed a cut item with the stop)."""
@@ -283,8 +128,8 @@ def sample_records(groups: Sequence[Sequence[Rollout]], decode: Any) -> list[dic
                 "tokens": len(r.completion.ids),
                 "stopped": r.completion.stopped,
             }
-            if r.sketch is not None:
-                row["sketch"] = r.sketch
+            if isinstance(r.origin, Expansion):
+                row["sketch"] = r.origin.sketch.text
             if r.stop_forced:
                 row["stop_forced"] = True
             rows.append(row)
@@ -320,7 +165,7 @@ class Evaluation:
     """The evaluation protocol of one policy: ``eval.samples`` samples on each of the ``eval.instances`` validation
     instances drawn by ``sampler`` (default: i.i.d. from the plain prompt, what the run's own evaluations do) with
     the generator of :func:`eval_generator`, one greedy answer each, and the exact ``policy/*`` metrics
-    (:class:`ExactPolicy`) where the task can enumerate its solutions, else (when the samples are the plain prompt's
+    (:class:`sesa_cli.exact.ExactPolicy`) where the task can enumerate its solutions, else (when the samples are the plain prompt's
     i.i.d. draws) ``estimate/effective_solutions`` with its interval over the instances.
 
     ``Trainer.evaluate`` and ``sesa eval`` both call :meth:`run`; built from the same config (``sesa eval ckpt=``
@@ -338,11 +183,12 @@ class Evaluation:
         sampler: Sampler | None = None,
     ) -> None:
         """``sampler_cfg``: the sampling settings (temperature, ...); ``sampler``: what draws the samples (None = a
-        plain-prompt :class:`ParallelSampler` of ``sampler_cfg``); ``max_rows``: ``model.max_batch_rows``."""
+        plain-prompt :class:`ParallelSampler` of ``sampler_cfg``); ``max_rows``: ``model.max_batch_rows`` (0: chosen by
+        the policy's device, :func:`sesa_cli.devices.auto_batch_rows`; the exact policy's passes keep their 256)."""
         self.task = task
         self.seed = seed
         self.samples = protocol.samples
-        self.max_rows = max_rows
+        self.max_rows = max_rows or auto_batch_rows(policy.model)
         self.instances = validation_instances(task, protocol)
         self.plain = ParallelSampler(sampler_cfg, task, policy, dtype)  # the plain prompt, whatever draws
         self.sampler: Sampler = sampler if sampler is not None else self.plain
@@ -355,9 +201,9 @@ class Evaluation:
         """The protocol in words (:func:`describe_protocol`)."""
         return describe_protocol(len(self.instances), self.samples, self.temperature, self.sampler_name)
 
-    def run(self, step: int, probs: Sequence[np.ndarray] | None = None) -> EvalResult:
-        """Evaluate the policy as it is now, labelled ``step``. ``probs``: the exact solution probabilities of these
-        weights when the caller already scored them (``ExactPolicy.probs``), else they are scored here."""
+    def run(self, step: int, snapshot: PolicySnapshot | None = None) -> EvalResult:
+        """Evaluate the policy as it is now, labelled ``step``. ``snapshot``: the exact solution probabilities of these
+        weights when the caller already scored them (``ExactPolicy.snapshot``), else they are scored here."""
         groups = draw(self.sampler, self.instances, self.samples, eval_generator(self.seed), self.max_rows)
         row: dict[str, Any] = {
             "step": step,
@@ -366,9 +212,11 @@ class Evaluation:
         }
         record = None
         if self.exact.available:
-            probs = self.exact.probs() if probs is None else probs
-            row.update(self.exact.summary(probs, self.samples))
-            record = self.exact.record(step, probs)
+            snapshot = self.exact.snapshot() if snapshot is None else snapshot
+            row.update(snapshot.summary(self.samples))
+            record = snapshot.record(step)
+            if self.sampler is self.plain:  # the check needs the plain prompt's i.i.d. draws
+                row.update(snapshot.against_samples(groups))
         elif self.sampler is self.plain:
             # no exact policy: the plain-prompt samples' estimate of it, named as one (their i.i.d. draws only)
             keys = [[r.score.key for r in g] for g in groups]

@@ -119,3 +119,39 @@ def difference_interval(
 def is_missing(value: object) -> bool:
     """None or NaN: no value."""
     return value is None or (isinstance(value, float) and math.isnan(value))
+
+
+GAP_LIMIT = 3.0
+"""``policy/sampled_gap`` above this many standard deviations: the sampled success and the exact policy disagree
+(the report marks the run; about 0.3% of agreeing evaluations pass it by chance)."""
+
+
+def sampled_gap(success: Sequence[Sequence[bool]], target_mass: Sequence[float], pruned: Sequence[float]) -> float:
+    """How far the sampled success on the instances the exact metrics cover lies from their exact success
+    probability, in standard deviations of the sampled share (``policy/sampled_gap``; 0 when it agrees exactly).
+
+    Args:
+        success: per instance i, its n_i i.i.d. plain-prompt samples' success (the evaluation's draws).
+        target_mass: per instance, T_i, the exact probability of success (``policy/target_mass`` before the mean).
+        pruned: per instance, P_i, the mass the exact walk cut unexpanded (0 for a fixed solution list): the true
+            success probability lies in [T_i, T_i + P_i].
+
+    Returns d / sd, where d is the distance of the sampled share S = (1/I) Σ_i mean_j success_ij from the interval
+    [(1/I) Σ T_i, (1/I) Σ (T_i + P_i)] and sd = sqrt(Σ_i q_i (1 − q_i) / n_i) / I the standard deviation S would
+    have were the samples drawn from the exact policy, q_i the point of [T_i, T_i + P_i] nearest 1/2, kept within
+    [1/(2 n_i), 1 − 1/(2 n_i)] (so that one odd sample of a policy at 0 or 1 is 1.4 sd off, not infinitely many).
+    Read against :data:`GAP_LIMIT` (the normal approximation of the binomial mean). NaN without samples.
+    """
+    if not success or len(success) != len(target_mass) or len(success) != len(pruned):
+        return math.nan
+    n = np.array([len(s) for s in success], dtype=np.float64)
+    if (n == 0).any():
+        return math.nan
+    low = np.asarray(target_mass, dtype=np.float64)
+    high = low + np.asarray(pruned, dtype=np.float64)
+    shares = np.array([np.mean(s) for s in success], dtype=np.float64)
+    q = np.clip(np.clip(0.5, low, high), 0.5 / n, 1 - 0.5 / n)
+    sd = math.sqrt(float(np.sum(q * (1 - q) / n))) / len(n)
+    sampled = float(shares.mean())
+    distance = max(0.0, float(low.mean()) - sampled, sampled - float(high.mean()))
+    return distance / sd

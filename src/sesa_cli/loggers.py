@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from sesa_cli.config import ConfigError, LoggerOptions, first_line
+from sesa_cli.registry import Registry
 
 log = logging.getLogger("sesa.loggers")
 
@@ -218,10 +219,18 @@ class TrackioTracker(Tracker):
         return {"project": self.project, "id": self.run.id, "group": self.group, "dir": str(TRACKIO_DIR)}
 
 
-LOGGERS: dict[str, type[Tracker]] = {
-    t.name: t for t in (TensorBoardTracker, MlflowTracker, WandbTracker, TrackioTracker)
-}
-"""``logger`` name -> tracker (sesa_cli.config.LOGGER_NAMES lists the same names for validation)."""
+LOGGERS: Registry[type[Tracker]] = Registry("logger")
+"""``logger`` name -> tracker: the one list of names (the config checks and ``--help`` read it)."""
+for _tracker in (TensorBoardTracker, MlflowTracker, WandbTracker, TrackioTracker):
+    LOGGERS.add(_tracker.name, _tracker)
+
+
+def check_names(names: list[str]) -> None:
+    """A ConfigError for a ``logger`` list naming an unknown tracker or one twice."""
+    for name in names:
+        LOGGERS.lookup(name)
+    if len(set(names)) != len(names):
+        raise ConfigError(f"logger={names} names a logger twice")
 
 
 def numeric(row: dict[str, Any]) -> dict[str, float]:
@@ -293,6 +302,7 @@ def start(names: list[str], options: LoggerOptions, run_dir: Path, config_yaml: 
     """Start every tracker in ``names`` for the run in ``run_dir``; a ConfigError (one line naming the extra or the
     setting) if one is not installed or cannot start. ``config_yaml`` is the resolved config; ``parent`` (a revived
     run) holds ``checkpoint``, ``run_dir`` and the parent's run.json ``loggers`` references."""
+    check_names(names)
     check_installed(names)
     if not names:
         return Trackers([])

@@ -123,7 +123,17 @@ METRIC_KEYS: tuple[MetricKey, ...] = (
         "Share of validation samples that are correct (pass@1, mean over instances).",
         f"{_M}.rollout_stats",
     ),
-    MetricKey("eval/valid", "Share of validation samples with a solution key.", f"{_M}.rollout_stats"),
+    MetricKey(
+        "eval/valid",
+        "Share of validation samples with a solution key (agent tasks: episodes of valid replies only).",
+        f"{_M}.rollout_stats",
+    ),
+    MetricKey(
+        "eval/exact_instances_success",
+        "Share of the validation samples on the instances the exact policy/* metrics cover (the first "
+        "eval.policy_instances) that succeed: the sampled counterpart of policy/target_mass.",
+        "sesa_cli.evaluation.ExactPolicy.against_samples",
+    ),
     MetricKey(
         "eval/entropy",
         "Token entropy of the validation samples (per instance over its tokens, then the mean over instances).",
@@ -166,9 +176,16 @@ METRIC_KEYS: tuple[MetricKey, ...] = (
     # ---------------------------------------------------------------------------------------------------- policy
     MetricKey(
         "policy/valid_mass",
-        "Exact probability that a plain-prompt sample is a valid solution (agent tasks: an episode of well-formed "
-        "responses only).",
+        "Exact probability that a plain-prompt sample is a valid solution (agent tasks: an episode of valid "
+        "replies only; the rest ends on an invalid reply, a failure, or was pruned).",
         f"{_M}.policy_metrics",
+    ),
+    MetricKey(
+        "policy/sampled_gap",
+        "How far eval/exact_instances_success lies from the exact success probability of those instances "
+        "([policy/target_mass, + policy/pruned_mass]), in standard deviations of the sampled share; above 3 the exact "
+        "metrics do not describe what the policy samples (the report marks the run).",
+        "sesa_cli.intervals.sampled_gap",
     ),
     MetricKey(
         "policy/target_mass",
@@ -204,7 +221,7 @@ METRIC_KEYS: tuple[MetricKey, ...] = (
         "policy/pruned_mass",
         "Agent tasks walked episode by episode: probability of the branches cut below the walk's threshold "
         "(policy/valid_mass is exact up to it).",
-        "sesa_cli.tasks.episode_tree",
+        "sesa_cli.rollout.episode_tree",
     ),
     MetricKey(
         "policy/solution_entropy",
@@ -240,20 +257,20 @@ METRIC_KEYS: tuple[MetricKey, ...] = (
     ),
     MetricKey(
         "loss/follow_nll",
-        "algo.follow_coef > 0: mean -log pi(t | solve prompt) over the stage-II solution rows, t the first token of "
+        "algo.terms.follow: mean -log pi(t | solve prompt) over the stage-II solution rows, t the first token of "
         "the text that carries out the row's sketch (the supervised term that keeps stage II following its sketches).",
-        "sesa_cli.trainer.Trainer",
+        "sesa_cli.terms.follow",
     ),
     MetricKey(
         "loss/found_nll",
-        "algo.found_coef > 0: mean -log pi(y | x) over the distinct solutions off-policy rows were drawn with, with "
+        "algo.terms.found: mean -log pi(y | x) over the distinct solutions off-policy rows were drawn with, with "
         "success, for the batch's plain prompts (one remembered completion each).",
-        "sesa_cli.trainer.Trainer",
+        "sesa_cli.terms.found",
     ),
     MetricKey(
         "loss/found_solutions",
-        "algo.found_coef > 0: how many found solutions (of the batch's plain prompts) the found_nll term covers.",
-        "sesa_cli.trainer.Trainer",
+        "algo.terms.found: how many found solutions (of the batch's plain prompts) the found_nll term covers.",
+        "sesa_cli.terms.found",
     ),
     MetricKey(
         "loss/off_policy_frac",
@@ -301,8 +318,13 @@ METRIC_KEYS: tuple[MetricKey, ...] = (
         "Gradient norm before clipping to optim.max_grad_norm (mean over mini-batches).",
         "sesa_cli.update.optimizer_step",
     ),
-    MetricKey("train/resample_rounds", "DAPO dynamic sampling: extra sampling rounds of the step."),
-    MetricKey("train/kept_groups", "algo.rollout_filter_ratio < 1: groups trained on."),
+    MetricKey(
+        "train/resample_rounds",
+        "A batch filter that refills (sampler.filters.dynamic_sampling, DAPO): extra sampling rounds of the step.",
+    ),
+    MetricKey(
+        "train/kept_groups", "A batch filter that does not refill (sampler.filters.rollout_filter): groups trained on."
+    ),
     MetricKey("collapse/flag", "1 when the collapse monitor flags the step.", "sesa_cli.collapse.CollapseMonitor"),
     MetricKey("revive/parent", "1 on the rows a revived run copied from its parent's history."),
     # ------------------------------------------------------------------------------------------------------ time
@@ -338,8 +360,8 @@ RENAMED: dict[str, str] = {
     "loss/grad_norm": "optim/grad_norm",
     "train/lr": "optim/lr",
 }
-"""Old metric key -> current one. Statistics of what the sampler drew were ``train/*`` before issue 16 named them
-``rollout/*``; issue 18 gave each remaining concept one name (``is/weight_mean`` was also logged as
+"""Old metric key -> current one. Statistics of what the sampler drew were ``train/*`` before they were named
+``rollout/*``; then each remaining concept got one name (``is/weight_mean`` was also logged as
 ``loss/is_weight_mean``)."""
 
 

@@ -1,11 +1,12 @@
 """A run owns its dir: an exclusive lock on the run dir, held from before anything is written into it until the
 command exits.
 
-``sesa train|revive|eval`` take it in the dispatcher, before Hydra's job writes ``.hydra/`` and the log file into
-the dir (``sesa_cli.cli.dispatch``, ``sesa_cli.api``), and the command's job takes it again for its actual run dir
-(a no-op when the process holds it already; the lock of a sweep's job dir, whose path only the launcher knows). A
-second command into the same dir stops with one line naming the holder (pid, host, command, start time) and exit
-code 2, having changed nothing in the dir.
+``sesa train|revive|eval|diversity-report`` take it in the dispatcher, before Hydra's job writes ``.hydra/`` and
+the log file into the dir (``sesa_cli.cli.dispatch``, ``sesa_cli.api``); a sweep takes its sweep dir there and each
+job its own dir where Hydra asks for it (sesa_cli.commands.sweep), and the command's job takes it again for its
+actual run dir (a no-op when the process holds it already). A second command into the same dir stops with one line
+naming the holder (pid, host, command, start time) and exit code 2, having changed nothing in the dir; a dir that
+cannot be made is one line too (sesa_cli.paths).
 
 The lock is ``fcntl.flock`` on the directory itself, which the kernel releases when the process ends however it ends
 (SIGKILL included), so a dead holder never blocks the dir. Once the command decided to use the dir it records itself
@@ -27,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from sesa_cli.config import ConfigError
+from sesa_cli.paths import path_error
 
 LOCK_NAME = ".sesa.lock"
 
@@ -92,36 +94,53 @@ def _read_record(run_dir: Path) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
-def claim(run_dir: Path, command: str, argv: list[str], key: str = "hydra.run.dir") -> bool:
+def recorded_holder(run_dir: Path) -> dict[str, Any]:
+    """The record a command wrote into ``run_dir`` (:func:`record`), empty when there is none: the command that holds
+    the dir, or held it and died without ending (its record stays; :func:`alive` tells which)."""
+    return _read_record(_key(run_dir))
+
+
+class DirTaken(ConfigError):
+    """A dir that belongs to another run, report or command (in use, or holding its records): the command that
+    wanted it is refused; a sweep job skips it (sesa_cli.commands.sweep)."""
+
+
+def claim(run_dir: Path, command: str, argv: list[str], key: str = "hydra.run.dir", where: str | None = None) -> bool:
     """Take ``run_dir``'s lock for this process (creating the dir if it does not exist; nothing is written into an
     existing one: :func:`record` does that once the command uses the dir). True when newly taken (the caller gives
-    it back with :func:`release`), False when this process held it already. A one-line ConfigError naming the
-    holder when another process holds it."""
+    it back with :func:`release`), False when this process held it already. A one-line :class:`DirTaken` naming
+    the holder when another process holds it; a one-line ConfigError when the dir cannot be made or opened (a name
+    too long, a file in the way, no permission: sesa_cli.paths). ``where`` names the dir in those lines (default
+    ``key=run_dir``)."""
     import fcntl
 
+    where = where or f"{key}={run_dir}"
     path = _key(run_dir)
     if path in _held:
         return False
-    path.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError as exc:
+        raise path_error(exc, where, Path(run_dir)) from None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         os.close(fd)
-        raise ConfigError(
-            f"{key}={run_dir} is in use by another sesa command ({describe(_read_record(path))}); wait for it to end "
-            "or choose another directory"
+        raise DirTaken(
+            f"{where} is in use by another sesa command ({describe(_read_record(path))}); wait for it to end or "
+            "choose another directory"
         ) from None
     except OSError as exc:  # no flock on this file system (ENOLCK, EOPNOTSUPP; NFS: EBADF): the record decides
         if exc.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.EINVAL, errno.EBADF):
             os.close(fd)
-            raise
+            raise path_error(exc, where, Path(run_dir)) from None
         holder = _read_record(path)
         if holder and holder.get("pid") != os.getpid() and alive(holder):
             os.close(fd)
-            raise ConfigError(
-                f"{key}={run_dir} is in use by another sesa command ({describe(holder)}); wait for it to end, or "
-                f"remove {path / LOCK_NAME} if that process is gone"
+            raise DirTaken(
+                f"{where} is in use by another sesa command ({describe(holder)}); wait for it to end, or remove "
+                f"{path / LOCK_NAME} if that process is gone"
             ) from None
     _held[path] = fd
     return True

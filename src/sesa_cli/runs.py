@@ -8,7 +8,7 @@ Layout::
     <run_dir>/metrics.jsonl          one JSON object per step (training rows and evaluation rows), each with "step"
     <run_dir>/metrics.csv            the same, as a table (rewritten at every checkpoint and at the end)
     <run_dir>/policy_probs.jsonl     per evaluation, the exact probability of each target and likely solution
-                                     (tasks that enumerate their solutions; sesa_cli.evaluation.ExactPolicy)
+                                     (tasks that enumerate their solutions; sesa_cli.exact.ExactPolicy)
     <run_dir>/samples/step_N.jsonl   rollouts of step N
     <run_dir>/checkpoints/step_N/    HF model dir + tokenizer + optimizer.pt + trainer_state.json
 
@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import csv
-import errno
 import json
 import math
 import os
@@ -28,11 +27,12 @@ import shutil
 import subprocess
 import time
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from sesa_cli.config import ConfigError, first_line
+from sesa_cli.config import ConfigError, cut, first_line
+from sesa_cli.paths import writing
 
 CHECKPOINT_RE = re.compile(r"^step_(\d+)$")
 
@@ -96,7 +96,7 @@ class RunDir:
         its own). Commands that take a run dir read it back (:func:`ended_badly`)."""
         path = self.path / "run.json"
         try:
-            info = read_json_object(path) if path.is_file() else {}
+            info = read_run_info(path) if path.is_file() else {}
         except ConfigError:
             info = {}
         if command and "command" not in info:
@@ -214,28 +214,93 @@ def parse_json_object(text: str, where: str, wanted: str = "an object") -> dict[
     except json.JSONDecodeError as exc:
         at = f", line {exc.lineno}" if exc.lineno > 1 else ""
         raise NotJSONError(f"{where} is not valid JSON ({exc.msg}{at})") from None
+    except (ValueError, RecursionError) as exc:  # an integer of more than 4300 digits; nesting deeper than the stack
+        why = "nested too deeply" if isinstance(exc, RecursionError) else "a number in it is too long to read"
+        m = re.search(r'"([^"\\]{1,60})"\s*:\s*-?(\d{4000,})', text) if isinstance(exc, ValueError) else None
+        if m:
+            why = f"its {m.group(1)!r} is a number of {len(m.group(2)):,} digits, too long to read"
+        raise ConfigError(f"{where} cannot be read ({why})") from None
     if not isinstance(obj, dict):
         raise ConfigError(f"{where} is a JSON {type(obj).__name__}, not {wanted}")
     return obj
 
 
-def read_metrics(path: Path) -> list[dict[str, Any]]:
-    """Rows of a metrics.jsonl; a truncated last line (a run killed mid-write) is ignored. A line that is not a
-    JSON object (earlier than the last) is a ConfigError naming the file and line."""
-    rows: list[dict[str, Any]] = []
+KINDS: dict[str, tuple[str, Callable[[Any], bool]]] = {
+    "count": ("a non-negative integer", lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0),
+    "integer": ("an integer", lambda v: isinstance(v, int) and not isinstance(v, bool)),
+    "object": ("an object", lambda v: isinstance(v, dict)),
+    "list": ("a list", lambda v: isinstance(v, list)),
+    "text": ("a string", lambda v: isinstance(v, str)),
+    "texts": ("a list of strings", lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v)),
+    "counts": ("a list of non-negative integers", lambda v: isinstance(v, list) and all(
+        isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in v)),
+}  # fmt: skip
+"""The kinds of value a run file holds, by name: what it must be, and the test."""
+
+
+def checked(data: dict[str, Any], where: str, required: dict[str, str], optional: dict[str, str] | None = None,
+            ) -> dict[str, Any]:  # fmt: skip
+    """``data`` (read from the run file ``where``) once every key of ``required`` holds a value of its kind
+    (:data:`KINDS`) and every key of ``optional`` that it has holds one too (or null); a one-line ConfigError naming
+    the file, the key and the value otherwise. The one check every reader of a run's files goes through, so a
+    hand-edited ``"step": "2"`` is refused where it is read, not a TypeError steps later."""
+    for key, kind in {**(optional or {}), **required}.items():
+        value = data.get(key)
+        if key not in required and value is None:
+            continue
+        what, test = KINDS[kind]
+        if not test(value):
+            found = "missing" if key not in data else _shown(value)
+            raise ConfigError(f"{where}: {key!r} is {found}, not {what}")
+    return data
+
+
+def _shown(value: Any) -> str:
+    try:
+        text = json.dumps(value)
+    except (TypeError, ValueError):
+        text = type(value).__name__
+    return cut(text, 60)
+
+
+RUN_INFO = {
+    "id": "text", "command": "text", "status": "text", "reason": "text", "exit_code": "integer",
+    "overrides": "texts", "resumed": "counts", "parent": "text", "parent_step": "count", "parent_run": "text",
+    "kl_reference": "object", "loggers": "object", "versions": "object", "torch_threads": "count",
+}  # fmt: skip
+"""What a run.json holds (RunDir.write_run_info, mark_ended), by kind: every key optional (older runs lack some)."""
+
+
+def read_run_info(path: Path) -> dict[str, Any]:
+    """A run's run.json, every value of :data:`RUN_INFO` checked (a one-line ConfigError naming the key)."""
+    return checked(read_json_object(path), str(path), {}, RUN_INFO)
+
+
+def metric_lines(path: Path) -> list[tuple[str, dict[str, Any]]]:
+    """(line, row) of every row of a metrics.jsonl (or policy_probs.jsonl); a truncated last line (a run killed
+    mid-write) is ignored. A line that is not a JSON object, or whose ``step`` is not a non-negative integer, is a
+    one-line ConfigError naming the file and line (earlier than the last: it is damaged, not cut)."""
+    out: list[tuple[str, dict[str, Any]]] = []
     if not path.is_file():
-        return rows
+        return out
     lines = path.read_text().splitlines()
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
+        where = f"{path}:{number}"
         try:
-            rows.append(parse_json_object(line, f"{path}:{number}", "an object with a 'step'"))
+            row = parse_json_object(line, where, "an object with a 'step'")
         except NotJSONError:
             if number == len(lines):
                 break
             raise
-    return rows
+        out.append((line, checked(row, where, {"step": "count"})))
+    return out
+
+
+def read_metrics(path: Path) -> list[dict[str, Any]]:
+    """Rows of a metrics.jsonl (:func:`metric_lines`)."""
+    return [row for _, row in metric_lines(path)]
 
 
 def read_json_object(path: Path) -> dict[str, Any]:
@@ -302,14 +367,9 @@ def read_yaml(path: Path, what: str = "run config") -> Any:
 def read_trainer_state(ckpt: Path, training: bool = False) -> dict[str, Any]:
     """A checkpoint's trainer_state.json, checked: ``step`` always; what a resumed trainer reads when ``training``."""
     path = ckpt / "trainer_state.json"
-    state = read_json_object(path)
-    wanted: dict[str, type] = {"step": int, **({"next_instance": int, "collapse": dict} if training else {})}
-    for key, kind in wanted.items():
-        value = state.get(key)
-        if not isinstance(value, kind) or isinstance(value, bool) or (isinstance(value, int) and value < 0):
-            what = "a non-negative integer" if kind is int else "an object"
-            raise ConfigError(f"{path}: {key!r} is {'missing' if key not in state else repr(value)}, not {what}")
-    return state
+    required = {"step": "count", **({"next_instance": "count", "collapse": "object"} if training else {})}
+    optional = {"found_targets": "texts", "found_solutions": "list", "config": "object"}
+    return checked(read_json_object(path), str(path), required, optional)
 
 
 def check_checkpoint(ckpt: Path, training: bool = False) -> dict[str, Any]:
@@ -346,6 +406,14 @@ def check_model_dir(path: Path) -> None:
             weights = []  # a foreign directory with torch weights: transformers loads them with weights_only=True
         else:
             weights = [path / "model.safetensors"]
+        tokenizer = path / "tokenizer.json"
+        vocab = (read_json_object(tokenizer).get("model") or {}).get("vocab") if tokenizer.is_file() else None
+        size = config.get("vocab_size")
+        if isinstance(vocab, (dict, list)) and isinstance(size, int) and len(vocab) > size:
+            raise ConfigError(
+                f"{tokenizer} has {len(vocab)} tokens and the model of {path / 'config.json'} {size} embeddings: "
+                "they are not one model's"
+            )
     for file in weights:
         check_safetensors(file)
 
@@ -400,76 +468,6 @@ def atomic_write_text(path: Path, text: str, run_dir: Path | None = None) -> Non
         os.replace(tmp, path)
 
 
-class RunDirWriteError(ConfigError):
-    """A run dir the command cannot write: the disk is full, the file system read-only, the dir deleted."""
-
-
-@contextlib.contextmanager
-def writing(target: Path, cleanup: Path | None = None, run_dir: Path | None = None) -> Iterator[None]:
-    """Write ``target`` inside the block. Whatever stops the write (an error, Ctrl-C) removes ``cleanup`` (its
-    ``.tmp`` file or dir), so no half-written file stays; an error of the machine, not of the program (no space, a
-    read-only file system, the run dir ``run_dir`` gone) becomes a one-line :class:`RunDirWriteError`."""
-    try:
-        yield
-    except BaseException as exc:
-        if cleanup is not None:
-            with contextlib.suppress(OSError):
-                if cleanup.is_dir() and not cleanup.is_symlink():
-                    shutil.rmtree(cleanup, ignore_errors=True)
-                else:
-                    cleanup.unlink(missing_ok=True)
-        problem = None
-        if isinstance(exc, Exception) and not isinstance(exc, ConfigError):  # a nested write said it already
-            problem = write_problem(exc, target, run_dir)
-        if problem is None:
-            raise
-        raise RunDirWriteError(problem) from None
-
-
-_WRITE_ERRORS = {
-    errno.ENOSPC: "no space left on device while writing {}",
-    errno.EDQUOT: "disk quota exceeded while writing {}",
-    errno.EROFS: "read-only file system: cannot write {}",
-    errno.EACCES: "permission denied: cannot write {}",
-    errno.EPERM: "permission denied: cannot write {}",
-}
-
-
-def write_problem(exc: Exception, target: Path, run_dir: Path | None = None) -> str | None:
-    """The one line for a failed write of ``target`` (see :func:`writing`), or None for an error of the program.
-    torch's and safetensors' writers do not raise OSError: their messages name the OS error, or, for torch's zip
-    writer, only a short write ("unexpected pos"), which a full disk is when almost no space is left."""
-    if run_dir is not None and not run_dir.is_dir():
-        return f"run dir {run_dir} disappeared while writing {target.name} (deleted or unmounted); the run stopped"
-    code = exc.errno if isinstance(exc, OSError) else None
-    if code is None:
-        text = str(exc)
-        m = re.search(r"(?:os error|code:|Errno) ?(\d+)", text)
-        if m:
-            code = int(m.group(1))
-        elif "No space left on device" in text:
-            code = errno.ENOSPC
-        elif "Read-only file system" in text:
-            code = errno.EROFS
-        elif "unexpected pos" in text or "file write failed" in text:  # torch's zip writer (inline_container.cc)
-            code = errno.ENOSPC if _free_bytes(target) < 64 * 2**20 else errno.EIO
-    if code in _WRITE_ERRORS:
-        return _WRITE_ERRORS[code].format(target)
-    if isinstance(exc, OSError) or code is not None:
-        return f"cannot write {target}: {os.strerror(code) if code else first_line(exc)}"
-    return None
-
-
-def _free_bytes(path: Path) -> int:
-    """Free bytes on the file system holding ``path`` (its nearest existing ancestor)."""
-    while not path.exists() and path != path.parent:
-        path = path.parent
-    try:
-        return shutil.disk_usage(path).free
-    except OSError:
-        return 0
-
-
 def git_commit() -> str | None:
     try:
         out = subprocess.run(
@@ -487,12 +485,16 @@ def git_commit() -> str | None:
 
 def environment() -> dict[str, Any]:
     """What a run's numbers depend on besides its config and commit: torch's intra-op thread count (float
-    reductions split differently, and runs of the same seed part ways: see docs/measurements.md, "FrozenLake: what the tiny model can learn") and the
-    versions of the packages doing the arithmetic. ``sesa diversity-report`` warns when grouped runs differ in them."""
+    reductions split differently, and runs of the same seed part ways: see docs/measurements.md, "FrozenLake: what the tiny model can learn"), the
+    versions of the packages doing the arithmetic, and the CPU: its model, vector extensions and the kernels torch
+    chose for them (``cpu``: another CPU's kernels round differently). ``sesa diversity-report`` warns when
+    grouped runs differ in them."""
     import platform
     from importlib import metadata
 
     import torch
+
+    from sesa_cli import cpus
 
     versions: dict[str, str | None] = {"python": platform.python_version()}
     for package in ("torch", "transformers", "sesa"):
@@ -500,7 +502,10 @@ def environment() -> dict[str, Any]:
             versions[package] = metadata.version(package)
         except metadata.PackageNotFoundError:
             versions[package] = None
-    return {"torch_threads": torch.get_num_threads(), "versions": versions}
+    cpu = {**cpus.describe(), "kernels": torch.backends.cpu.get_cpu_capability()}
+    if os.environ.get("ONEDNN_MAX_CPU_ISA"):  # oneDNN's kernels capped by the user
+        cpu["onednn_max_cpu_isa"] = os.environ["ONEDNN_MAX_CPU_ISA"]
+    return {"torch_threads": torch.get_num_threads(), "versions": versions, "cpu": cpu}
 
 
 def list_checkpoints(run_dir: Path) -> list[tuple[int, Path]]:
@@ -520,7 +525,7 @@ def ended_badly(run_dir: Path) -> str | None:
     failed run (exit code 2: task.data=x does not exist)"``; None for a finished, running or older run."""
     path = Path(run_dir) / "run.json"
     try:
-        info = read_json_object(path) if path.is_file() else {}
+        info = read_run_info(path) if path.is_file() else {}
     except ConfigError:
         return None
     status = info.get("status")

@@ -1,9 +1,10 @@
-"""The pieces of one policy update, in the order :meth:`sesa_cli.trainer.Trainer.update` runs them: the loss inputs
-of a batch of groups, the old policy's log-probs, the truncated importance weights, and the optimizer step. The
-off-policy treatment of the advantages is the strategy ``algo.off_policy`` names (sesa_cli/algos/off_policy.py).
+"""The pure pieces of one policy update, in the order :meth:`sesa_cli.learner.Learner.update` runs them: the loss
+inputs of a batch of groups, the old policy's log-probs, the truncated importance weights, and the optimizer step.
+The off-policy treatment of the advantages is the strategy ``algo.off_policy`` names (sesa_cli/algos/off_policy.py);
+the loss terms that bring their own rows are sesa_cli.terms.
 
 Shapes: ``rows`` is the number of scored sequences of the update (every solution, then one row per sketch with
-``sampler.train_sketches``); ``T`` the longest completion among them (the width of a
+``algo.train_sketches``); ``T`` the longest completion among them (the width of a
 :class:`~sesa_cli.rollout.scoring.ScoringBatch`).
 """
 
@@ -11,16 +12,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import torch
 from torch import Tensor
 
 from sesa_cli.algos import OffPolicy
-from sesa_cli.config import AlgoConfig, SamplerConfig
+from sesa_cli.config import AlgoConfig
 from sesa_cli.distributed import SingleProcess
-from sesa_cli.rollout.samplers import Rollout
+from sesa_cli.rollout.rollouts import Expansion, Rollout, Sketch
 from sesa_cli.rollout.scoring import ScoringBatch, select_rows
 
 Solution = tuple[tuple[int, ...], str] | None
@@ -30,10 +30,10 @@ Solution = tuple[tuple[int, ...], str] | None
 @dataclass
 class LossInputs:
     """The rows one update trains on: the solutions first (``n_solutions`` of them, group after group), then, with
-    ``sampler.train_sketches``, one row per sketch. Every list has one entry per row."""
+    ``algo.train_sketches``, one row per sketch. Every list has one entry per row."""
 
     contexts: list[list[int]]
-    """Token ids each row is scored under: the plain prompt x, or (``sampler.loss_context=conditioned``, and every
+    """Token ids each row is scored under: the plain prompt x, or (``algo.loss_context=conditioned``, and every
     sketch row) the context that drew it."""
     completions: list[list[int]]
     """Token ids of each row's completion (for a multi-turn task the whole trajectory, observations included)."""
@@ -53,17 +53,21 @@ class LossInputs:
     alike are draws of the same solution for the same prompt."""
     stats: dict[str, float]
     """``loss/*`` statistics of the advantage computation (the off-policy strategy's baseline)."""
-    follow: list[tuple[int, list[int], int]]
-    """Two-stage sampling: (row, solve-prompt ids, ``Rollout.follow_token``) of every solution row that has one, for
-    ``algo.follow_coef``'s term."""
+    rollouts: list[Rollout]
+    """The solution rows' rollouts, in row order: what the loss terms (sesa_cli.terms) observe."""
 
 
-def loss_inputs(groups: Sequence[Sequence[Rollout]], strategy: OffPolicy, sampler: SamplerConfig) -> LossInputs:
+def loss_inputs(
+    groups: Sequence[Sequence[Rollout]], strategy: OffPolicy, algo: AlgoConfig, bonus: Sequence[float] | None = None
+) -> LossInputs:
     """Flatten groups into scored rows with advantages (``strategy``'s baseline: ``algo.off_policy``) and, when
-    ``sampler.train_sketches``, sketch rows."""
+    ``algo.train_sketches``, one row per sketch of the stage-II solutions (:class:`Expansion` rows). ``bonus``: per
+    solution row, added to its reward before the advantages (the loss terms' reward bonuses)."""
     rewards = torch.tensor([[r.score.reward for r in g] for g in groups], dtype=torch.float32)
+    if bonus is not None:
+        rewards = rewards + torch.tensor(bonus, dtype=torch.float32).view(rewards.shape)
     rows = [r for g in groups for r in g]
-    contexts = [r.context_ids if sampler.loss_context == "conditioned" else r.prompt_ids for r in rows]
+    contexts = [r.context_ids if algo.loss_context == "conditioned" else r.prompt_ids for r in rows]
     # The one definition of an off-policy row: drawn in a context other than the one it is scored in.
     off_policy = [r.context_ids != c for r, c in zip(rows, contexts, strict=True)]
     adv, stats = strategy.advantages(rewards, torch.tensor(off_policy, dtype=torch.bool).view(rewards.shape))
@@ -71,31 +75,31 @@ def loss_inputs(groups: Sequence[Sequence[Rollout]], strategy: OffPolicy, sample
     completions = [r.completion.ids for r in rows]
     masks: list[list[bool] | None] = [r.completion.mask for r in rows]
     behaviour = [r.completion.logps for r in rows]
-    if sampler.train_sketches and rows and rows[0].sketch_completion is not None:
-        # A sketch's advantage is the mean advantage of its solutions; sketches are scored in the context that drew
-        # them (there is no "plain prompt" form of a sketch), so they are never off-policy. A sketch is never pushed
-        # up when it repeats an earlier one of its chain (the chain is asked for sketches unlike the ones listed), nor
-        # when none of its solutions carried it out (``Rollout.followed`` False: a malformed or ignored sketch takes no
-        # credit for what its solutions won; where the task cannot tell, None, it does).
+    if algo.train_sketches:
+        # A sketch's advantage is the mean advantage of its solutions (its stage-II expansions); sketches are scored
+        # in the context that drew them (there is no "plain prompt" form of a sketch), so they are never off-policy.
+        # A sketch is never pushed up when it repeats an earlier one of its chain (the chain is asked for sketches
+        # unlike the ones listed), nor when none of its solutions carried it out (``Expansion.followed`` False: a
+        # malformed or ignored sketch takes no credit for what its solutions won; where the task cannot tell, None,
+        # it does).
         by_sketch: dict[int, list[float]] = {}
-        first: dict[int, Rollout] = {}
+        first: dict[int, tuple[Rollout, Sketch]] = {}
         carried: dict[int, bool] = {}  # some solution of the sketch carried it out, or the task cannot tell
         for r, a in zip(rows, advantages, strict=True):
-            if r.sketch_completion is None:  # a row drawn from the plain prompt (sampler.parallel_rows)
+            if not isinstance(r.origin, Expansion):  # an i.i.d. or chain row: no sketch of its own
                 continue
-            by_sketch.setdefault(id(r.sketch_completion), []).append(a)
-            first.setdefault(id(r.sketch_completion), r)
-            carried[id(r.sketch_completion)] = carried.get(id(r.sketch_completion), False) or r.followed is not False
+            key = id(r.origin.sketch)
+            by_sketch.setdefault(key, []).append(a)
+            first.setdefault(key, (r, r.origin.sketch))
+            carried[key] = carried.get(key, False) or r.origin.followed is not False
         drafted: set[tuple[int, tuple[int, ...]]] = set()  # (group, sketch ids) of the sketches met so far
-        for key, r in first.items():  # in chain order within each group
-            assert r.sketch_completion is not None
-            assert r.sketch_context_ids is not None
-            contexts.append(r.sketch_context_ids)
-            completions.append(r.sketch_completion.ids)
+        for key, (r, s) in first.items():  # in chain order within each group
+            contexts.append(s.context_ids)
+            completions.append(s.completion.ids)
             masks.append(None)
-            behaviour.append(r.sketch_completion.logps)
+            behaviour.append(s.completion.logps)
             advantage = float(np.mean(by_sketch[key]))
-            sketch = (r.group, tuple(r.sketch_completion.ids))
+            sketch = (r.group, tuple(s.completion.ids))
             advantages.append(min(0.0, advantage) if sketch in drafted or not carried[key] else advantage)
             drafted.add(sketch)
             off_policy.append(False)
@@ -109,7 +113,7 @@ def loss_inputs(groups: Sequence[Sequence[Rollout]], strategy: OffPolicy, sample
         n_solutions=len(rows),
         solutions=[None if r.score.key is None else (tuple(r.prompt_ids), r.score.key) for r in rows],
         stats=stats,
-        follow=[(i, r.context_ids, r.follow_token) for i, r in enumerate(rows) if r.follow_token is not None],
+        rollouts=rows,
     )
 
 
@@ -127,10 +131,10 @@ def updates_per_batch(algo: AlgoConfig) -> int:
     return algo.ppo_epochs * algo.minibatches
 
 
-def weighs_rows(sampler: SamplerConfig, strategy: OffPolicy, off_policy: Tensor) -> bool:
+def weighs_rows(algo: AlgoConfig, strategy: OffPolicy, off_policy: Tensor) -> bool:
     """Whether the update needs truncated importance weights: ``loss_context=is`` (every row), or an off-policy
     strategy that needs them (``algo.off_policy=weight_negatives``) with an off-policy row in the batch."""
-    return sampler.loss_context == "is" or (strategy.needs_weights and bool(off_policy.any()))
+    return algo.loss_context == "is" or (strategy.needs_weights and bool(off_policy.any()))
 
 
 def old_logps(
@@ -198,52 +202,3 @@ def optimizer_step(
         group["lr"] = lr
     optimizer.step()
     return float(grad_norm)
-
-
-class FoundSolutions:
-    """``algo.found_coef``'s memory: per plain prompt, one completion of every distinct solution an off-policy row
-    (:attr:`LossInputs.off_policy`) was drawn with, with success (``Score.success``), keyed by its solution key; the
-    first one drawn is kept. Nothing of the task's hidden answers is read: a solution is in it only once some sampled
-    row was rewarded for it. With parallel sampling no row is off-policy and nothing is remembered.
-
-    The term it gives an update is the mean over the found solutions of the batch's prompts of -log pi(y | x) (the
-    whole completion's log-prob under the plain prompt, observations masked): the cross-entropy of the policy to
-    the uniform distribution over what was found, whose gradient pulls the policy toward every found solution alike
-    (the one it already prefers least) and toward none outside the set."""
-
-    def __init__(self) -> None:
-        self.by_prompt: dict[tuple[int, ...], dict[str, tuple[list[int], list[bool] | None]]] = {}
-
-    def add(self, rows: Sequence[Rollout], gather: Callable[[list[Any]], list[Any]]) -> None:
-        """Remember the successful rows' solutions; ``gather`` (every data-parallel replica's, in rank order) makes
-        every replica hold the whole batch's, so each computes the same term."""
-        mine = [
-            (tuple(r.prompt_ids), r.score.key, list(r.completion.ids), r.completion.mask)
-            for r in rows
-            if r.score.success and r.score.key is not None
-        ]
-        for prompt, key, ids, mask in gather(mine):
-            self.by_prompt.setdefault(prompt, {}).setdefault(key, (ids, mask))
-
-    def rows(
-        self, prompts: Iterable[tuple[int, ...]]
-    ) -> tuple[list[list[int]], list[list[int]], list[list[bool] | None]]:
-        """(contexts, completions, masks) of every found solution of ``prompts`` (each prompt once)."""
-        contexts: list[list[int]] = []
-        completions: list[list[int]] = []
-        masks: list[list[bool] | None] = []
-        for prompt in dict.fromkeys(prompts):
-            for ids, mask in self.by_prompt.get(prompt, {}).values():
-                contexts.append(list(prompt))
-                completions.append(ids)
-                masks.append(mask)
-        return contexts, completions, masks
-
-    def state_dict(self) -> list[list[Any]]:
-        """JSON-ready: [prompt ids, key, completion ids, mask] per found solution."""
-        return [[list(p), k, ids, mask] for p, found in self.by_prompt.items() for k, (ids, mask) in found.items()]
-
-    def load_state_dict(self, state: Sequence[Sequence[Any]]) -> None:
-        self.by_prompt = {}
-        for prompt, key, ids, mask in state:
-            self.by_prompt.setdefault(tuple(prompt), {})[key] = (list(ids), mask)

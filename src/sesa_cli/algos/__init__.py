@@ -12,8 +12,6 @@ from sesa_cli.algos.advantages import (
     compute_advantages,
     no_on_policy_groups,
     scale_off_policy_negatives,
-    top_std_groups,
-    zero_std_groups,
 )
 from sesa_cli.algos.aggregations import masked_mean
 from sesa_cli.algos.losses import kl_penalty
@@ -24,10 +22,12 @@ from sesa_cli.algos.registry import (
     AGGREGATIONS,
     KL_ESTIMATORS,
     LR_SCHEDULES,
+    NEEDS_ENTROPIES,
     OFF_POLICY,
     POLICY_LOSSES,
     ZERO_AT_ZERO_ADVANTAGE,
     get,
+    needs_entropies,
     register,
     zero_at_zero_advantage,
 )
@@ -38,6 +38,7 @@ __all__ = [
     "AGGREGATIONS",
     "KL_ESTIMATORS",
     "LR_SCHEDULES",
+    "NEEDS_ENTROPIES",
     "OFF_POLICY",
     "POLICY_LOSSES",
     "ZERO_AT_ZERO_ADVANTAGE",
@@ -48,11 +49,10 @@ __all__ = [
     "kl_penalty",
     "lr_scale",
     "masked_mean",
+    "needs_entropies",
     "no_on_policy_groups",
     "off_policy_strategy",
     "register",
     "scale_off_policy_negatives",
-    "top_std_groups",
     "zero_at_zero_advantage",
-    "zero_std_groups",
 ]

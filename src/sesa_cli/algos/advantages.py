@@ -26,8 +26,6 @@ __all__ = [
     "no_on_policy_groups",
     "rloo",
     "scale_off_policy_negatives",
-    "top_std_groups",
-    "zero_std_groups",
 ]
 
 
@@ -135,33 +133,3 @@ def scale_off_policy_negatives(advantages: Tensor, off_policy: Tensor, factors: 
             f"{tuple(off_policy.shape)} and {tuple(factors.shape)}"
         )
     return torch.where(off_policy & (advantages < 0), advantages * factors.to(advantages.dtype), advantages)
-
-
-def zero_std_groups(rewards: Tensor) -> Tensor:
-    """True for groups whose rewards are all equal (std 0), which carry no learning signal under a group baseline:
-    DAPO's dynamic sampling (Yu et al. 2025) drops them and samples more prompts until the batch is full.
-
-    rewards (n_groups, group) -> bool (n_groups,). Equality is exact (no std threshold), so a group whose rewards
-    differ only by float noise still counts as informative.
-    """
-    if rewards.ndim != 2:
-        raise ValueError(f"rewards must be (n_groups, group), got shape {tuple(rewards.shape)}")
-    return (rewards == rewards[:, :1]).all(dim=1)
-
-
-def top_std_groups(rewards: Tensor, ratio: float) -> Tensor:
-    """RAGEN's StarPO-S rollout filter (Wang et al. 2025, "RAGEN", arXiv 2504.20073; ``rollout_filter_ratio`` with
-    type ``std``): keep the ``int(ratio * n_groups)`` groups (at least one) with the largest in-group reward std,
-    so the update spends its step on the prompts whose rollouts disagree. Ties keep the earlier group.
-
-    rewards (n_groups, group) -> bool (n_groups,); ratio in (0, 1], 1 keeps every group.
-    """
-    std = _as_float(rewards).std(dim=1, unbiased=False)  # _as_float checks the (n_groups, group) shape
-    if not 0 < ratio <= 1:
-        raise ValueError(f"ratio must be in (0, 1], got {ratio}")
-    n = rewards.shape[0]
-    k = max(1, int(ratio * n))
-    order = torch.sort(-std, stable=True).indices
-    keep = torch.zeros(n, dtype=torch.bool)
-    keep[order[:k]] = True
-    return keep

@@ -7,7 +7,7 @@ from torch import Tensor
 
 from sesa_cli.algos.aggregations import masked_mean
 from sesa_cli.algos.losses import kl_penalty
-from sesa_cli.algos.registry import AGGREGATIONS, POLICY_LOSSES, get
+from sesa_cli.algos.registry import AGGREGATIONS, NEEDS_ENTROPIES, POLICY_LOSSES, get
 from sesa_cli.config import AlgoConfig
 
 __all__ = ["compute_loss"]
@@ -46,7 +46,7 @@ def compute_loss(
 
     with pg the per-token loss ``cfg.loss``, agg the aggregation ``cfg.aggregation`` over ``response_mask``, and w
     the per-sequence weight ``seq_weights`` (the truncated importance weight min(c, pi(y|x)/pi(y|ctx)) of
-    ``sampler.loss_context=is``; it scales the policy-gradient term only).
+    ``algo.loss_context=is``; it scales the policy-gradient term only).
 
     Args:
         logps: (batch, seq) log-probs of the response tokens under the policy being trained; carries the gradient.
@@ -57,7 +57,8 @@ def compute_loss(
         ref_logps: (batch, seq) log-probs under the reference policy (constant). Needed when ``cfg.kl_coef > 0``;
             when given, the ``kl`` metric is reported even if ``kl_coef == 0``.
         entropies: (batch, seq) entropy of the policy at each position; carries the gradient. Needed when
-            ``cfg.entropy_coef > 0``; when given, the ``entropy`` metric is reported.
+            ``cfg.entropy_coef > 0`` or the loss reads them (:data:`~sesa_cli.algos.NEEDS_ENTROPIES`: it gets them
+            detached); when given, the ``entropy`` metric is reported.
         seq_weights: (batch,) per-sequence weights of the policy-gradient term (constant).
         norm_constant: the divisor of ``seq_sum_norm`` (``algo.norm_constant`` with 0 already resolved to the
             task's max_new_tokens); ignored by the other aggregations.
@@ -84,6 +85,9 @@ def compute_loss(
     if cfg.entropy_coef > 0 and entropies is None:
         raise ValueError("algo.entropy_coef > 0 needs entropies")
     policy_loss = get(POLICY_LOSSES, cfg.loss, "algo.loss")
+    reads_entropies = cfg.loss in NEEDS_ENTROPIES
+    if reads_entropies and entropies is None:
+        raise ValueError(f"algo.loss={cfg.loss} reads the entropies: pass entropies")
     aggregate = get(AGGREGATIONS, cfg.aggregation, "algo.aggregation")
 
     # Half-precision log-probs lose the small differences the ratio is made of; compute in at least float32.
@@ -93,7 +97,8 @@ def compute_loss(
     token_advantages = advantages.detach().to(dtype)[:, None].expand_as(logps)  # (batch, seq)
     mask = response_mask.bool()
 
-    pg_losses, loss_metrics = policy_loss(logps, old_logps, token_advantages, mask, cfg, generator=generator)
+    extra = {"entropies": entropies.detach().to(dtype)} if reads_entropies and entropies is not None else {}
+    pg_losses, loss_metrics = policy_loss(logps, old_logps, token_advantages, mask, cfg, generator=generator, **extra)
     metrics: dict[str, Tensor] = {}
     if seq_weights is not None:
         weights = seq_weights.detach().to(dtype)  # (batch,)

@@ -1,5 +1,5 @@
 """Off-policy strategies (``algo.off_policy``): what the loss does with *off-policy rows*, the solutions drawn in a
-context other than the one they are scored in (with ``sampler.loss_context=prompt`` or ``is``: every chain item
+context other than the one they are scored in (with ``algo.loss_context=prompt`` or ``is``: every chain item
 after the first and every stage-II solution of the sequential sampler; never a sketch row, never with
 ``loss_context=conditioned``, never with parallel sampling).
 
@@ -16,7 +16,7 @@ process) for the one that counts over the whole batch (``distinct_solutions``): 
 holds a shard of the groups, and :meth:`OffPolicy.rows` must give its rows what one process gives them on the
 global batch.
 
-The field doc of ``algo.off_policy`` (sesa_cli/config.py) and docs/samplers.md say why each exists and what it
+The field doc of ``algo.off_policy`` (sesa_cli/config/method.py) and docs/samplers.md say why each exists and what it
 measured. To add one, subclass :class:`OffPolicy` next to its neighbours with ``@register(OFF_POLICY, "name")``.
 """
 
@@ -110,7 +110,7 @@ class DropNegatives(OffPolicy):
 @register(OFF_POLICY, "weight_negatives")
 class WeightNegatives(OffPolicy):
     """``weight_negatives``: negative advantages of off-policy rows multiplied by their truncated importance weight
-    (``sampler.is_clip``); positives kept. Logs ``loss/neg_weight_mean`` (mean weight of those rows)."""
+    (``algo.is_clip``); positives kept. Logs ``loss/neg_weight_mean`` (mean weight of those rows)."""
 
     needs_weights = True
 

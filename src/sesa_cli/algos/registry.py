@@ -11,26 +11,29 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from sesa_cli.config import ConfigError
+from sesa_cli.registry import Registry
 
 __all__ = [
     "ADVANTAGES",
     "AGGREGATIONS",
     "KL_ESTIMATORS",
     "LR_SCHEDULES",
+    "NEEDS_ENTROPIES",
     "OFF_POLICY",
     "POLICY_LOSSES",
     "ZERO_AT_ZERO_ADVANTAGE",
     "get",
+    "needs_entropies",
     "register",
     "zero_at_zero_advantage",
 ]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-ADVANTAGES: dict[str, Callable[..., Any]] = {}
+ADVANTAGES: Registry[Callable[..., Any]] = Registry("algo.advantage")
 """``algo.advantage``: ``fn(rewards (n_groups, group), cfg, on_policy=None) -> advantages (n_groups, group)``; the
 optional bool ``on_policy`` (n_groups, group) restricts the baseline to on-policy rollouts (see advantages.py)."""
-POLICY_LOSSES: dict[str, Callable[..., Any]] = {}
+POLICY_LOSSES: Registry[Callable[..., Any]] = Registry("algo.loss")
 """``algo.loss``: ``fn(logps, old_logps, advantages, response_mask, cfg, *, generator) -> (pg_losses, metrics)``,
 all tensors ``(batch, seq)``; ``pg_losses`` is per token, ``metrics`` maps names to 0-d tensors."""
 ZERO_AT_ZERO_ADVANTAGE: set[str] = set()
@@ -38,26 +41,35 @@ ZERO_AT_ZERO_ADVANTAGE: set[str] = set()
 whatever their log-probs, and leave the other rows' terms unchanged (declared with ``register(...,
 zero_at_zero_advantage=True)``). The trainer skips the forward pass of such rows when no KL or entropy term needs it
 (every row of a zero-std group); they still count in the aggregation."""
-AGGREGATIONS: dict[str, Callable[..., Any]] = {}
+NEEDS_ENTROPIES: set[str] = set()
+"""The names in :data:`POLICY_LOSSES` that read the policy's per-token entropies (a loss that acts on the
+high-entropy tokens only, say; declared with ``register(..., needs_entropies=True)``): the update computes them for
+every row, and the loss gets them as ``entropies`` (batch, seq), detached."""
+AGGREGATIONS: Registry[Callable[..., Any]] = Registry("algo.aggregation")
 """``algo.aggregation``: ``fn(values (batch, seq), response_mask (batch, seq), *, norm_constant) -> 0-d tensor``."""
-KL_ESTIMATORS: dict[str, Callable[..., Any]] = {}
+KL_ESTIMATORS: Registry[Callable[..., Any]] = Registry("algo.kl_estimator")
 """``algo.kl_estimator``: ``fn(logps, ref_logps) -> per-token estimate``, same shape as the inputs."""
-LR_SCHEDULES: dict[str, Callable[..., Any]] = {}
+LR_SCHEDULES: Registry[Callable[..., Any]] = Registry("optim.lr_schedule")
 """``optim.lr_schedule``: ``fn(done) -> multiplier`` of the learning rate after the warm-up, ``done`` in [0, 1] the
 fraction of the post-warm-up steps taken (see schedules.py)."""
-OFF_POLICY: dict[str, Callable[..., Any]] = {}
+OFF_POLICY: Registry[Callable[..., Any]] = Registry("algo.off_policy")
 """``algo.off_policy``: a subclass of :class:`sesa_cli.algos.off_policy.OffPolicy`, called with the
 :class:`~sesa_cli.config.AlgoConfig` and the data-parallel replicas' gather to give the strategy (its baseline,
 importance-weight need, per-row treatment and their statistics; see off_policy.py)."""
 
 
 def register(
-    registry: dict[str, Callable[..., Any]], name: str, *, zero_at_zero_advantage: bool = False
+    registry: dict[str, Callable[..., Any]],
+    name: str,
+    *,
+    zero_at_zero_advantage: bool = False,
+    needs_entropies: bool = False,
 ) -> Callable[[F], F]:
     """Decorator adding a function to ``registry`` under ``name``; a name already taken raises ``ValueError``.
-    ``zero_at_zero_advantage`` (policy losses only) declares the property of :data:`ZERO_AT_ZERO_ADVANTAGE`."""
-    if zero_at_zero_advantage and registry is not POLICY_LOSSES:
-        raise ValueError("zero_at_zero_advantage describes policy losses only")
+    ``zero_at_zero_advantage`` and ``needs_entropies`` (policy losses only) declare the properties of
+    :data:`ZERO_AT_ZERO_ADVANTAGE` and :data:`NEEDS_ENTROPIES`."""
+    if (zero_at_zero_advantage or needs_entropies) and registry is not POLICY_LOSSES:
+        raise ValueError("zero_at_zero_advantage and needs_entropies describe policy losses only")
 
     def decorator(fn: F) -> F:
         if name in registry:
@@ -65,6 +77,8 @@ def register(
         registry[name] = fn
         if zero_at_zero_advantage:
             ZERO_AT_ZERO_ADVANTAGE.add(name)
+        if needs_entropies:
+            NEEDS_ENTROPIES.add(name)
         return fn
 
     return decorator
@@ -77,6 +91,13 @@ def get(registry: dict[str, Callable[..., Any]], name: str, kind: str) -> Callab
         return registry[name]
     except KeyError:
         raise ConfigError(f"unknown {kind} {name!r}; valid: {', '.join(sorted(registry))}") from None
+
+
+def needs_entropies(loss: str) -> bool:
+    """Whether the policy loss ``loss`` reads the per-token entropies (:data:`NEEDS_ENTROPIES`); an unknown name
+    raises ``ConfigError``."""
+    get(POLICY_LOSSES, loss, "algo.loss")
+    return loss in NEEDS_ENTROPIES
 
 
 def zero_at_zero_advantage(loss: str) -> bool:

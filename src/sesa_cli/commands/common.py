@@ -9,50 +9,63 @@ import os
 import platform
 import random
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 from sesa_cli.commands import interrupt
-from sesa_cli.config import ConfigError, first_line
+from sesa_cli.config import ConfigError, cut, first_line
 from sesa_cli.cpus import free_cores
+from sesa_cli.paths import user_path_problem
 
 log = logging.getLogger("sesa")
 
 
 @contextlib.contextmanager
-def user_errors(command: str) -> Iterator[None]:
+def user_errors(command: str, on_end: Callable[[str, str], None] | None = None) -> Iterator[None]:
     """Bad input -> one line on stderr and exit 2; Ctrl-C -> a clean exit 130 (the trainer saved a checkpoint).
     Either way, and on any other error, the run dir's run.json records how it ended (``RunDir.mark_ended``), so a
     command that later meets the dir can say it is a failed run; a run dir the command wrote nothing into but its
-    bookkeeping is removed instead (:func:`drop_empty_run_dir`)."""
+    bookkeeping is removed instead (:func:`drop_empty_run_dir`). ``on_end(status, reason)`` hears how a command
+    that did not finish ended (a sweep job's record: sesa_cli.commands.sweep)."""
     from sesa_cli.progress import use_console
 
     use_console()
+    ended = on_end or (lambda status, reason: None)
     with contextlib.ExitStack() as owning:  # released after the handlers below marked the dir
         try:
             owning.enter_context(_owned_job_dir(command))
             yield
-        except ConfigError as exc:
-            _mark_run_dir(command, "failed", str(exc), 2)
-            drop_empty_run_dir(command)
-            print(f"sesa {command}: error: {exc}", file=sys.stderr)
-            raise SystemExit(2) from None
         except KeyboardInterrupt:
             _mark_run_dir(command, "interrupted", interrupt.reason(), interrupt.exit_code())
             drop_empty_run_dir(command)
+            ended("interrupted", interrupt.reason())
             interrupt.interrupted(command)
-        except Exception as exc:  # Hydra prints the traceback and exits 1
-            _mark_run_dir(command, "failed", f"{type(exc).__name__}: {first_line(exc)}", 1)
+        except Exception as exc:
+            problem = user_problem(exc)
+            reason = cut(problem) if problem is not None else f"{type(exc).__name__}: {first_line(exc)}"
+            _mark_run_dir(command, "failed", reason, 1 if problem is None else 2)
             drop_empty_run_dir(command)
-            raise
+            ended("failed", reason)
+            if problem is None:  # a bug: Hydra prints the traceback and exits 1
+                raise
+            print(f"sesa {command}: error: {reason}", file=sys.stderr)
+            raise SystemExit(2) from None
+
+
+def user_problem(exc: Exception) -> str | None:
+    """The one line of an error the user can fix: a ConfigError, or an OSError on a path they named (a name too long,
+    a file in the way: sesa_cli.paths); None for a bug."""
+    if isinstance(exc, ConfigError):
+        return str(exc)
+    return user_path_problem(exc, hydra_overrides()) if isinstance(exc, OSError) else None
 
 
 @contextlib.contextmanager
 def _owned_job_dir(command: str) -> Iterator[None]:
-    """The Hydra job's run dir locked for this process (sesa_cli.run_lock): a sweep's job dir is locked here (after
-    Hydra's own files: only the launcher knows its path), a single run's dir the dispatcher already holds; given back
-    when the job ends if taken here. Rank 0 alone: it owns a data-parallel run's dir."""
+    """The Hydra job's run dir locked for this process (sesa_cli.run_lock): a no-op where it was taken before Hydra
+    wrote into it (a single run's dir by the dispatcher or sesa_cli.api, a sweep job's by sesa_cli.commands.sweep's
+    resolver), else taken here and given back when the job ends. Rank 0 alone: it owns a data-parallel run's dir."""
     from sesa_cli import run_lock
 
     if command not in ("train", "revive", "eval") or os.environ.get("RANK", "0") != "0":
@@ -127,6 +140,16 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
+def hydra_overrides() -> list[str]:
+    """Every override of the running Hydra job, the user's and Hydra's own ([] outside one)."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if not HydraConfig.initialized():
+        return []
+    hc = HydraConfig.get()
+    return [str(o) for o in (*hc.overrides.task, *hc.overrides.hydra)]
+
+
 def hydra_context() -> tuple[Path, list[str]]:
     """(run dir, the user's overrides) of the running Hydra job."""
     from hydra.core.hydra_config import HydraConfig
@@ -197,7 +220,8 @@ def torch_threads(requested: str = "1") -> int:
     joblib sweep job's share (:func:`joblib_cpu_budget`), else the cores not busy now: cores minus the 1-minute load
     average (or the tasks running right now, if fewer), rounded, at least 1 (:func:`sesa_cli.cpus.free_cores`). On
     a machine whose cores other jobs keep busy, a thread per core makes every parallel op wait until all its
-    threads get a core, which slowed the warm start far more than the load alone (issue 22); one thread per free
+    threads get a core, which slowed the warm start far more than the load alone (docs/measurements.md, "Threads"); one
+    thread per free
     core degrades gracefully instead.
     """
     import torch

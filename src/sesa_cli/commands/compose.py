@@ -11,7 +11,20 @@ import re
 from typing import Any
 
 from sesa_cli.commands.table import USAGES
-from sesa_cli.config import ConfigError, conf_dir
+from sesa_cli.config import ConfigError, conf_dir, cut
+from sesa_cli.paths import hydra_value, user_path_problem
+from sesa_cli.plugins import with_search_path
+from sesa_cli.tasks import TASK_SCHEMAS
+
+
+def store_task_schemas() -> None:
+    """Store every registered task's schema in Hydra's ConfigStore as ``schema/task/<name>`` (idempotent), a plug-in's
+    task too once its module is imported (conf/task/<name>.yaml names its schema in its defaults)."""
+    from hydra.core.config_store import ConfigStore
+
+    cs = ConfigStore.instance()
+    for name, schema in TASK_SCHEMAS.items():
+        cs.store(group="schema/task", name=name, node=schema)
 
 
 def compose(config_name: str, overrides: list[str], hydra: bool = False) -> Any:
@@ -20,7 +33,7 @@ def compose(config_name: str, overrides: list[str], hydra: bool = False) -> Any:
     from hydra import initialize_config_dir
 
     with initialize_config_dir(version_base="1.3", config_dir=str(conf_dir()), job_name=config_name):
-        return hydra_compose(config_name, overrides=overrides, return_hydra_config=hydra)
+        return hydra_compose(config_name, overrides=with_search_path(overrides), return_hydra_config=hydra)
 
 
 def _valid_keys(config_name: str, overrides: list[str], parent: str, bad: str) -> list[str]:
@@ -51,6 +64,9 @@ def explain(exc: BaseException, config_name: str, overrides: list[str]) -> str:
     from omegaconf.errors import ConfigKeyError, OmegaConfBaseException
 
     msg = str(exc)
+    value_problem = _unreadable_value(exc, overrides)
+    if value_problem:
+        return value_problem
     missing = re.search(r"missing mandatory value: (\S+)", msg)
     if missing:  # a key the command cannot run without: its usage line says what to pass
         command = config_name.replace("_", "-")
@@ -80,3 +96,79 @@ def explain(exc: BaseException, config_name: str, overrides: list[str]) -> str:
         first = str(cause).splitlines()[0]
         return f"{full_key}: {first}" if full_key else first
     return msg.splitlines()[0] if msg else type(exc).__name__
+
+
+DIGITS_LIMIT = 4300
+"""The longest integer Python reads from text (``sys.get_int_max_str_digits``'s default)."""
+
+
+def _unreadable_value(exc: BaseException, overrides: list[str]) -> str | None:
+    """The one line, naming the key, for an override no config can hold: a number longer than Python reads, a NUL
+    byte, a group option or path whose name the file system refuses. None for any other error."""
+    import errno
+    import os
+
+    msg = str(exc)
+    for line in overrides:
+        key, sep, value = line.partition("=")
+        if not sep:
+            continue
+        key = key.lstrip("+~")
+        digits = max((len(run) for run in re.findall(r"\d+", value)), default=0)
+        if digits > DIGITS_LIMIT and "integer string conversion" in msg:
+            return f"{key}={cut(value)}: a number of {digits:,} digits is longer than can be read (at most {DIGITS_LIMIT:,})"
+        if "\x00" in line:
+            shown = cut(value.replace("\x00", "\\x00"))
+            return f"{key}={shown}: the value holds a NUL byte (\\x00), which no name, path or number can hold"
+        if isinstance(exc, OSError) and exc.errno == errno.ENAMETOOLONG and "." not in key and value:
+            name = os.fsdecode(exc.filename or "")
+            if f"{os.sep}{key}{os.sep}{value}" in name:  # Hydra looked for conf/<group>/<value>.yaml
+                options = (
+                    sorted(p.stem for p in (conf_dir() / key).glob("*.yaml")) if (conf_dir() / key).is_dir() else []
+                )
+                listed = f"; choose one of: {', '.join(options)}" if options else ""
+                return f"{key}={cut(value)} is not a {key} option (its name is too long){listed}"
+    if isinstance(exc, OSError):
+        return user_path_problem(exc, overrides)
+    return None
+
+
+CONFIG_DIR_FLAGS = ("--config-dir", "-cd")
+
+
+def config_dir_as_searchpath(args: list[str]) -> list[str]:
+    """``args`` with Hydra's ``--config-dir DIR`` (``-cd DIR``, ``--config-dir=DIR``) turned into the
+    ``hydra.searchpath`` entry it stands for: Hydra puts an added config dir after the command's own configs and
+    before the schemas, where ``hydra.searchpath`` puts its entries, so the two are the same search path; as an
+    override it reaches every composition sesa makes (the validation before any work, the run dir, ``--help``),
+    not only the Hydra app's. A user's own ``hydra.searchpath`` keeps its entries, after the config dir's. A dir that
+    does not exist is a one-line ConfigError."""
+    import os
+
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    dirs: list[str] = []
+    rest: list[str] = []
+    it = iter(args)
+    for arg in it:
+        flag, eq, value = arg.partition("=")
+        if flag in CONFIG_DIR_FLAGS:
+            value = value if eq else str(next(it, ""))
+            if not value or not os.path.isdir(os.path.expanduser(value)):
+                raise ConfigError(f"--config-dir {cut(value) or '(missing)'}: no such directory")
+            dirs.append("file://" + os.path.abspath(os.path.expanduser(value)))
+        else:
+            rest.append(arg)
+    if not dirs:
+        return args
+    theirs: list[str] = []
+    for i, arg in enumerate(rest):
+        if arg.lstrip("+").startswith("hydra.searchpath="):
+            given = OverridesParser.create().parse_overrides([arg])[0].value()
+            theirs = [str(v) for v in given] if isinstance(given, list) else [str(given)]
+            del rest[i]
+            break
+    line = f"hydra.searchpath=[{','.join(hydra_value(d) for d in [*dirs, *theirs])}]"
+    # beside the other overrides: Hydra's parser takes overrides in one run, between its flags
+    at = next((i for i, arg in enumerate(rest) if not arg.startswith("-") and "=" in arg), len(rest))
+    return [*rest[:at], line, *rest[at:]]

@@ -11,8 +11,9 @@ from typing import Any
 import hydra
 from omegaconf import DictConfig
 
-from sesa_cli.commands.common import hydra_context, user_errors
+from sesa_cli.commands.common import hydra_context
 from sesa_cli.commands.schemas import register_configs
+from sesa_cli.commands.sweep import run_command
 from sesa_cli.config import ConfigError, DiversityReportConfig, conf_dir, to_object
 
 register_configs()
@@ -24,6 +25,7 @@ def run(cfg: DiversityReportConfig, out_dir: Path) -> dict[str, Any]:
     from rich.console import Console
     from rich.table import Table
 
+    from sesa_cli.commands.rundir import publish_report
     from sesa_cli.report import analyse, console_tables, write_report
     from sesa_cli.report.stats import METHOD
 
@@ -32,7 +34,9 @@ def run(cfg: DiversityReportConfig, out_dir: Path) -> dict[str, Any]:
             "runs=[...] is empty; pass run dirs or a multirun dir, e.g. runs=[outputs/train/multirun/...]"
         )
     report = analyse([str(r) for r in cfg.runs], cfg.compare, cfg.metrics)
-    files = write_report(report, out_dir)
+    written = write_report(report, out_dir)
+    # written into a staging dir beside the report dir, which now takes its place whole (sesa_cli.commands.rundir)
+    files: dict[str, Any] = moved(dict(written), out_dir, publish_report(out_dir))
     console = Console()
     console.print(report.intro())
     for title, headers, rows in console_tables(report):
@@ -59,14 +63,25 @@ def run(cfg: DiversityReportConfig, out_dir: Path) -> dict[str, Any]:
     return dict(files)
 
 
+def moved(value: Any, old: Path, new: Path) -> Any:
+    """``value`` (paths, and dicts and lists of them) with every path under ``old`` moved under ``new``."""
+    if isinstance(value, dict):
+        return {k: moved(v, old, new) for k, v in value.items()}
+    if isinstance(value, list):
+        return [moved(v, old, new) for v in value]
+    if isinstance(value, Path) and value.is_relative_to(old):
+        return new / value.relative_to(old)
+    return value
+
+
 def job(cfg: DictConfig) -> tuple[Path, dict[str, Any]]:
     """The command inside its Hydra job (``main`` and sesa_cli.api run it): (report dir, the written files)."""
     config = to_object(cfg)
     out_dir, _ = hydra_context()
-    return out_dir, run(config, out_dir)
+    files = run(config, out_dir)
+    return Path(files["html"]).parent, files
 
 
 @hydra.main(version_base="1.3", config_path=str(conf_dir()), config_name="diversity_report")
 def main(cfg: DictConfig) -> None:
-    with user_errors("diversity-report"):
-        job(cfg)
+    run_command("diversity-report", lambda: job(cfg))

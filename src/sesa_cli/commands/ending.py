@@ -14,7 +14,10 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from rich.table import Table
 
+from sesa_cli.commands.sweep import clear_records, resume_command, summary
+from sesa_cli.config import SEQUENTIAL_ONLY
 from sesa_cli.metric_keys import key
+from sesa_cli.paths import hydra_value
 from sesa_cli.progress import console
 
 
@@ -26,23 +29,6 @@ def shown_path(path: Path | str) -> str:
         return str(p.relative_to(Path.cwd().resolve()))
     except ValueError:
         return str(p)
-
-
-_PLAIN_VALUE = re.compile(r"[A-Za-z0-9_./~+-]+")
-"""Characters Hydra's override grammar reads as one unquoted value (its ``ID``/path tokens): anything else (spaces,
-parentheses, commas, brackets, quotes, ``$``, non-ASCII) makes ``sesa eval ckpt=...`` a grammar error or a sweep."""
-
-
-def hydra_value(text: str) -> str:
-    """``text`` as a value of Hydra's override grammar: as it is where it is plain, else single-quoted with the
-    grammar's escapes (a quote, and any backslashes before a quote or the closing quote, get a backslash each) and
-    ``${`` escaped so OmegaConf does not read an interpolation into a path."""
-    if _PLAIN_VALUE.fullmatch(text):
-        return text
-    body = text.replace("${", "\\${")
-    body = re.sub(r"(\\*)'", lambda m: m.group(1) * 2 + "\\'", body)
-    body = re.sub(r"(\\+)$", lambda m: m.group(1) * 2, body)
-    return f"'{body}'"
 
 
 def arg(key: str, path: Path | str, listed: bool = False) -> str:
@@ -126,9 +112,11 @@ def train_summary(command: str, final: dict[str, Any], base: dict[str, Any] | No
 
 
 def parallel_baseline(run_dir: Path, overrides: list[str]) -> tuple[str, str]:
-    """The ``sesa train`` of a sequential run's parallel baseline (its overrides without the sampler's, plus
-    ``sampler=parallel``, into ``<run dir>-parallel``) and the report that compares the two runs."""
-    kept = [o for o in overrides if not re.match(r"[+~]*(sampler[.=]|hydra\.)", o)]
+    """The ``sesa train`` of a sequential run's parallel baseline (its overrides without the sampler's and the other
+    sequential-only settings, plus ``sampler=parallel``, into ``<run dir>-parallel``) and the report that compares
+    the two runs."""
+    kept = [o for o in overrides if not re.match(r"[+~]*(sampler[.=]|hydra\.)", o)
+            and o.partition("=")[0].lstrip("+~") not in SEQUENTIAL_ONLY]  # fmt: skip
     other = Path(f"{run_dir}-parallel")
     train = " ".join(["sesa train", *map(shlex.quote, kept), "sampler=parallel", arg("hydra.run.dir", other)])
     runs = shlex.quote(f"runs=[{hydra_value(shown_path(run_dir))},{hydra_value(shown_path(other))}]")
@@ -187,9 +175,9 @@ def _print_next(lines: list[tuple[str, str]]) -> None:
 
 
 def resume_hint(run_dir: Path, step: int, steps: int, command: str = "train") -> None:
-    """After Ctrl-C, SIGTERM or SIGUSR1: the checkpoint the trainer saved and the commands that continue from it
-    (the same command again resumes the run, train.resume=auto)."""
-    again = "rerun the same command (train.resume=auto) or " if command in ("train", "revive") else ""
+    """After Ctrl-C, SIGTERM or SIGUSR1: the checkpoint the trainer saved and the commands that continue from it:
+    the command that resumes the run (:func:`resume_line`: train.resume=auto) and a revival from the checkpoint."""
+    again = f"{resume_line(run_dir, command)} or " if command in ("train", "revive") else ""
     console.print(
         f"stopped at step {step} of {steps}; continue with: {again}sesa revive {arg('ckpt', run_dir)} "
         f"more_steps={max(1, steps - step)}",
@@ -197,12 +185,45 @@ def resume_hint(run_dir: Path, step: int, steps: int, command: str = "train") ->
     )  # fmt: skip
 
 
+def resume_line(run_dir: Path, command: str) -> str:
+    """What resumes the stopped run in ``run_dir``: for a sweep's job, the sweep's own command (which skips the
+    finished jobs: sesa_cli.commands.sweep); else this command with its overrides and its run dir."""
+    from hydra.core.hydra_config import HydraConfig
+
+    why = "(train.resume=auto)"
+    if not HydraConfig.initialized():
+        return f"rerun the same command with {arg('hydra.run.dir', run_dir)} {why}"
+    hc = HydraConfig.get()
+    if getattr(hc.mode, "name", str(hc.mode)) == "MULTIRUN":
+        sweep = resume_command() or f"the sweep's command with {arg('hydra.sweep.dir', hc.sweep.dir)}"
+        return f"{sweep} (its finished jobs are skipped, this one resumes: train.resume=auto)"
+    mine = [str(o) for o in hc.overrides.hydra if not str(o).startswith("hydra.mode=")]
+    if not any(o.lstrip("+").startswith("hydra.run.dir=") for o in mine):
+        mine.append(arg("hydra.run.dir", run_dir))
+    words = [shlex.quote(str(o)) for o in hc.overrides.task] + [o if o.startswith(("hydra.run.dir=", "'")) else
+                                                                 shlex.quote(o) for o in mine]  # fmt: skip
+    return " ".join(["sesa", command, *words, why])
+
+
 class SweepEnding(Callback):
-    """Hydra callback (added by ``sesa <command> -m``): after the last job, how to report on the sweep."""
+    """Hydra callback (added by ``sesa <command> -m``, sesa_cli.commands.sweep.prepare_sweep): before the first job,
+    the sweep's records start afresh; after the last, the summary of how each job ended (N finished, M refused, K
+    failed, each with its dir) and how to report on the sweep. The exit code is non-zero only if a job failed (1)
+    or the sweep was stopped (128 + the signal)."""
+
+    def on_multirun_start(self, config: Any, **kwargs: Any) -> None:
+        clear_records(Path(str(config.hydra.sweep.dir)))
 
     def on_multirun_end(self, config: Any, **kwargs: Any) -> None:
         sweep = str(config.hydra.sweep.dir)
+        lines, code = summary(Path(sweep))
+        for line in lines:
+            console.print(line, soft_wrap=True, markup=False, highlight=False)
         console.print(f"sweep dir: {shown_path(sweep)}", soft_wrap=True, markup=False, highlight=False)
+        if code > 1 and resume_command():
+            console.print(f"resume:    {resume_command()}", soft_wrap=True, markup=False, highlight=False)
         if os.environ.get("RANK", "0") == "0" and config.hydra.job.name in ("train", "revive", "eval"):
             console.print(f"report:    sesa diversity-report {arg('runs', sweep, listed=True)}", soft_wrap=True,
                           markup=False, highlight=False)  # fmt: skip
+        if code:
+            raise SystemExit(code)

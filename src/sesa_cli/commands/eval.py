@@ -14,10 +14,10 @@ from omegaconf import DictConfig
 from sesa_cli.commands.common import (
     resolved_yaml,
     seed_everything,
-    user_errors,
 )
 from sesa_cli.commands.ending import number
 from sesa_cli.commands.schemas import register_configs
+from sesa_cli.commands.sweep import run_command
 from sesa_cli.config import EvalConfig, conf_dir
 
 log = logging.getLogger("sesa.eval")
@@ -28,6 +28,7 @@ def run(cfg: EvalConfig, run_dir: Path, overrides: list[str] | None = None) -> d
     """Evaluate and write ``config.yaml``, ``run.json``, ``samples.jsonl`` + ``metrics.json`` (+
     ``policy_probs.jsonl`` where the task has exact policy metrics) under ``run_dir``; return the metrics. Called
     alone it leaves the same run dir as the Hydra app (which adds only Hydra's own ``.hydra/`` and log file)."""
+    from sesa_cli.commands.reload import check_checkpoint_model
     from sesa_cli.runs import (
         RunDir,
         atomic_write_text,
@@ -40,6 +41,8 @@ def run(cfg: EvalConfig, run_dir: Path, overrides: list[str] | None = None) -> d
 
     ckpt = resolve_checkpoint(cfg.ckpt) if cfg.ckpt else None
     step = check_checkpoint(ckpt)["step"] if ckpt else 0  # every file it holds, before any model work (or imports)
+    if ckpt is not None:
+        check_checkpoint_model(ckpt, cfg)  # the run's own checkpoint, able to write this task's prompts
     bad = ended_badly(run_dir_of_checkpoint(ckpt)) if ckpt else None
     if bad and ckpt:
         log.warning("%s is %s; evaluating its checkpoint at step %d", run_dir_of_checkpoint(ckpt), bad, step)
@@ -47,12 +50,14 @@ def run(cfg: EvalConfig, run_dir: Path, overrides: list[str] | None = None) -> d
     from rich.table import Table
 
     from sesa_cli.commands.ending import eval_ending
+    from sesa_cli.commands.registered import check_registered
     from sesa_cli.evaluation import Evaluation, sample_records
     from sesa_cli.models.loading import load_checkpoint, load_policy
     from sesa_cli.progress import console, phase
     from sesa_cli.rollout.samplers import make_sampler
     from sesa_cli.tasks.base import make_task
 
+    check_registered(cfg)  # every name a registry holds, before any model work
     seed_everything(cfg.seed)
     run = RunDir(run_dir)
     run.write_config(resolved_yaml(cfg))
@@ -141,7 +146,7 @@ def tracked(cfg: EvalConfig, run_dir: Path, overrides: list[str] | None = None) 
     evaluated run as a revived run is (sesa_cli.loggers)."""
     from sesa_cli.commands.revive import parent_loggers
     from sesa_cli.loggers import attached
-    from sesa_cli.runs import RunDir, atomic_write_text, read_json_object, resolve_checkpoint, run_dir_of_checkpoint
+    from sesa_cli.runs import RunDir, atomic_write_text, read_run_info, resolve_checkpoint, run_dir_of_checkpoint
 
     parent = None
     if cfg.ckpt and cfg.logger:
@@ -152,7 +157,7 @@ def tracked(cfg: EvalConfig, run_dir: Path, overrides: list[str] | None = None) 
         metrics = run(cfg, run_dir, overrides)
         trackers.log(metrics)
         if trackers:  # run.json names the tracker runs, as a training run's does
-            info = read_json_object(run_dir / "run.json")
+            info = read_run_info(run_dir / "run.json")
             atomic_write_text(run_dir / "run.json", json.dumps({**info, "loggers": trackers.references()}, indent=2))
     return metrics
 
@@ -166,5 +171,4 @@ def job(cfg: DictConfig) -> tuple[Path, dict[str, Any]]:
 
 @hydra.main(version_base="1.3", config_path=str(conf_dir()), config_name="eval")
 def main(cfg: DictConfig) -> None:
-    with user_errors("eval"):
-        job(cfg)
+    run_command("eval", lambda: job(cfg))

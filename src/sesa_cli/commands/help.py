@@ -17,12 +17,16 @@ import functools
 import inspect
 import re
 import textwrap
+from collections.abc import Callable
 from typing import Any
 
 from sesa_cli import config as C
 from sesa_cli.commands.compose import compose
 from sesa_cli.commands.table import COMMANDS, USAGES
-from sesa_cli.config import ConfigError, conf_dir
+from sesa_cli.config import ConfigError
+from sesa_cli.plugins import config_folders
+from sesa_cli.rollout.filters import FILTERS, build_filters
+from sesa_cli.terms import TERMS, term_settings
 
 HIDDEN_GROUPS = ("schema",)
 """Config groups of conf/ and the ConfigStore that are machinery, not choices (``schema/task``)."""
@@ -84,8 +88,8 @@ def _value(value: Any) -> str:
 
 
 def group_options(group: str) -> list[str]:
-    folder = conf_dir() / group
-    return sorted(p.stem for p in folder.glob("*.yaml")) if folder.is_dir() else []
+    """The options of a config group: the YAML files of ``conf/<group>/`` and of the plug-ins' config folders."""
+    return sorted({p.stem for folder in config_folders() for p in (folder / group).glob("*.yaml")})
 
 
 def _compose(config_name: str, overrides: list[str]) -> Any:
@@ -160,14 +164,53 @@ def topics(command: str, overrides: list[str]) -> list[Topic]:
             summary = f"the fields every task has, and each task's own: {', '.join(TASK_SCHEMAS)}"
             out.append(Topic("task", summary, blocks))
             continue
-        out.append(
-            Topic(section, first_sentence(doc), [(f"{section}.*: {doc}", _rows(f"{section}.", cfg[section], cls))])
-        )
+        blocks = [(f"{section}.*: {doc}", _rows(f"{section}.", cfg[section], cls))]
+        for key in PLUGIN_REGISTRIES:
+            if key.startswith(f"{section}."):
+                blocks += _plugin_blocks(key, cfg)
+        out.append(Topic(section, first_sentence(doc), blocks))
     if config_name in ("train", "revive"):
         rows = [(f"{label}  ({key})", meaning) for label, key, meaning in legend()]
         title = "live view labels: the training bar shows each metric under a short label (docs/metrics.md explains every metric key)"
         out.append(Topic("live", "the labels of the live view's training bar", [(title, rows)]))
     return out
+
+
+PLUGIN_REGISTRIES: dict[str, tuple[Any, Callable[[dict[str, Any]], list[str]]]] = {
+    "algo.terms": (TERMS, lambda chosen: list(term_settings(chosen))),
+    "sampler.filters": (FILTERS, lambda chosen: [f.name for f in build_filters(chosen)]),
+}
+"""The plug-in mappings: the registry whose names and settings each holds (a plug-in module's appear too), and
+which of them a mapping turns on."""
+
+
+def _plugin_blocks(key: str, cfg: Any) -> list[tuple[str, list[tuple[str, str]]]]:
+    """One block per registered plug-in of ``key`` (``algo.terms``): whether the composed ``cfg`` turns it on, its
+    class's doc, and each of its settings with the value ``cfg`` gives it (else its default)."""
+    from omegaconf import OmegaConf
+
+    registry, on = PLUGIN_REGISTRIES[key]
+    node = OmegaConf.to_container(OmegaConf.select(cfg, key), resolve=False) or {}
+    assert isinstance(node, dict)  # a plug-in mapping (PLUGIN_MAPPINGS)
+    chosen = {str(name): value for name, value in node.items()}
+    try:
+        active = set(on(chosen))
+    except ConfigError:  # help never fails on a bad setting: it shows the values as given
+        active = set()
+    blocks = []
+    for name in sorted(registry):
+        cls = registry[name]
+        value = chosen.get(name)
+        settings = dataclasses.asdict(cls.Settings())
+        if isinstance(value, dict):
+            settings.update(value)
+        elif value is not None and not isinstance(value, bool) and settings:
+            settings[next(iter(settings))] = value
+        docs = field_docs(cls.Settings)
+        rows = [(f"{key}.{name}.{field}={_value(v)}", docs.get(field, "")) for field, v in settings.items()]
+        state = "on" if name in active else "off"
+        blocks.append((f"{key}.{name} ({state}): {plain(inspect.getdoc(cls) or '')}", rows))
+    return blocks
 
 
 def _block(title: str, rows: list[tuple[str, str]]) -> list[str]:

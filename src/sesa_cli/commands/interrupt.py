@@ -26,13 +26,18 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, NoReturn
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)
 
 _received: signal.Signals | None = None
 """The last stop signal this process received (None: none, or only a KeyboardInterrupt raised by code)."""
+_pending: signal.Signals | None = None
+"""A stop signal :func:`noting_stops` noted before training began: the trainer stops after its first step."""
+on_first_stop: Callable[[int], bool] | None = None
+"""Set by the dispatcher for a sweep whose jobs run in other processes (sesa_cli.commands.sweep.stop_sweep): the
+first stop signal is passed to it, and when it returns True the command waits for its jobs instead of exiting."""
 
 
 def reason() -> str:
@@ -66,11 +71,18 @@ def _restore(previous: dict[int, Any]) -> None:
 def exit_at_once(command: str | None) -> Iterator[None]:
     """Inside the block (the whole command, in the main thread) every stop signal prints :func:`interrupted`'s line
     and exits at once with its exit code (no buffered IO and no exception: start-up has nothing to save, and a
-    KeyboardInterrupt raised inside a library there can come out as another error; issue 17). A KeyboardInterrupt
+    KeyboardInterrupt raised inside a library there can come out as another error). A KeyboardInterrupt
     raised by code that installed its own handler (:func:`stop_after_step`) ends the same way."""
+
+    stopping: list[int] = []
 
     def exit_now(signum: int, frame: object) -> None:
         _note(signum)
+        if on_first_stop is not None and not stopping and on_first_stop(signum):
+            stopping.append(signum)
+            os.write(2, f"sesa {command}: {reason()}: stopping the sweep after its running jobs' checkpoints (send "
+                        "it again to stop at once)\n".encode())  # fmt: skip
+            return
         os.write(2, (_interrupted_line(command) + "\n").encode())
         # The run dir's lock record goes with the process (a record left behind is taken over anyway). No import
         # here: the signal may land inside one.
@@ -145,10 +157,33 @@ def stop_after_step(label: str, request: StopRequest | None = None) -> Iterator[
         # would end the job without its requeue, or turn the preemption signal into a second, immediate stop
         del handlers[signal.SIGTERM]
     previous = _install(handlers)
+    if _pending is not None:  # noted during the job's start-up (noting_stops): stop after the first step
+        defer(int(_pending), None)
     try:
         yield request
     finally:
         _restore(previous)
+
+
+@contextlib.contextmanager
+def noting_stops() -> Iterator[None]:
+    """Inside the block (a sweep's job in a launcher's worker process, where no dispatcher catches signals) a stop
+    signal is noted, not acted on: the worker is not killed mid-start-up, and the trainer, if the job trains, stops
+    after its first step's checkpoint (:func:`stop_after_step` reads the note)."""
+    global _pending
+
+    def note(signum: int, frame: object) -> None:
+        global _pending
+        _note(signum)
+        _pending = signal.Signals(signum)
+
+    _pending = None
+    previous = _install(dict.fromkeys(STOP_SIGNALS, note))
+    try:
+        yield
+    finally:
+        _restore(previous)
+        _pending = None
 
 
 def _interrupted_line(command: str | None) -> str:

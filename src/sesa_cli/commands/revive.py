@@ -17,10 +17,10 @@ from omegaconf import DictConfig
 from sesa_cli.commands.common import (
     resolved_yaml,
     seed_everything,
-    user_errors,
 )
 from sesa_cli.commands.reload import checkpoint_job
 from sesa_cli.commands.schemas import register_configs
+from sesa_cli.commands.sweep import run_command
 from sesa_cli.config import ConfigError, ReviveConfig, conf_dir
 
 log = logging.getLogger("sesa.revive")
@@ -28,7 +28,7 @@ register_configs()
 
 
 def run(cfg: ReviveConfig, run_dir: Path, overrides: list[str] | None = None) -> dict[str, Any]:
-    from sesa_cli.commands.reload import with_total_steps
+    from sesa_cli.commands.reload import check_checkpoint_model, with_total_steps
     from sesa_cli.commands.rundir import check_existing, resume_point
     from sesa_cli.runs import (
         ReplicaRunDir,
@@ -41,8 +41,10 @@ def run(cfg: ReviveConfig, run_dir: Path, overrides: list[str] | None = None) ->
 
     cfg, ckpt, start = with_total_steps(cfg)
     check_checkpoint(ckpt, training=True)  # every file it holds, before any model work (or its imports)
+    check_checkpoint_model(ckpt, cfg)  # the run's own checkpoint, able to write this task's prompts
     resolved = resolved_yaml(cfg)
 
+    from sesa_cli.commands.registered import check_registered
     from sesa_cli.commands.train import fit, last_checkpoint, previous_resumes
     from sesa_cli.distributed import replicas
     from sesa_cli.loggers import attached
@@ -53,6 +55,7 @@ def run(cfg: ReviveConfig, run_dir: Path, overrides: list[str] | None = None) ->
     from sesa_cli.tasks.base import make_task
     from sesa_cli.trainer import Trainer
 
+    check_registered(cfg)  # every name a registry holds, before any model work
     if cfg.step == "auto":
         flagged = read_trainer_state(ckpt, training=True)["collapse"].get("first_flag_step")
         log.info("step=auto: the collapse monitor first flagged step %s; reviving from its first checkpoint since, "
@@ -114,10 +117,10 @@ def run(cfg: ReviveConfig, run_dir: Path, overrides: list[str] | None = None) ->
 def parent_loggers(parent_run: Path) -> dict[str, Any]:
     """The tracker references the parent's run.json recorded (sesa_cli.loggers), so a revived run links to its parent
     in the same tracker; {} when it has none."""
-    from sesa_cli.runs import read_json_object
+    from sesa_cli.runs import read_run_info
 
     try:
-        refs = read_json_object(parent_run / "run.json").get("loggers")
+        refs = read_run_info(parent_run / "run.json").get("loggers")
     except ConfigError:
         return {}
     return refs if isinstance(refs, dict) else {}
@@ -130,5 +133,4 @@ def job(cfg: DictConfig) -> tuple[Path, dict[str, Any]]:
 
 @hydra.main(version_base="1.3", config_path=str(conf_dir()), config_name="revive")
 def main(cfg: DictConfig) -> None:
-    with user_errors("revive"):
-        job(cfg)
+    run_command("revive", lambda: job(cfg))

@@ -1,12 +1,14 @@
-"""Whose run dir it is: the lock a command takes on it (sesa_cli.run_lock), what a dir that already holds a run
-means for the command, and whether ``sesa train`` resumes it (``train.resume``).
+"""Whose run dir it is: the lock a command takes on it (sesa_cli.run_lock), what a dir that already holds a run (or
+a report) means for the command, whether ``sesa train`` resumes it (``train.resume``), and a report's dir.
 
 Order, for ``sesa train|revive|eval`` (one run, rank 0): the dispatcher validates the overrides, then
 :func:`claim_planned_run_dir` locks the dir the job will write (before Hydra's job writes ``.hydra/`` there) and
-checks what the dir holds, so a second command into a dir in use, or into a finished run, stops with one line having
-changed nothing in it. The job itself locks its actual run dir too (sesa_cli.commands.common's ``user_errors``: a
-sweep's job dir is locked there) and ``sesa train``/``revive`` ask :func:`check_existing` and :func:`resume_point`
-whether they continue the run they found. Never imports torch.
+checks what the dir holds (:func:`existing_run`), so a second command into a dir in use, into a finished run or into
+a report stops with one line having changed nothing in it; a sweep's job takes its dir the same way where Hydra asks
+for it (sesa_cli.commands.sweep). ``sesa train``/``revive`` then ask :func:`check_existing` and :func:`resume_point`
+whether they continue the run they found. ``sesa diversity-report`` locks its dir likewise, never into a run
+(:func:`check_report_dir`), and writes into a staging dir that replaces the report dir whole when it is done
+(:func:`stage_report`, :func:`publish_report`). Never imports torch.
 """
 
 from __future__ import annotations
@@ -16,8 +18,11 @@ import re
 from pathlib import Path
 from typing import Any
 
-from sesa_cli.config import ConfigError
-from sesa_cli.runs import read_json_object, read_yaml
+from sesa_cli.config import ConfigError, cut
+from sesa_cli.deprecations import upgrade_config
+from sesa_cli.paths import hydra_value, path_error, replace_dir
+from sesa_cli.run_lock import DirTaken
+from sesa_cli.runs import read_run_info, read_yaml
 
 RUN_FILES = ("metrics.jsonl", "metrics.json", "checkpoints")
 """What makes a dir hold a run (its records would be overwritten or mixed)."""
@@ -44,29 +49,39 @@ def planned_run_dir(config_name: str, overrides: list[str]) -> Path | None:
 def claim_planned_run_dir(command: str, overrides: list[str]) -> tuple[Path | None, list[str]]:
     """Lock the run dir of ``sesa <command> <overrides>`` for this process and check what it holds (a one-line
     ConfigError, the lock given back, when the command must not write there). Returns the dir (None when there is
-    none to lock; the caller releases it when the command ends) and the overrides the job runs with: the default
-    dir, which names the current second, is pinned so the job writes the dir that was locked."""
+    none to lock; the caller releases it when the command ends, and calls :func:`discard_staged`) and the overrides
+    the job runs with: the default dir, which names the current second, is pinned so the job writes the dir that
+    was locked; a report is written into a staging dir beside its own and replaces it whole when it is done
+    (:func:`stage_report`)."""
     import os
 
     from sesa_cli import run_lock
 
-    if command not in RUN_COMMANDS or os.environ.get("RANK", "0") != "0":  # rank 0 owns a data-parallel run's dir
-        return None, overrides
-    run_dir = planned_run_dir(command, overrides)
+    if command not in (*RUN_COMMANDS, "diversity-report") or os.environ.get("RANK", "0") != "0":
+        return None, overrides  # rank 0 owns a data-parallel run's dir
+    run_dir = planned_run_dir(command.replace("-", "_"), overrides)
     if run_dir is None:
         return None, overrides
     created = not run_dir.exists()
     run_lock.claim(run_dir, command, overrides)
     try:
-        resolved = _resolved_config(command, overrides)
-        check_existing(command, run_dir, resolved)
+        if command == "diversity-report":
+            check_report_dir(run_dir, f"hydra.run.dir={run_dir}")
+        else:
+            check_existing(command, run_dir, _resolved_config(command, overrides))
         run_lock.record(run_dir, command, overrides)
+        if command == "diversity-report":
+            staging = stage_report(run_dir, f"hydra.run.dir={run_dir}")
     except BaseException:
         run_lock.release(run_dir)
         if created:  # leave no empty dir behind a refused command
             with contextlib.suppress(OSError):
                 run_dir.rmdir()
         raise
+    if command == "diversity-report":
+        if created:
+            _created.add(run_dir.resolve())
+        return run_dir, [*overrides, f"hydra.run.dir={hydra_value(str(staging))}"]
     if not any(o.lstrip("+").startswith("hydra.run.dir=") for o in overrides) and re.fullmatch(
         r"[\w./:-]+", str(run_dir)
     ):
@@ -74,71 +89,185 @@ def claim_planned_run_dir(command: str, overrides: list[str]) -> tuple[Path | No
     return run_dir, overrides
 
 
-def _resolved_config(command: str, overrides: list[str]) -> str | None:
-    """The resolved config ``sesa train``/``revive`` write to config.yaml for ``overrides`` (a revive's: its parent's
-    config with the overrides and its total of steps), else None."""
-    if command not in RESUMABLE:
+def _resolved_config(command: str, overrides: list[str], sweep_job: bool = False) -> str | None:
+    """The resolved config ``sesa <command> <overrides>`` writes to config.yaml (a revive's: its parent's config
+    with the overrides and its total of steps), where the command continues or skips a run it finds (``train`` and
+    ``revive``; ``eval`` in a sweep, which skips a finished job); else None."""
+    if command not in RESUMABLE and not (sweep_job and command == "eval"):
         return None
     from hydra._internal.utils import get_args_parser
 
-    from sesa_cli.commands.common import resolved_yaml
     from sesa_cli.commands.compose import compose
 
     args = get_args_parser().parse_args(overrides).overrides
-    composed = compose(command, args)
+    return wanted_config(command, compose(command, args), args)
+
+
+def wanted_config(command: str, composed: Any, overrides: list[str]) -> str:
+    """The resolved YAML a run of ``command`` (its composed DictConfig, its task ``overrides``) writes to its
+    config.yaml: what a run found in its dir must equal for the command to continue or skip it."""
+    from sesa_cli.commands.common import resolved_yaml
+
     if command == "train":
         return resolved_yaml(composed)
     from sesa_cli.commands.reload import command_config, with_total_steps
 
-    return resolved_yaml(with_total_steps(command_config(command, composed, args))[0])
+    config = command_config(command, composed, overrides)
+    return resolved_yaml(with_total_steps(config)[0] if command == "revive" else config)
 
 
 def held_files(run_dir: Path) -> list[str]:
     return [name for name in RUN_FILES if (run_dir / name).exists()]
 
 
+REPORT_FILES = ("report.html", "report.md", "summary.csv", "groups.csv")
+"""What makes a dir hold a diversity report (sesa_cli.report.document.write_report)."""
+
+
+def report_files(path: Path) -> list[str]:
+    return [name for name in REPORT_FILES if (path / name).exists()]
+
+
 def check_existing(command: str, run_dir: Path, resolved: str | None, key: str = "hydra.run.dir") -> bool:
     """Whether ``run_dir`` holds a run the command continues (``sesa train``/``revive`` with ``train.resume=auto``,
     of a run of the same command that did not finish and has the same config ``resolved``); False for a dir that
-    holds no run. A one-line ConfigError when the dir holds a run the command must not touch."""
+    holds no run. A one-line ConfigError (:class:`~sesa_cli.run_lock.DirTaken`) when the dir holds a run the
+    command must not touch, or a report."""
+    return existing_run(command, run_dir, resolved, f"{key}={run_dir}") == "resume"
+
+
+def existing_run(command: str, run_dir: Path, resolved: str | None, where: str, sweep_job: bool = False) -> str:
+    """What ``run_dir`` (named ``where`` in a refusal) holds for ``sesa <command>`` whose config.yaml would be
+    ``resolved``: ``"none"`` (no run: the command starts its own), ``"resume"`` (an unfinished run of this command
+    and config that it continues: ``train.resume=auto``) or, for a sweep job (``sweep_job``), ``"finished"`` (a
+    finished run of this very command and config: the job is done, a rerun of the sweep skips it). A one-line
+    :class:`~sesa_cli.run_lock.DirTaken` when the dir holds a run or a report the command must not touch."""
     held = held_files(run_dir)
     if not held:
-        return False
-    refuse = f"{key}={run_dir} already holds a run ({held[0]})"
-    if command not in RESUMABLE or resolved is None:
-        raise ConfigError(f"{refuse}; choose a new directory")
+        reports = report_files(run_dir)
+        if reports:
+            raise DirTaken(f"{where} holds a report ({reports[0]}); choose a new directory")
+        return "none"
+    refuse = f"{where} already holds a run ({held[0]})"
+    info = _run_info(run_dir)
+    finished = info.get("status") == "finished"
+    if resolved is None:
+        raise DirTaken(f"{refuse}; choose a new directory")
     import yaml
 
     wanted = yaml.safe_load(resolved) or {}
     resume = (wanted.get("train") or {}).get("resume", "auto")
-    if resume == "never":
-        raise ConfigError(f"{refuse}; choose a new directory (train.resume=never)")
-    info = _run_info(run_dir)
-    if info.get("status") == "finished":
-        raise ConfigError(f"{refuse} that finished; choose a new directory, or continue it with sesa revive")
+    if resume == "never" and not (sweep_job and finished):
+        raise DirTaken(f"{refuse}; choose a new directory (train.resume=never)")
+    if finished and not sweep_job:
+        raise DirTaken(f"{refuse} that finished; choose a new directory, or continue it with sesa revive")
     if info.get("command") not in (None, command):
-        raise ConfigError(f"{refuse} of sesa {info['command']}; choose a new directory")
+        raise DirTaken(f"{refuse} of sesa {cut(str(info['command']))}; choose a new directory")
     config = run_dir / "config.yaml"
     if not config.is_file():
-        raise ConfigError(f"{refuse} without its config.yaml; choose a new directory")
+        raise DirTaken(f"{refuse} without its config.yaml; choose a new directory")
     try:
         found = read_yaml(config)
     except ConfigError as exc:
-        raise ConfigError(f"{refuse} whose config.yaml cannot be read ({exc}); choose a new directory") from None
-    diff = config_differences(found if isinstance(found, dict) else {}, wanted)
+        raise DirTaken(f"{refuse} whose config.yaml cannot be read ({exc}); choose a new directory") from None
+    # a run written before a config key was renamed compares under the current names
+    diff = config_differences(upgrade_config(found) if isinstance(found, dict) else {}, wanted)
     if diff:
-        shown = ", ".join(diff[:3]) + (f" and {len(diff) - 3} more" if len(diff) > 3 else "")
-        raise ConfigError(
-            f"{refuse} of another config ({shown}); choose a new directory, or rerun that run's own command to "
-            "continue it"
+        shown = ", ".join(cut(d, 60) for d in diff[:3]) + (f" and {len(diff) - 3} more" if len(diff) > 3 else "")
+        raise DirTaken(
+            f"{refuse}{' that finished' if finished else ''} of another config ({shown}); choose a new directory, "
+            "or rerun that run's own command to continue it"
         )
-    return True
+    if finished:
+        return "finished"
+    if command not in RESUMABLE:
+        raise DirTaken(f"{refuse} that did not finish; choose a new directory")
+    return "resume"
+
+
+_created: set[Path] = set()
+"""Report dirs this process created to lock them: removed again if the report is not published."""
+_staged: dict[Path, Path] = {}
+"""Staging dir -> the report dir it replaces when the report is done (:func:`publish_report`)."""
+
+REPORT_BOOKKEEPING = (".hydra", ".sesa.lock")
+"""What a report dir may hold besides :data:`REPORT_FILES`, plots and logs, and still be replaced whole."""
+
+
+def check_report_dir(target: Path, where: str) -> None:
+    """A one-line :class:`~sesa_cli.run_lock.DirTaken` when the report dir ``target`` holds a run (a report never
+    writes into a run dir), a sweep, or files that are not a report (a rerun replaces the dir whole: they would be
+    deleted); a report dir, an empty or a new one pass."""
+    held = [name for name in (*RUN_FILES, "run.json", "multirun.yaml") if (target / name).exists()]
+    if held:
+        what = "a sweep" if held[0] == "multirun.yaml" else "a run"
+        raise DirTaken(
+            f"{where} holds {what} ({held[0]}); a report never writes into a run dir: choose a new directory"
+        )
+    if target.is_dir():
+        foreign = sorted(
+            p.name
+            for p in target.iterdir()
+            if p.name not in (*REPORT_FILES, *REPORT_BOOKKEEPING, "compare.csv") and p.suffix not in (".png", ".log")
+        )
+        if foreign:
+            shown = ", ".join(cut(name, 40) for name in foreign[:3])
+            raise DirTaken(
+                f"{where} holds files that are not a sesa report ({shown}); a report replaces its dir whole: choose "
+                "a new directory"
+            )
+
+
+def stage_report(target: Path, where: str) -> Path:
+    """The staging dir a report for ``target`` (checked: :func:`check_report_dir`, and locked by this process) is
+    written into: a hidden dir beside it, which :func:`publish_report` swaps into its place when the report is done,
+    so a rerun into a report dir replaces it whole (no stale compare.csv) and a failed or interrupted one leaves the
+    old report as it was."""
+    import shutil
+
+    staging = target.parent / f".{target.name}.sesa-report"
+    try:
+        if staging.exists():  # left by a report that was killed: never published
+            shutil.rmtree(staging)
+        staging.mkdir()
+    except OSError as exc:
+        raise path_error(exc, where, staging) from None
+    _staged[staging.resolve()] = target.resolve()
+    return staging
+
+
+def publish_report(out_dir: Path) -> Path:
+    """Put a finished report in its place: the staging dir ``out_dir`` (:func:`stage_report`) takes the place
+    of its report dir in one step (sesa_cli.paths.replace_dir), and the old report is removed. Returns the report
+    dir (``out_dir`` itself when it is not a staging dir)."""
+    staging = Path(out_dir).resolve()
+    target = _staged.pop(staging, None)
+    if target is None:
+        return Path(out_dir)
+    _created.discard(target)
+    replace_dir(staging, target)
+    return target
+
+
+def discard_staged() -> None:
+    """Remove the staging dirs of reports that were not published (the report failed or was stopped) and the report
+    dirs this process created for them: the old report, if any, stays as it was."""
+    import shutil
+
+    for staging in list(_staged):
+        _staged.pop(staging)
+        shutil.rmtree(staging, ignore_errors=True)
+    for target in list(_created):
+        _created.discard(target)
+        with contextlib.suppress(OSError):
+            (target / ".sesa.lock").unlink(missing_ok=True)
+            target.rmdir()
 
 
 def _run_info(run_dir: Path) -> dict[str, Any]:
     path = run_dir / "run.json"
     try:
-        return read_json_object(path) if path.is_file() else {}
+        return read_run_info(path) if path.is_file() else {}
     except ConfigError:
         return {}
 
@@ -158,6 +287,7 @@ def config_differences(found: dict[str, Any], wanted: dict[str, Any]) -> list[st
     a, b = _flat(found), _flat(wanted)
     keys = sorted((set(a) | set(b)) - {"train.resume"})
     missing = "(unset)"
+    a, b = ({k: v for k, v in d.items() if v != []} for d in (a, b))  # an empty list: a key a run did not have
     return [f"{k}: {a.get(k, missing)} -> {b.get(k, missing)}" for k in keys if a.get(k, missing) != b.get(k, missing)]
 
 
@@ -184,19 +314,12 @@ def resume_point(run_dir: Path) -> Path | None:
 
 
 def _keep_rows(path: Path, step: int) -> None:
-    """Keep the rows of ``path`` (JSON lines) at or before ``step`` (all gone for -1); a cut last line goes too."""
-    import json
-
-    from sesa_cli.runs import atomic_write_text
+    """Keep the rows of ``path`` (JSON lines) at or before ``step`` (all gone for -1), byte for byte; a cut last line
+    goes too. A damaged row earlier than the last is a one-line ConfigError naming it (sesa_cli.runs.metric_lines),
+    as revive and the report say, never dropped without a word."""
+    from sesa_cli.runs import atomic_write_text, metric_lines
 
     if not path.is_file():
         return
-    kept = []
-    for line in path.read_text().splitlines():
-        try:
-            row = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(row, dict) and isinstance(row.get("step"), int) and row["step"] <= step:
-            kept.append(line + "\n")
+    kept = [line + "\n" for line, row in metric_lines(path) if row["step"] <= step]
     atomic_write_text(path, "".join(kept))

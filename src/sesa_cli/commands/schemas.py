@@ -8,23 +8,40 @@ from __future__ import annotations
 
 from typing import Any
 
-from sesa_cli.config import DiversityReportConfig, EvalConfig, ReviveConfig, TrainConfig
-from sesa_cli.tasks import TASK_SCHEMAS
+from sesa_cli import plugins
+from sesa_cli.commands.compose import store_task_schemas
+from sesa_cli.commands.sweep import register_resolver
+from sesa_cli.config import PLUGIN_MAPPINGS, DiversityReportConfig, EvalConfig, ReviveConfig, TrainConfig
 
 
 def register_configs() -> None:
     """Store every schema in Hydra's ConfigStore (idempotent): the commands' and each task's
-    (``schema/task/<name>``; conf/task/<name>.yaml names it in its defaults)."""
+    (``schema/task/<name>``; conf/task/<name>.yaml names it in its defaults), a plug-in's task too (the entry points'
+    are imported here; ``plugins=`` modules before, by the dispatcher); and register the resolver a sweep's job dirs
+    go through (sesa_cli.commands.sweep)."""
     from hydra.core.config_store import ConfigStore
 
+    plugins.load_entry_points()  # installed packages' tasks register their schemas (sesa_cli.plugins)
     cs = ConfigStore.instance()
-    cs.store(name="train_schema", node=TrainConfig)
+    cs.store(name="train_schema", node=open_mappings(TrainConfig))
     cs.store(name="diversity_report_schema", node=DiversityReportConfig)
-    cs.store(name="revive_schema", node=ReviveConfig)
+    cs.store(name="revive_schema", node=open_mappings(ReviveConfig))
     cs.store(name="eval_schema", node=EvalConfig)
-    for name, schema in TASK_SCHEMAS.items():
-        cs.store(group="schema/task", name=name, node=schema)
+    store_task_schemas()
     optuna_follows_sweep_direction(cs)
+    register_resolver()  # hydra.sweep.subdir's (conf/hydra/default.yaml)
+
+
+def open_mappings(schema: type) -> Any:
+    """``schema`` as a structured config whose plug-in mappings (:data:`sesa_cli.config.PLUGIN_MAPPINGS`) take new
+    keys with a plain override (``algo.terms.follow.coef=0.1``, no ``+``): Hydra's struct mode refuses a key the
+    schema does not name, and a plug-in's names and settings are its registry's, checked there."""
+    from omegaconf import OmegaConf
+
+    node = OmegaConf.structured(schema)
+    for key in PLUGIN_MAPPINGS:
+        OmegaConf.set_struct(OmegaConf.select(node, key), False)
+    return node
 
 
 def optuna_follows_sweep_direction(cs: Any) -> None:

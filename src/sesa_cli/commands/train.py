@@ -10,14 +10,15 @@ from typing import TYPE_CHECKING, Any
 import hydra
 from omegaconf import DictConfig
 
+from sesa_cli import plugins
 from sesa_cli.commands.common import (
     hydra_context,
     resolved_yaml,
     seed_everything,
     torch_threads,
-    user_errors,
 )
 from sesa_cli.commands.schemas import register_configs
+from sesa_cli.commands.sweep import finished_metrics, run_command
 from sesa_cli.config import TrainConfig, conf_dir, to_object
 
 if TYPE_CHECKING:
@@ -35,6 +36,8 @@ def run(
     show_progress: bool = True,
 ) -> dict[str, Any]:
     """Train as configured, writing everything under ``run_dir``; returns the final metrics."""
+    from sesa_cli.commands.registered import check_registered
+    from sesa_cli.commands.reload import check_checkpoint_model
     from sesa_cli.commands.rundir import check_existing, resume_point
     from sesa_cli.distributed import replicas
     from sesa_cli.loggers import attached
@@ -44,6 +47,7 @@ def run(
     from sesa_cli.tasks.base import make_task
     from sesa_cli.trainer import Trainer
 
+    check_registered(cfg)  # every name a registry holds, before any model work
     dist = replicas(cfg.device)  # one process unless started by `accelerate launch` (sesa_cli.distributed)
     seed_everything(cfg.seed)
     resolved = resolved or resolved_yaml(cfg)
@@ -53,6 +57,8 @@ def run(
     if dist.is_main:
         if check_existing("train", run_dir, resolved):
             ckpt = resume_point(run_dir)
+            if ckpt is not None:
+                check_checkpoint_model(ckpt, cfg)  # its own, not one linked in from another run
     elif cfg.train.resume == "auto":  # rank 0 decided before any replica could write a checkpoint
         ckpt = last_checkpoint(run_dir)
     run = RunDir(run_dir) if dist.is_main else ReplicaRunDir(run_dir)
@@ -86,10 +92,10 @@ def run(
 def previous_resumes(run_dir: Path) -> list[int]:
     """The steps an earlier resume of this run continued from (run.json ``resumed``)."""
     from sesa_cli.config import ConfigError
-    from sesa_cli.runs import read_json_object
+    from sesa_cli.runs import read_run_info
 
     try:
-        steps = read_json_object(run_dir / "run.json").get("resumed") if (run_dir / "run.json").is_file() else None
+        steps = read_run_info(run_dir / "run.json").get("resumed") if (run_dir / "run.json").is_file() else None
     except ConfigError:
         return []
     return [s for s in steps if isinstance(s, int)] if isinstance(steps, list) else []
@@ -112,12 +118,11 @@ def fit(trainer: Trainer, run_dir: Path, show_progress: bool = True, command: st
 
     cfg = trainer.cfg
     n_params = sum(p.numel() for p in trainer.model.parameters())
-    stage1 = getattr(trainer.sampler, "stage1", None)  # the sequential sampler's resolved stage1 (auto -> ...)
-    n_trainable = sum(p.numel() for p in trainer.trainable)
+    stage1 = trainer.sampler.stage1  # a sequential sampler's resolved stage1 (auto -> ...)
+    n_trainable = sum(p.numel() for p in trainer.learner.trainable)
     world = trainer.dist.world
-    per_step = (
-        cfg.train.batch_size * cfg.sampler.group_size * (cfg.sampler.solutions_per_sketch if stage1 == "sketch" else 1)
-    )
+    per_group = trainer.sampler.rows_per_group
+    per_step = cfg.train.batch_size * per_group
     log.info(
         "run dir %s | task=%s sampler=%s%s algo=%s | %s params%s | %d prompts x %d = %d rollouts/step%s, <= %d new "
         "tokens each | steps %d..%d",
@@ -129,7 +134,7 @@ def fit(trainer: Trainer, run_dir: Path, show_progress: bool = True, command: st
         f"{n_params:,}",
         f" ({n_trainable:,} trainable)" if n_trainable != n_params else "",
         cfg.train.batch_size,
-        cfg.sampler.group_size,
+        per_group,
         per_step,
         f" over {world} processes ({trainer.local_batch} prompts each)" if world > 1 else "",
         cfg.task.max_new_tokens,
@@ -175,6 +180,7 @@ def fit(trainer: Trainer, run_dir: Path, show_progress: bool = True, command: st
 
 def job(cfg: DictConfig) -> tuple[Path, dict[str, Any]]:
     """The command inside its Hydra job (``main`` and sesa_cli.api run it): (run dir, final metrics)."""
+    plugins.load(cfg.get("plugins") or [])  # a sweep's job may run in a process of its own
     config = to_object(cfg)
     torch_threads(config.threads)
     run_dir, overrides = hydra_context()
@@ -194,7 +200,7 @@ def objective(final: dict[str, Any], name: str) -> float:
 
 @hydra.main(version_base="1.3", config_path=str(conf_dir()), config_name="train")
 def main(cfg: DictConfig) -> float:
-    """The Hydra app; returns ``sweep.objective`` to a sweeper (hydra/sweeper=optuna)."""
-    with user_errors("train"):
-        _, final = job(cfg)
-        return objective(final, str(cfg.sweep.objective))
+    """The Hydra app; returns ``sweep.objective`` to a sweeper (hydra/sweeper=optuna): a sweep job whose run finished
+    earlier returns that run's, one that did not run (refused, failed) NaN."""
+    final = run_command("train", lambda: job(cfg)[1], done=finished_metrics)
+    return math.nan if final is None else objective(final, str(cfg.sweep.objective))

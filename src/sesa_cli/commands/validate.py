@@ -1,7 +1,12 @@
 """Validate a command's overrides before any work starts, and explain a failure in one line.
 
 Composition uses Hydra's compose API against the same conf/ and schemas as the command's ``@hydra.main`` app
-(sesa_cli.commands.compose, which also words the one-line explanation), so whatever passes here composes there. In multirun mode every value of every sweep is checked. Never imports torch.
+(sesa_cli.commands.compose, which also words the one-line explanation), so whatever passes here composes there. In
+multirun mode every value of every sweep is checked. What the schemas cannot know is checked after them: the
+plug-ins' registries (sesa_cli.plugins.settings_problems), the names the algorithm registries hold, which code fills,
+and the task's own options (its data files), by building the task (:func:`registry_problem`), and a ``device=cuda``
+against the machine (sesa_cli.devices). That imports sesa_cli.algos, and so torch, for the commands that train or
+evaluate (the ones that import it anyway); the report's validation never does.
 """
 
 from __future__ import annotations
@@ -14,7 +19,10 @@ from typing import Any
 from sesa_cli.commands.compose import compose, explain
 from sesa_cli.commands.reload import command_config
 from sesa_cli.commands.schemas import register_configs
+from sesa_cli.commands.sweep import other_sweep
 from sesa_cli.config import SEQUENTIAL_ONLY, to_object
+from sesa_cli.devices import device_problem
+from sesa_cli.plugins import settings_problems
 
 
 def _split_sweeps(overrides: list[str]) -> list[list[str]]:
@@ -47,11 +55,13 @@ def _split_sweeps(overrides: list[str]) -> list[list[str]]:
     return combos
 
 
-def output_dir_problem(config_name: str, overrides: list[str], multirun: bool) -> str | None:
+def output_dir_problem(
+    config_name: str, overrides: list[str], multirun: bool, sweep_overrides: list[str] | None = None
+) -> str | None:
     """Why the command could not write its output dir (``hydra.run.dir``, or ``hydra.sweep.dir`` for ``-m``), or
     None. Checked before Hydra creates it, so an unwritable place is one line, not a traceback after start-up; a
-    sweep dir that already holds a sweep or a run is refused too (a single run's dir is checked once the command
-    holds its lock: sesa_cli.commands.rundir)."""
+    sweep dir that holds a run, or another sweep, is refused too (a rerun of the same sweep resumes it:
+    sesa_cli.commands.sweep; a single run's dir is checked once the command holds its lock: sesa_cli.commands.rundir)."""
     key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
     hydra = compose(config_name, overrides, hydra=True).hydra
     path = Path(str(hydra.sweep.dir if multirun else hydra.run.dir)).expanduser()
@@ -67,9 +77,13 @@ def output_dir_problem(config_name: str, overrides: list[str], multirun: bool) -
     if not existing.is_dir():
         return f"{key}={path}: {existing} is a file, not a directory"
     if existing == path and multirun and os.environ.get("RANK", "0") == "0":
-        held = [n for n in ("metrics.jsonl", "metrics.json", "checkpoints", "multirun.yaml") if (path / n).exists()]
+        held = [n for n in ("metrics.jsonl", "metrics.json", "checkpoints") if (path / n).exists()]
         if held:
             return f"{key}={path} already holds a run ({held[0]}); choose a new directory"
+        # a sweep's own dir: rerunning its command resumes it (sesa_cli.commands.sweep); another sweep's is refused
+        problem = other_sweep(path, config_name, sweep_overrides or overrides)
+        if problem:
+            return problem
     from sesa_cli.commands.rundir import held_files
 
     if existing == path and held_files(path):
@@ -164,6 +178,49 @@ def memory_problem(config: Any) -> str | None:
     return None
 
 
+LOCAL_LAUNCHERS = ("basic", "joblib", "submitit_local")
+"""Hydra launchers whose jobs run on this machine; under any other (``submitit_slurm``, ``ray``) they run on the
+cluster's machines, which check their own ``device`` when a job loads its model (sesa_cli.models.loading)."""
+
+
+def runs_here(overrides: list[str]) -> bool:
+    """Whether the command's jobs run on this machine (the launcher the overrides choose is a local one)."""
+    chosen = [o.split("=", 1)[1] for o in overrides if o.lstrip("+~").startswith("hydra/launcher=")]
+    return not chosen or chosen[-1] in LOCAL_LAUNCHERS
+
+
+def registry_problem(config: Any) -> str | None:
+    """A one-line error for a registry name the config schemas cannot check (``algo.advantage``, ``algo.loss``,
+    ``algo.aggregation``, ``algo.off_policy``, ``algo.kl_estimator``, ``optim.lr_schedule``: the registries of
+    sesa_cli.algos, as filled when the command starts) or a task option its class refuses (a missing data file),
+    found by building the task: all before any model work (``algo.advantage=nope`` was once found after the
+    model loaded and the step-0 evaluation ran, leaving a failed run dir)."""
+    from sesa_cli.config import ConfigError
+    from sesa_cli.tasks.base import make_task
+
+    try:
+        if hasattr(config, "algo"):
+            from sesa_cli import algos
+
+            for name, registry in (
+                ("advantage", algos.ADVANTAGES),
+                ("loss", algos.POLICY_LOSSES),
+                ("aggregation", algos.AGGREGATIONS),
+                ("off_policy", algos.OFF_POLICY),
+                ("kl_estimator", algos.KL_ESTIMATORS),
+            ):
+                algos.get(registry, getattr(config.algo, name), f"algo.{name}")
+        if hasattr(config, "optim"):
+            from sesa_cli import algos
+
+            algos.get(algos.LR_SCHEDULES, config.optim.lr_schedule, "optim.lr_schedule")
+        if hasattr(config, "task"):
+            make_task(config.task, config.seed)
+    except ConfigError as exc:
+        return str(exc)
+    return None
+
+
 def validate_argv(config_name: str, argv: list[str]) -> str | None:
     """None if the command line composes into a valid config, else a one-line explanation."""
     from hydra._internal.utils import get_args_parser
@@ -177,7 +234,7 @@ def validate_argv(config_name: str, argv: list[str]) -> str | None:
     try:
         combos = _split_sweeps(args.overrides) if args.multirun else [args.overrides]
     except Exception as exc:  # noqa: BLE001  (any parse error of the user's sweep becomes its one-line message)
-        return str(exc).splitlines()[0]
+        return explain(exc, config_name, args.overrides)
     samplers: set[str] = set()
     for overrides in combos:
         try:
@@ -187,15 +244,19 @@ def validate_argv(config_name: str, argv: list[str]) -> str | None:
             final = command_config(config_name, composed, overrides)
         except Exception as exc:  # noqa: BLE001  (Hydra/OmegaConf raise many types; explain() names the key)
             return explain(exc, config_name, overrides)
+        problems = settings_problems(final)  # the plug-ins' registries: loss terms, batch filters, loggers
+        problem = "; ".join(problems) or registry_problem(final)
+        if problem:
+            return problem
         if hasattr(final, "sampler"):
             samplers.add(final.sampler.name)
-            problem = memory_problem(final)
+            problem = (device_problem(final.device) if runs_here(overrides) else None) or memory_problem(final)
             if problem:
                 return problem
     problem = sequential_only_problem(args.overrides, samplers) if samplers else None
     if problem or args.cfg:  # --cfg only prints the config: it writes no output dir
         return problem
     try:
-        return output_dir_problem(config_name, combos[0], args.multirun)
+        return output_dir_problem(config_name, combos[0], args.multirun, args.overrides)
     except Exception as exc:  # noqa: BLE001
         return explain(exc, config_name, combos[0])

@@ -15,6 +15,7 @@ import json
 import logging
 import time
 from pathlib import Path
+from typing import Any
 
 from sesa_cli.config import ConfigError, ModelConfig
 from sesa_cli.models.cache import build_once
@@ -66,7 +67,12 @@ def gguf_export_dir(cfg: ModelConfig) -> Path:
             f"reading {gguf.name} needs the gguf package; install it with: {install_hint(cfg.gguf_package)}"
         )
     target = Path(cfg.cache_dir).expanduser() / export_key(cfg, gguf)
-    return build_once(target, "export.json", lambda tmp: export(gguf, tmp))
+
+    def same_file(path: Path, record: dict[str, Any]) -> str | None:  # what the cached export was made from
+        made_from = Path(str(record.get("gguf", ""))).name
+        return None if made_from == gguf.name else f"gguf: {made_from} -> {gguf.name}"
+
+    return build_once(target, "export.json", lambda tmp: export(gguf, tmp), matches=same_file)
 
 
 def export(gguf: Path, out_dir: Path) -> None:

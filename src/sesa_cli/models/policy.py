@@ -36,7 +36,7 @@ class Policy:
         when there are at most ``limit``; else the tokenizer's own only.
 
         The model may sample any spelling of an answer, so its probability of the answer is the sum over them (the
-        exact ``policy/*`` metrics, sesa_cli.tasks.episode_tree). The tiny model's word vocabularies spell an answer in
+        exact ``policy/*`` metrics, sesa_cli.rollout.episode_tree). The tiny model's word vocabularies spell an answer in
         one or a few ways (``DR|`` as ``DR`` ``|`` or ``D`` ``R`` ``|``); a subword vocabulary spells a short text in
         thousands, of which a trained model samples the tokenizer's own nearly always, so only that one is counted.
         """

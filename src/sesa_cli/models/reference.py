@@ -3,7 +3,7 @@
 The reference of ``algo.kl_coef`` is the policy a run started from: its base model (``model.path``, the GGUF export,
 the hub model or the warm-started tiny base; with ``model.lora`` the same base with the adapter disabled). A run
 revived from a checkpoint continues its parent's lineage, so its reference is still that base, not the checkpoint
-it resumes from (issue 17: a reference copied from the checkpoint restarted the KL term at 0 and made a resumed run
+it resumes from (a reference copied from the checkpoint restarted the KL term at 0 and made a resumed run
 differ from the uninterrupted one). ``sesa train`` records the base in ``run.json``::
 
     "kl_reference": {"base": "<where its weights were loaded from>", "sha256": "<fingerprint of its weights>"}
@@ -44,12 +44,12 @@ def describe(base: Any) -> dict[str, str]:
 
 def parent_record(parent_run: Path) -> dict[str, str] | None:
     """The ``kl_reference`` a parent run recorded; None for runs written before it was recorded."""
-    from sesa_cli.runs import read_json_object
+    from sesa_cli.runs import read_run_info
 
     path = parent_run / "run.json"
     if not path.is_file():
         return None
-    record = read_json_object(path).get("kl_reference")
+    record = read_run_info(path).get("kl_reference")
     if record is None:
         return None
     if not isinstance(record, dict) or not all(isinstance(record.get(k), str) for k in ("base", "sha256")):
@@ -60,7 +60,7 @@ def parent_record(parent_run: Path) -> dict[str, str] | None:
 def check_rebuilt(record: dict[str, str] | None, base: Any, parent_run: Path) -> dict[str, str]:
     """The record for a revived run whose base was rebuilt as ``base``: the parent's, once the fingerprints agree.
 
-    A parent without a record (written before issue 17) gets the rebuilt base's, with a warning: it cannot be
+    A parent without a record (written before runs recorded it) gets the rebuilt base's, with a warning: it cannot be
     checked."""
     rebuilt = describe(base)
     if record is None:

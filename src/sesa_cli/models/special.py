@@ -1,6 +1,6 @@
 """Which token ids end an answer, and which the policy is never allowed to sample (one home for both rules).
 
-Special tokens that only frame text (BOS, PAD, UNK) must never be sampled. Issue 16 measured why: the tiny model's
+Special tokens that only frame text (BOS, PAD, UNK) must never be sampled. Measured why: the tiny model's
 warm-start lines are separated by BOS, so it learned to end a list with BOS and start a new line; on the path task
 15% of the sketches in a chain of 8 held a BOS, after which the chain's "history" was a new line. Masking them (with
 the stop after a cut sketch and the task's sketch budget) took distinct valid regions per chain of 8 from 3.1 to 5.3

@@ -82,35 +82,85 @@ def build_tiny_model(cfg: ModelConfig, tokenizer: PreTrainedTokenizerFast, seed:
     return LlamaForCausalLM(config)
 
 
+MODEL_FIELDS = (
+    "hidden_size",
+    "num_layers",
+    "num_heads",
+    "intermediate_size",
+    "max_position_embeddings",
+    "warm_start_steps",
+    "warm_start_batch_size",
+    "warm_start_lr",
+    "warm_start_corpus_size",
+    "warm_start_block",
+    "tokenizer",
+)
+"""The model fields a warm-started base depends on (its cache key, and what its warm_start.json records)."""
+
+
+def built_for(cfg: ModelConfig, task: Task) -> dict[str, Any]:
+    """What a warm-started base is built from: the model fields, the task's warm-start key and alphabet, the format.
+    The tokenizer is built from the alphabet (and, for words, from the corpus the warm-start key fixes), so a base
+    trained over another vocabulary is never reused."""
+    fields = {k: getattr(cfg, k) for k in MODEL_FIELDS}
+    return {"model": fields, "task": task.warm_start_key(), "alphabet": task.alphabet(), "v": _FORMAT_VERSION}
+
+
 def cache_key(cfg: ModelConfig, task: Task) -> str:
-    fields = {
-        k: getattr(cfg, k)
-        for k in (
-            "hidden_size",
-            "num_layers",
-            "num_heads",
-            "intermediate_size",
-            "max_position_embeddings",
-            "warm_start_steps",
-            "warm_start_batch_size",
-            "warm_start_lr",
-            "warm_start_corpus_size",
-            "warm_start_block",
-            "tokenizer",
-        )
-    }
-    # The tokenizer is built from the alphabet (and, for words, from the corpus the warm-start key fixes), so a base
-    # trained over another vocabulary is never reused.
-    key = {"model": fields, "task": task.warm_start_key(), "alphabet": task.alphabet(), "v": _FORMAT_VERSION}
-    blob = json.dumps(key, sort_keys=True)
+    blob = json.dumps(built_for(cfg, task), sort_keys=True)
     return f"tiny-{task.name}-{hashlib.sha256(blob.encode()).hexdigest()[:12]}"
 
 
+def _differences(found: dict[str, Any], wanted: dict[str, Any], prefix: str = "") -> list[str]:
+    out = []
+    for name, value in wanted.items():
+        if isinstance(value, dict) and isinstance(found.get(name), dict):
+            out += _differences(found[name], value, f"{prefix}{name}.")
+        elif found.get(name, value) != value:  # a key an older warm_start.json did not record is not compared
+            out.append(f"{prefix}{name}: {found[name]} -> {value}")
+    return out
+
+
+def base_matches(cfg: ModelConfig, task: Task) -> Callable[[Path, dict[str, Any]], str | None]:
+    """The check a cached base passes before it is used (sesa_cli.models.cache): its warm_start.json's record of
+    what it was built for (``built_for``; a base built before it was recorded: its task key, tokenizer and steps)
+    and its config.json's shape are this run's, and its model has an embedding per token of its tokenizer."""
+    wanted = json.loads(json.dumps(built_for(cfg, task)))  # as read back from JSON (tuples are lists there)
+    shape = {"hidden_size": cfg.hidden_size, "num_hidden_layers": cfg.num_layers,
+             "num_attention_heads": cfg.num_heads, "intermediate_size": cfg.intermediate_size,
+             "max_position_embeddings": cfg.max_position_embeddings}  # fmt: skip
+
+    def matches(path: Path, record: dict[str, Any]) -> str | None:
+        from sesa_cli.runs import read_json_object
+
+        recorded = record.get("built_for")
+        if isinstance(recorded, dict):
+            found = _differences(recorded, wanted)
+        else:
+            legacy = {"task": wanted["task"], "tokenizer": cfg.tokenizer, "steps": cfg.warm_start_steps}
+            found = _differences({k: record[k] for k in legacy if k in record}, legacy)
+            if "task" not in record or "tokenizer" not in record:
+                found.append("warm_start.json records no task or tokenizer")
+        config = read_json_object(path / "config.json")
+        found += _differences({k: config[k] for k in shape if k in config}, shape)
+        vocabulary = record.get("vocabulary")
+        if isinstance(vocabulary, int) and config.get("vocab_size") != vocabulary:
+            found.append(f"vocab_size: {config.get('vocab_size')} -> {vocabulary} (its warm_start.json)")
+        return ", ".join(found[:3]) or None
+
+    return matches
+
+
 def tiny_base_dir(cfg: ModelConfig, task: Task) -> Path:
-    """The cached warm-started base for (task, model config), built on first use (safe under parallel jobs)."""
+    """The cached warm-started base for (task, model config), built on first use (safe under parallel jobs; a
+    damaged one is built again, one built for another config refused: sesa_cli.models.cache)."""
     target = Path(cfg.cache_dir).expanduser() / cache_key(cfg, task)
     built: list[dict[str, Any]] = []
-    path = build_once(target, "warm_start.json", lambda tmp: built.append(warm_start(cfg, task, tmp)))
+
+    def build(tmp: Path) -> None:
+        built.append(warm_start(cfg, task, tmp))
+
+    path = build_once(target, "warm_start.json", build, matches=base_matches(cfg, task))
     if built:  # named once it is in the cache (the build wrote a temporary dir)
         log.info("warm start done in %.1fs, final loss %.3f -> %s", built[0]["seconds"], built[0]["final_loss"], path)
     return path
@@ -150,20 +200,21 @@ def pack_lines(tokenizer: PreTrainedTokenizerFast, lines: Sequence[str], block: 
             used = 0
         rows[-1].append(encoded)
         used += len(encoded)
-    ids = torch.full((len(rows), block), pad, dtype=torch.long)
-    labels = torch.full((len(rows), block), -100, dtype=torch.long)
-    positions = torch.zeros((len(rows), block), dtype=torch.long)
+    cpu = torch.device("cpu")  # the warm start runs on the CPU whatever the run's device: one cached base for all
+    ids = torch.full((len(rows), block), pad, dtype=torch.long, device=cpu)
+    labels = torch.full((len(rows), block), -100, dtype=torch.long, device=cpu)
+    positions = torch.zeros((len(rows), block), dtype=torch.long, device=cpu)
     for r, row in enumerate(rows):
         at = 0
         for line_ids in row:
             n = len(line_ids)
-            ids[r, at : at + n] = torch.tensor(line_ids)
+            ids[r, at : at + n] = torch.tensor(line_ids, device=cpu)
             labels[r, at : at + n] = ids[r, at : at + n]
-            positions[r, at : at + n] = torch.arange(n)
+            positions[r, at : at + n] = torch.arange(n, device=cpu)
             at += n
         # the padding continues the last line's positions: it comes after that line (causal), so no line sees it
         last = len(row[-1]) if row else 0
-        positions[r, at:] = torch.arange(last, last + block - at)
+        positions[r, at:] = torch.arange(last, last + block - at, device=cpu)
     return PackedLines(ids, labels, positions)
 
 
@@ -174,7 +225,8 @@ def warm_start(cfg: ModelConfig, task: Task, out_dir: Path) -> dict[str, Any]:
     It runs on every core other work leaves free (:func:`sesa_cli.cpus.free_cores`), whatever the command's
     ``threads``, which is restored after: its steps are large matrix products (8 rows x 256 tokens), which a second
     thread speeds 1.85x, and on this project's CPU the base it writes is bit for bit the one-thread base (the same
-    sha256 of model.safetensors, 400 FrozenLake steps on one and on two threads; issue 32), so runs read the same
+    sha256 of model.safetensors, 400 FrozenLake steps on one and on two threads; docs/measurements.md,
+    "Threads"), so runs read the same
     base whatever the count it was built with. The count is taken again every :data:`RECOUNT_STEPS` steps: the jobs
     of a sweep start together, and the ones that then wait for this base (its file lock) free their cores a few
     seconds into the build, which a count taken once at its start would leave idle for all of it."""
@@ -240,7 +292,7 @@ def _warm_start(cfg: ModelConfig, task: Task, out_dir: Path, recount: Callable[[
             if step and step % RECOUNT_STEPS == 0:
                 count = recount()
             used[count] = used.get(count, 0) + 1
-            rows = torch.randint(len(data.ids), (cfg.warm_start_batch_size,), generator=gen)
+            rows = torch.randint(len(data.ids), (cfg.warm_start_batch_size,), generator=gen, device="cpu")
             # use_cache=False: transformers builds the packed-sequence mask only for a forward without a cache
             out = model(
                 input_ids=data.ids[rows],
@@ -261,6 +313,7 @@ def _warm_start(cfg: ModelConfig, task: Task, out_dir: Path, recount: Callable[[
     model.save_pretrained(out_dir)
     tokenizer.save_pretrained(out_dir)
     info: dict[str, Any] = {
+        "built_for": built_for(cfg, task),  # what a later run checks before it uses this base (base_matches)
         "task": task.warm_start_key(),
         "params": n_params,
         "tokenizer": cfg.tokenizer,

@@ -21,6 +21,7 @@ from sesa_cli.metric_keys import family
 from sesa_cli.metric_keys import key as metric_key
 from sesa_cli.report.heatmap import CAPTION as HEATMAP_CAPTION
 from sesa_cli.report.heatmap import FLOOR, draw_heatmaps, pick_runs
+from sesa_cli.report.marks import MARK, Mark, run_marks
 from sesa_cli.report.plots import Layout, make_plots
 from sesa_cli.report.runs import Run, load_runs, short_label
 from sesa_cli.report.stats import METHOD, decimals_for, format_interval, format_value
@@ -98,6 +99,8 @@ class Report:
     """group → numbered display label (``[1] parallel``)."""
     plots: dict[str, Path] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    marks: list[Mark] = field(default_factory=list)
+    """Runs whose numbers are not to be taken at face value (sesa_cli.report.marks); their groups carry ``(!)``."""
 
     @property
     def task(self) -> str:
@@ -109,8 +112,17 @@ class Report:
         seed_text = f" · seeds {', '.join(seeds)}" if seeds else ""
         return f"Task {self.task} · {len(self.runs)} runs in {n_groups} group{'s' * (n_groups != 1)}{seed_text}."
 
+    def marked_labels(self) -> dict[str, str]:
+        """``labels`` with :data:`sesa_cli.report.marks.MARK` after every group that has a marked run."""
+        marked = {m.group for m in self.marks}
+        return {g: f"{label} {MARK}" if g in marked else label for g, label in self.labels.items()}
+
     def headline_frame(self) -> pd.DataFrame:
-        return headline_table(self.groups, self.headline, self.labels)
+        return headline_table(self.groups, self.headline, self.marked_labels())
+
+    def exact_marked(self, groups: Sequence[str]) -> list[str]:
+        """Those of ``groups`` with a run whose exact metrics do not describe its samples."""
+        return [g for g in groups if any(m.group == g and m.kind == "exact" for m in self.marks)]
 
     def difference_frame(self) -> pd.DataFrame | None:
         if self.compare is None or self.compare.empty:
@@ -119,15 +131,31 @@ class Report:
 
     def answer(self) -> str | None:
         """One sentence: which compared group kept more solutions (:data:`SOLUTIONS`' first metric the groups
-        logged), with the final means and the difference's interval; None when no groups are compared."""
+        logged, named in it), with the final means and the difference's interval; None when no groups are compared.
+        Where a compared group's exact metrics do not describe its samples (:meth:`exact_marked`), the sentence rests
+        on the first sampled metric instead, and says why."""
         if self.baseline is None or self.compare is None or self.compare.empty:
             return None
         compared = [self.baseline, *self.compare["group"].unique()]
         # the metrics every compared group logged (compare_groups keeps those both of a pair logged)
         by_group = self.compare.groupby("group")["metric"].agg(set)
-        metric = solutions_metric(set.intersection(*by_group.tolist()))
+        logged = set.intersection(*by_group.tolist())
+        marked = self.exact_marked(compared)
+        why = ""
+        if marked:
+            names = ", ".join(self.labels[g] for g in marked)
+            logged = {m for m in logged if not m.startswith("policy/")}
+            why = f" Not read on the exact policy/* metrics: those of {names} do not describe what it samples."
+        metric = solutions_metric(logged)
         if metric is None:
-            return None
+            return f"No verdict on the solutions kept.{why}" if marked else None
+        sentence = self._verdict(compared, metric)
+        return None if sentence is None else sentence + why
+
+    def _verdict(self, compared: list[str], metric: str) -> str | None:
+        """:meth:`answer`'s sentence on ``metric``."""
+        assert self.baseline is not None
+        assert self.compare is not None
         means = self.groups.set_index(["group", "metric"])["final_mean"]
         value = {g: float(means.get((g, metric), math.nan)) for g in compared}
         if any(math.isnan(v) for v in value.values()):
@@ -192,15 +220,16 @@ def solutions_metric(metrics: set[str]) -> str | None:
 
 def default_compare(runs: Sequence[Run]) -> list[str]:
     """The groups compared when ``compare=`` is not given, baseline first: the revivals with each other when two or
-    more groups are revivals (``sesa revive`` runs; the parallel one is the baseline when there is one, as in the
-    README's collapse -> revive -> report workflow), else the two groups when there are exactly two, else none."""
+    more groups are revivals (``sesa revive`` runs), else the two groups when there are exactly two, else none. The
+    one group of i.i.d. sampling (``sampler=parallel``) among them is the baseline, whatever the order of ``runs=``
+    (the README's collapse -> revive -> report workflow); else the first."""
     order = list(dict.fromkeys(run.group for run in runs))
     revived = [g for g in order if all(r.info.get("command") == "revive" for r in runs if r.group == g)]
-    if len(revived) >= 2:
-        parallel = [g for g in revived if any(r.group == g and _sampler(r) == "parallel" for r in runs)]
-        base = parallel[0] if len(parallel) == 1 else revived[0]
-        return [base, *(g for g in revived if g != base)]
-    return order if len(order) == 2 else []
+    chosen = revived if len(revived) >= 2 else order if len(order) == 2 else []
+    # i.i.d. sampling is the baseline whatever the order of runs=[...]
+    parallel = [g for g in chosen if all(_sampler(r) == "parallel" for r in runs if r.group == g)]
+    base = parallel[0] if len(parallel) == 1 else chosen[0] if chosen else None
+    return [base, *(g for g in chosen if g != base)] if base is not None else []
 
 
 def _sampler(run: Run) -> str | None:
@@ -266,10 +295,19 @@ def environment_notes(runs: Sequence[Run]) -> list[str]:
     across = [k for k, v in seen.items() if len(v) > 1]
     if len(by_group) > 1 and across and not notes:
         notes.append(f"warning: groups differ in {', '.join(across)} (see the runs table)")
+    for key in (k for k in across if k in CPU_KEYS):  # float results differ across CPUs: each group's, named
+        values = {short_label(members[0]): sorted({r.environment.get(key, "?") for r in members})
+                  for members in by_group.values()}  # fmt: skip
+        notes.append(f"{key} per group: " + "; ".join(f"{g}: {', '.join(v)}" for g, v in values.items()))
     missing = [run for run in runs if not run.environment]
     if missing and len(missing) < len(runs):
         notes.append(f"{len(missing)} of {len(runs)} runs did not record their thread count and package versions")
     return notes
+
+
+CPU_KEYS = ("cpu", "vector extensions", "kernels")
+"""The environment keys (``Run.environment``) that describe the CPU: shown in their own column, and per group where
+groups differ in them."""
 
 
 def analyse(runs: Sequence[str | Path], compare: Sequence[str | int] = (), metrics: Sequence[str] = ()) -> Report:
@@ -292,7 +330,11 @@ def analyse(runs: Sequence[str | Path], compare: Sequence[str | int] = (), metri
         if repeated:
             notes.append(f"{labels[group]} has several runs of seed {', '.join(repeated)}: averaged as separate runs")
     notes += environment_notes(loaded)
-    return Report(loaded, per_run, groups, table, chosen[0] if chosen else None, headline, labels, notes=notes)
+    marks = run_marks(loaded)
+    notes += [mark.line(labels) for mark in marks]
+    return Report(
+        loaded, per_run, groups, table, chosen[0] if chosen else None, headline, labels, notes=notes, marks=marks
+    )
 
 
 # ---------------------------------------------------------------------------------------------------- documents
@@ -303,7 +345,7 @@ def _markdown(report: Report) -> str:
     parts += [
         "## Headline",
         "",
-        f"Final values: mean over seeds [95% interval]. {METHOD}",
+        f"Final values: mean over seeds [95% interval]. {METHOD}{_marked_caption(report)}",
         "",
         markdown_table(report.headline_frame(), index=False),
         "",
@@ -373,9 +415,10 @@ def _html(report: Report) -> str:
             f"<li class='{'warn' if n.startswith('warning') else ''}'>{html.escape(n)}</li>" for n in report.notes
         )
         parts.append(f"<ul>{items}</ul>")
+    caption = _marked_caption(report)
     parts += [
         "<h2>Headline</h2>",
-        f"<p class='note'>Final values: mean over seeds [95% interval]. {html.escape(METHOD)}</p>",
+        f"<p class='note'>{html.escape('Final values: mean over seeds [95% interval]. ' + METHOD + caption)}</p>",
         table(report.headline_frame(), index=False),
     ]
     difference = report.difference_frame()
@@ -406,6 +449,10 @@ def _html(report: Report) -> str:
     return "\n".join(parts)
 
 
+def _marked_caption(report: Report) -> str:
+    return f" {MARK}: a run of the group is marked in the notes above." if report.marks else ""
+
+
 def runs_table(report: Report) -> pd.DataFrame:
     """One row per run: its group, seed, command, how far it got, where it ran from, threads and versions."""
     rows = []
@@ -419,12 +466,15 @@ def runs_table(report: Report) -> pd.DataFrame:
                 "last step": int(run.metrics.index.max()),
                 "revived at": "" if run.parent_step is None else run.parent_step,
                 "threads": env.get("torch threads", ""),
-                "versions": " ".join(f"{k} {v}" for k, v in env.items() if k != "torch threads"),
+                "versions": " ".join(f"{k} {v}" for k, v in env.items() if k not in ("torch threads", *CPU_KEYS)),
+                "cpu": f"{env['cpu']} ({env.get('kernels', '?')})" if "cpu" in env else "",
                 "run": str(run.path),
             }
         )
     frame = pd.DataFrame(rows)
-    empty = [c for c in ("seed", "command", "revived at", "threads", "versions") if not frame[c].astype(bool).any()]
+    empty = [
+        c for c in ("seed", "command", "revived at", "threads", "versions", "cpu") if not frame[c].astype(bool).any()
+    ]
     return frame.drop(columns=empty)
 
 
@@ -496,11 +546,12 @@ def console_tables(report: Report) -> list[tuple[str, list[str], list[list[str]]
     groups by number, then per headline metric one row per group with its final mean and 95% interval, and the
     difference to the baseline where groups are compared."""
     numbered = {g: label.partition(" ")[0] for g, label in report.labels.items()}
+    marked = report.marked_labels()
     out = [
         (
             "groups",
             ["#", "group", "seeds"],
-            [[numbered[g], label.partition(" ")[2], str(_n(report, g))] for g, label in report.labels.items()],
+            [[numbered[g], label.partition(" ")[2], str(_n(report, g))] for g, label in marked.items()],
         )
     ]
     groups = report.groups.set_index(["group", "metric"])

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import functools
 import glob
-import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -19,10 +18,10 @@ from typing import Any
 
 import pandas as pd
 
-from sesa_cli.config import SEQUENTIAL_ONLY, ConfigError
+from sesa_cli.config import PLUGIN_MAPPINGS, SEQUENTIAL_ONLY, ConfigError
 from sesa_cli.deprecations import rename_overrides, upgrade_config
 from sesa_cli.metric_keys import RENAMED, key
-from sesa_cli.runs import read_json_object, read_metrics, read_yaml  # one reader each: one-line errors naming the file
+from sesa_cli.runs import read_json_object, read_metrics, read_run_info, read_yaml  # one reader each: one-line errors
 
 METRICS_JSONL = "metrics.jsonl"
 METRICS_JSON = "metrics.json"
@@ -113,13 +112,23 @@ class Run:
 
     @property
     def environment(self) -> dict[str, str]:
-        """Thread count and package versions from run.json (``{}`` for runs written before they were recorded)."""
+        """Thread count, package versions and CPU (model, vector extensions, the kernels torch chose) from run.json
+        (``{}`` for runs written before they were recorded; the CPU since 2026-11-28)."""
         env: dict[str, str] = {}
         if self.info.get("torch_threads") is not None:
             env["torch threads"] = str(self.info["torch_threads"])
         versions = self.info.get("versions")
         if isinstance(versions, dict):
             env.update({name: str(version) for name, version in versions.items()})
+        cpu = self.info.get("cpu")
+        if isinstance(cpu, dict):
+            env["cpu"] = str(cpu.get("model", ""))
+            extensions = cpu.get("vector_extensions")
+            if isinstance(extensions, list):
+                env["vector extensions"] = " ".join(str(e) for e in extensions) or "(none listed)"
+            env["kernels"] = str(cpu.get("kernels", ""))
+            if cpu.get("onednn_max_cpu_isa"):
+                env["kernels"] += f", oneDNN <= {cpu['onednn_max_cpu_isa']}"
         return env
 
 
@@ -229,7 +238,11 @@ def metrics_frame(rows: list[dict[str, Any]], source: Path) -> pd.DataFrame:
     return merged
 
 
-def _parse_overrides(items: Any) -> dict[str, str]:
+def parse_overrides(items: Any, where: Path | None = None) -> dict[str, str]:
+    """``{key: value}`` of the ``key=value`` overrides a run recorded (``.hydra/overrides.yaml``; ``where``: the file,
+    named when they are not a list of them), old keys under their current names; ``(deleted)`` for ``~key``."""
+    if items is not None and not (isinstance(items, list) and all(isinstance(i, (str, int, float)) for i in items)):
+        raise ConfigError(f"{where} holds a {type(items).__name__}, not a list of key=value overrides")
     result: dict[str, str] = {}
     renamed, _ = rename_overrides([str(item) for item in items or []])  # a run written before a config key was renamed
     for text in renamed:
@@ -280,20 +293,20 @@ def load_run(path: Path, notes: list[str] | None = None) -> Run:
         config = upgrade_config(loaded) if isinstance(loaded, dict) else {}
     info: dict[str, Any] = {}
     if (path / "run.json").is_file():
-        info = read_json_object(path / "run.json")
+        info = read_run_info(path / "run.json")
     else:
         missing.append(f"no run.json (its command is {UNKNOWN})")
     if (path / ".hydra" / "overrides.yaml").is_file():
-        overrides = _parse_overrides(_read_yaml(path / ".hydra" / "overrides.yaml"))
+        overrides = parse_overrides(_read_yaml(path / ".hydra" / "overrides.yaml"), path / ".hydra" / "overrides.yaml")
     else:
-        overrides = _parse_overrides(info.get("overrides"))
+        overrides = parse_overrides(info.get("overrides"))
     if notes is not None and missing:
         notes.append(f"warning: {path} was not read fully: {'; '.join(missing)}")
     return Run(path=path, metrics=frame, overrides=overrides, config=config, info=info)
 
 
 def run_identity(run: Run) -> str:
-    """What makes a run itself rather than a copy of another's dir: run.json's ``id`` (written since issue 31), else
+    """What makes a run itself rather than a copy of another's dir: run.json's ``id`` (older runs have none), else
     the bytes of its metrics file (two runs never log identical metrics: their step times differ)."""
     if isinstance(run.info.get("id"), str):
         return "id:" + str(run.info["id"])
@@ -369,9 +382,9 @@ def _ckpt_identity(run: Run) -> str | None:
     overrides: dict[str, str] | None = None
     try:
         if (path / ".hydra" / "overrides.yaml").is_file():
-            overrides = _parse_overrides(_read_yaml(path / ".hydra" / "overrides.yaml"))
+            overrides = parse_overrides(_read_yaml(path / ".hydra" / "overrides.yaml"))
         elif (path / "run.json").is_file():
-            overrides = _parse_overrides(json.loads((path / "run.json").read_text()).get("overrides"))
+            overrides = parse_overrides(read_run_info(path / "run.json").get("overrides"))
     except (OSError, ValueError, AttributeError):  # ConfigError is a ValueError
         overrides = None
     if overrides is None:
@@ -478,11 +491,20 @@ def _labels(identities: Sequence[Items], n_groups: int) -> list[Items]:
 
 def short_label(run: Run) -> str:
     """A group label for narrow places (console, legends): option names without their key (``sampler=parallel`` →
-    ``parallel``), other keys by their last part (``algo.off_policy=paper`` → ``off_policy=paper``)."""
+    ``parallel``), other keys by their last part (``algo.off_policy=paper`` → ``off_policy=paper``), a plug-in's
+    setting by the plug-in's name and the setting (``algo.terms.found.coef=0`` → ``found.coef=0``)."""
     if not run.group_items:
         return run.group
     parts = [
-        val if key in (*_GROUP_KEYS, *_INDIRECT_KEYS, "command") else f"{key.rpartition('.')[2]}={val}"
+        val if key in (*_GROUP_KEYS, *_INDIRECT_KEYS, "command") else f"{_short_key(key)}={val}"
         for key, val in run.group_items
     ]
     return " ".join(parts)
+
+
+def _short_key(key: str) -> str:
+    """A label's name for a config key: its last part, or under a plug-in mapping the plug-in's name and setting."""
+    for mapping in PLUGIN_MAPPINGS:
+        if key.startswith(mapping + "."):
+            return key[len(mapping) + 1 :]
+    return key.rpartition(".")[2]

@@ -5,8 +5,21 @@ chunk of tokens through the decoder; everything else (sampling, stops, cache con
 :class:`HFBackend` works for any causal ``transformers`` model: its own forward with a ``DynamicCache``. A backend
 for another engine (vLLM, SGLang) implements the same four methods, ``new_state(batch)``,
 ``forward(state, ids, mask, position_ids) -> hidden``, ``logits(hidden)`` and ``select(state, rows)``, and registers in ``BACKENDS``.
+On such an engine they map onto its own cache: ``new_state`` opens ``batch`` sequences in its paged KV cache,
+``forward`` appends a chunk of tokens to each (right-padded rows: the holes take no cache slot) and returns the last
+layer's hidden states, ``logits`` applies the vocabulary head, and ``select`` forks and drops sequences (their blocks
+shared copy-on-write, as for beam search or prefix caching). Sampling, the banned ids, the recorded log-probs and
+entropies, stops and chains stay in the engine above, so every sampler runs unchanged on it.
 
-Measured (issue #4): a hand-fused Llama decode path (preallocated KV buffer, fused q/k/v and gate/up projections)
+Why sesa keeps its own engine rather than calling a serving engine's ``generate``: a sequential chain's row continues
+its own KV cache (:meth:`sesa_cli.rollout.engine.Session.sample_chains`): item k+1 is drawn right after item k and the
+text between them, on the same cache row, and each row starts its next item the moment its current one stops. Through
+a request API every item would be a new request whose prompt is the whole growing chain (prefix caching saves
+recomputing the cached blocks, not the scheduling of a new request per item), and the log-probs the loss compares
+with would come from another pass. A backend at the level of these four methods keeps the chain on one cache; on a
+GPU the parallel rows of GRPO are where a serving engine's batching would pay most.
+
+Measured (docs/measurements.md, "Rollout cost"): a hand-fused Llama decode path (preallocated KV buffer, fused q/k/v and gate/up projections)
 ran within 0.95-1.2x of this backend on ``model=tiny``, and ``torch.compile`` of it was 2-3x slower (graph breaks
 on the growing cache), so neither is here: at batch 8-64 the 1M-parameter model's decode step is bound by its
 matmuls and a ~20-40 us per-op floor on this CPU, not by ``transformers``' Python overhead. Measured again (issue
@@ -14,12 +27,12 @@ matmuls and a ~20-40 us per-op floor on this CPU, not by ``transformers``' Pytho
 graph and 0.61-0.64x the eager decode forward, but takes 12-36 s to compile per process, more than it saves in this
 project's runs, and rounds differently (docs/measurements.md, "Inference mode for sampling").
 
-Measured and not kept (issue 20): cache layers that write each token into a buffer doubled when full, instead of
+Measured and not kept: cache layers that write each token into a buffer doubled when full, instead of
 ``DynamicCache``'s concatenation (same draws and log-probs). Paired runs, one thread: 64 rows x 24 tokens 1.11x the
 time (attention reads the strided buffer slower than a contiguous cache, which costs what the concatenation saved),
 chains of 8 items at batch 8 0.92x, SmolLM2-135M 8 rows x (218 + 32) tokens on two threads 0.98x: no clear gain.
 
-:class:`LlamaBackend` (issue 32) runs a plain Llama decoder (``model=tiny``) with the same operations as
+:class:`LlamaBackend` (docs/measurements.md, "Time to result") runs a plain Llama decoder (``model=tiny``) with the same operations as
 ``transformers``' own Llama forward, in the same order, but as one function over the weights: no module calls,
 output capturing, keyword plumbing or cache objects per layer, the padding mask built once per chunk. On
 ``model=tiny`` a decode forward at 8 rows took 0.74-0.77x the time of :class:`HFBackend`'s, at 64 rows

@@ -30,6 +30,7 @@ from transformers import PreTrainedModel
 
 from sesa_cli.models.special import banned_mask, masked_logps
 from sesa_cli.rollout.backends import make_backend
+from sesa_cli.rollout.rollouts import Completion
 
 
 @dataclass
@@ -38,35 +39,6 @@ class SamplingParams:
     """> 0 samples; 0 = greedy decoding (argmax; logps/entropies are then those of the untempered distribution)."""
     top_p: float = 1.0
     top_k: int = 0
-
-
-@dataclass
-class Completion:
-    """One sampled continuation of one row."""
-
-    ids: list[int]
-    """Sampled token ids, up to and including the stop token (if one was sampled)."""
-    logps: list[float]
-    """log pi(token | context) of each sampled token under the temperature-scaled distribution (banned ids masked)."""
-    entropies: list[float]
-    """Entropy (nats) of the temperature-scaled distribution (banned ids masked) at each sampled position."""
-    stopped: bool
-    """True if the row ended on a stop token, False if it hit its length limit."""
-    mask: list[bool] | None = None
-    """Multi-turn episodes: True on tokens the policy sampled, False on teacher-forced environment feedback (whose
-    ``logps``/``entropies`` entries are 0). None: every token was sampled."""
-
-    @property
-    def policy_entropies(self) -> list[float]:
-        """Entropies at the sampled positions only."""
-        if self.mask is None:
-            return self.entropies
-        return [e for e, m in zip(self.entropies, self.mask, strict=True) if m]
-
-    @property
-    def n_sampled(self) -> int:
-        """Number of tokens the policy sampled."""
-        return len(self.ids) if self.mask is None else sum(self.mask)
 
 
 def filter_logits(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
@@ -169,8 +141,8 @@ class Session:
     ) -> list[list[tuple[list[int], Completion]]]:
         """Sample ``items`` continuations per row one after another on the row's own cache (SESA's chains): item k
         of row i ends on its stop token or its length limit, then ``between(i, item)`` is teacher-forced onto row i
-        alone and row i samples item k+1 at once, while the other rows go on with their own items (issue 20: no row
-        waits for the slowest row of the batch, so a chain costs its own length, not the sum over positions of the
+        alone and row i samples item k+1 at once, while the other rows go on with their own items (no row waits for
+        the slowest row of the batch, so a chain costs its own length, not the sum over positions of the
         longest item). Returns, per row, ``items`` pairs (the row's tokens when the item began, the item).
 
         The tokens a row draws are those it would draw alone given the same generator state, but with one
@@ -181,6 +153,7 @@ class Session:
         if self.last_logits is None:
             raise RuntimeError("extend() the session with a prompt before sampling")
         b, dev = self.batch, self.engine.device
+        generator = on_device(generator, dev)
         limits = torch.as_tensor(
             [max_new_tokens] * b if isinstance(max_new_tokens, int) else list(max_new_tokens), device=dev
         )
@@ -189,11 +162,8 @@ class Session:
             [list(stop_ids)] * b if shared else [list(s) for s in stop_ids]  # type: ignore[arg-type]
         )
         width = max(1, *(len(s) for s in per_row))
-        stops = torch.full((b, width), -1, dtype=torch.long, device=dev)
-        for i, s in enumerate(per_row):
-            if s:
-                stops[i, : len(s)] = torch.as_tensor(s, device=dev)
-        running = torch.ones(b, dtype=torch.bool, device=dev) if active is None else torch.as_tensor(active).to(dev)
+        stops = torch.tensor([[*s, *[-1] * (width - len(s))] for s in per_row], dtype=torch.long, device=dev)
+        running = torch.as_tensor([True] * b if active is None else list(active), dtype=torch.bool, device=dev)
         running &= limits > 0
         chains: list[list[tuple[list[int], Completion]]] = [[] for _ in range(b)]
         contexts = [list(t) for t in self.tokens]  # each row's context of its current item
@@ -214,11 +184,18 @@ class Session:
                 probs = torch.softmax(filter_logits(logp_all, params.top_k, params.top_p), dim=-1)
                 tok = _draw(probs, generator)
             tok_logp = logp_all.gather(1, tok[:, None]).squeeze(1)
-            tok_l, logp_l, ent_l, run_l = tok.tolist(), tok_logp.tolist(), entropy.tolist(), running.tolist()
-            is_stop = ((tok[:, None] == stops).any(1) & running).tolist()
             count += running.long()
-            ended = (running & (count >= limits)).tolist()
+            # what the loop below reads, copied to the host in one transfer (one wait for the device a step, not six):
+            # float64 holds every token id, float32 log-prob and entropy exactly
+            stopping = (tok[:, None] == stops).any(1) & running
+            at_limit = running & (count >= limits)
+            host = torch.stack([x.double() for x in (tok, tok_logp, entropy, running, stopping, at_limit)]).tolist()
+            tok_l = [int(t) for t in host[0]]
+            logp_l, ent_l = host[1], host[2]
+            run_l, is_stop, ended = ([v != 0 for v in row] for row in host[3:])
             feeds: list[list[int]] = [[] for _ in range(b)]
+            done: list[int] = []  # rows whose chain is complete: they stop running
+            fresh: list[int] = []  # rows that begin their next item: their token count starts again
             for i in range(b):
                 if not run_l[i]:
                     continue
@@ -236,11 +213,15 @@ class Session:
                 chains[i].append((contexts[i], item))
                 out_ids[i], out_logps[i], out_ent[i] = [], [], []
                 if len(chains[i]) == items:
-                    running[i] = False
+                    done.append(i)
                     continue
                 feeds[i] += list(between(i, item)) if between is not None else []
                 contexts[i] = [*self.tokens[i], *feeds[i]]
-                count[i] = 0
+                fresh.append(i)
+            if done:
+                running[torch.tensor(done, dtype=torch.long, device=dev)] = False
+            if fresh:
+                count[torch.tensor(fresh, dtype=torch.long, device=dev)] = 0
             logits = self._feed(feeds)
         return chains
 
@@ -268,7 +249,7 @@ class Session:
             index = torch.as_tensor(parents, dtype=torch.long, device=dev)
             self.engine.backend.select(self.state, index)
             self.physical_pos = self.physical_pos[index]
-        # one tensor from nested lists: a copy per row cost ~1.4 ms of a 64-row decode step (issue 20's profile)
+        # one tensor from nested lists: a copy per row cost ~1.4 ms of a 64-row decode step (bench/rollout.py --profile)
         ids = torch.tensor([[*r, *[pad] * (width - len(r))] for r in feeds], dtype=torch.long, device=dev)
         mask = torch.tensor([[1] * len(r) + [0] * (width - len(r)) for r in feeds], dtype=torch.long, device=dev)
         for tokens, r in zip(self.tokens, rows, strict=True):
@@ -299,6 +280,23 @@ class Session:
 Generators = torch.Generator | Sequence[torch.Generator] | None
 """The random source of a sampling call: one generator for the whole batch (the default; None = torch's global
 one), or one per row, so that what a row draws does not depend on the other rows."""
+
+
+def on_device(generator: Generators, device: torch.device) -> Generators:
+    """The random source of a sampling call whose probabilities live on ``device``: ``generator`` itself where it lives
+    there (so a CPU run draws exactly what it always drew); else, per given generator, a new one on ``device`` seeded
+    with one draw of it. The callers' generators stay on the CPU, where checkpoints save them, and a GPU run is still
+    reproducible from its seed: each call takes the next seed of the caller's stream."""
+    if generator is None:
+        return None  # torch's global generator of the device, seeded by torch.manual_seed
+
+    def moved(g: torch.Generator) -> torch.Generator:
+        if g.device == device:
+            return g
+        seed = int(torch.randint(0, 2**63 - 1, (1,), generator=g, device=g.device))
+        return torch.Generator(device=device).manual_seed(seed)
+
+    return moved(generator) if isinstance(generator, torch.Generator) else [moved(g) for g in generator]
 
 
 def _draw(probs: torch.Tensor, generator: Generators) -> torch.Tensor:
@@ -343,7 +341,7 @@ class Engine:
         begin alike share their rows until they part (:class:`Session`): a forward pays each distinct prefix once
         (the path task's 512 spellings of 17 tokens are 3,149 distinct prefixes, not 8,722 tokens). No gradient."""
         rows = len(completions)
-        total = torch.zeros(rows, dtype=torch.float64)
+        total = torch.zeros(rows, dtype=torch.float64, device="cpu")  # numbers the caller reads: on the host
         live = [i for i in range(rows) if completions[i]]  # logical row j of the session scores completions[live[j]]
         if not live:
             return total

@@ -14,14 +14,14 @@ sampling works unchanged: with ``stage1=solution`` episode k continues the cache
 ``stage1=sketch`` (the default for every task that defines a sketch) the sketches are short plans, each then played
 out as an episode starting from ``solve_prompt(x, plan)``.
 
-Every rollout records the exact context that drew it (``context_ids``) and the plain prompt (``prompt_ids``), so the
-loss can score it under either (``sampler.loss_context``).
+Every rollout records the exact context that drew it (``context_ids``), the plain prompt (``prompt_ids``), so the
+loss can score it under either (``algo.loss_context``), and its origin (sesa_cli.rollout.rollouts: i.i.d., a chain
+item and its position, or a stage-II expansion of its sketch).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -30,39 +30,23 @@ from sesa_cli import metrics as M
 from sesa_cli.config import ConfigError, SamplerConfig
 from sesa_cli.models.policy import Policy
 from sesa_cli.models.special import stop_ids_for
-from sesa_cli.rollout.engine import Completion, Engine, SamplingParams, Session
+from sesa_cli.registry import Registry
+from sesa_cli.rollout.engine import Engine, SamplingParams, Session
+from sesa_cli.rollout.rollouts import ChainItem, Completion, Expansion, Origin, Plain, Rollout, Sketch
 from sesa_cli.rollout.stops import stop_string_fn
 from sesa_cli.tasks.base import Score, Task
 
-
-@dataclass
-class Rollout:
-    """One solution of one group, with everything the loss and the metrics need."""
-
-    group: int
-    """Index of its prompt in the batch."""
-    inst: Any
-    prompt_ids: list[int]
-    """The plain prompt x (with BOS)."""
-    context_ids: list[int]
-    """The context the solution was drawn from (= prompt_ids for parallel sampling)."""
-    completion: Completion
-    text: str
-    score: Score
-    sketch: str | None = None
-    """stage1=sketch: the sketch this solution expands."""
-    sketch_context_ids: list[int] | None = None
-    sketch_completion: Completion | None = None
-    stop_forced: bool = False
-    """Sequential chains: this item (stage1=sketch: its sketch) hit its length limit without its stop, so the sampler
-    teacher-forced the task's stop after it: the next item's context holds it and starts clean."""
-    followed: bool | None = None
-    """stage1=sketch: whether this solution carries out its sketch (``Task.follows_sketch``); None elsewhere, or
-    where the task cannot tell."""
-    follow_token: int | None = None
-    """stage1=sketch: the first token of the text that carries out the sketch (``Task.sketch_response``); where the
-    task does not fix that text, the first token of a solution that followed its sketch; else None. The target of
-    ``algo.follow_coef``'s term."""
+__all__ = [
+    "SAMPLERS",
+    "ParallelSampler",
+    "Sampler",
+    "SequentialSampler",
+    "chains_of",
+    "make_sampler",
+    "register_sampler",
+    "resolve_stage1",
+    "run_episodes",
+]
 
 
 def run_episodes(
@@ -119,6 +103,9 @@ def run_episodes(
 class Sampler:
     """Draws groups of rollouts for a batch of instances."""
 
+    stage1: str | None = None
+    """A sequential sampler's resolved ``sampler.stage1`` (``sketch`` or ``solution``); None for the others."""
+
     def __init__(
         self, cfg: SamplerConfig, task: Task, policy: Policy, dtype: str = "float32", greedy: bool = False
     ) -> None:
@@ -174,10 +161,15 @@ class Sampler:
         prompt_ids: list[int],
         ctx: list[int],
         answer: tuple[Completion, str, Score],
-        **extra: Any,
+        origin: Origin | None = None,
     ) -> Rollout:
         comp, text, score = answer
-        return Rollout(group, inst, prompt_ids, ctx, comp, text, score, **extra)
+        return Rollout(group, inst, prompt_ids, ctx, comp, text, score, origin if origin is not None else Plain())
+
+    @property
+    def rows_per_group(self) -> int:
+        """Rollouts of one group (the rows an update gets per prompt)."""
+        return self.cfg.group_size
 
     def sample(self, instances: Sequence[Any], generator: torch.Generator) -> list[list[Rollout]]:
         raise NotImplementedError
@@ -197,25 +189,18 @@ class Sampler:
         return None
 
 
-SAMPLERS: dict[str, type[Sampler]] = {}
+SAMPLERS: Registry[type[Sampler]] = Registry("sampler")
+"""``sampler.name`` -> sampler class (each with its ``conf/sampler/<name>.yaml``)."""
 
 
 def register_sampler(name: str) -> Callable[[type[Sampler]], type[Sampler]]:
-    def wrap(cls: type[Sampler]) -> type[Sampler]:
-        if name in SAMPLERS:
-            raise ValueError(f"sampler {name!r} registered twice")
-        SAMPLERS[name] = cls
-        return cls
-
-    return wrap
+    """Class decorator: make a sampler available as ``sampler.name=<name>``."""
+    return SAMPLERS.register(name)
 
 
 def make_sampler(cfg: SamplerConfig, task: Task, policy: Policy, dtype: str = "float32") -> Sampler:
-    try:
-        cls = SAMPLERS[cfg.name]
-    except KeyError:
-        raise ConfigError(f"unknown sampler {cfg.name!r}; valid: {', '.join(sorted(SAMPLERS))}") from None
-    return cls(cfg, task, policy, dtype)
+    """The sampler ``sampler.name`` names; an unknown name is a ConfigError naming the valid ones."""
+    return SAMPLERS.lookup(cfg.name)(cfg, task, policy, dtype)
 
 
 @register_sampler("parallel")
@@ -248,7 +233,7 @@ def resolve_stage1(cfg: SamplerConfig, task: Task) -> str:
 class SequentialSampler(Sampler):
     def __init__(self, cfg: SamplerConfig, task: Task, policy: Policy, dtype: str = "float32") -> None:
         super().__init__(cfg, task, policy, dtype)
-        self.stage1 = resolve_stage1(cfg, task)
+        self.stage1: str = resolve_stage1(cfg, task)
         if self.stage1 == "sketch" and not task.has_sketch():
             raise ConfigError(f"task {task.name!r} defines no sketch; use sampler.stage1=solution")
         self.between = policy.encode(task.between) if task.between else []
@@ -268,8 +253,8 @@ class SequentialSampler(Sampler):
         (:meth:`Session.sample_chains`), without waiting for the other rows.
 
         An item cut at its length limit is followed by the task's stop text, teacher-forced before ``between``, so the
-        next item starts where a finished one would have (issue 16: after a cut item the chain used to run on without
-        a separator). Returns, per row, G triples (context_ids that drew the item, the item, whether the stop was
+        next item starts where a finished one would have (without it, a chain ran on after a cut item without a
+        separator). Returns, per row, G triples (context_ids that drew the item, the item, whether the stop was
         forced after it).
         """
         g = self.chain_items
@@ -302,6 +287,13 @@ class SequentialSampler(Sampler):
                 chains[row].append((contexts[row], ans, cut[row] and not last))
         return chains
 
+    @property
+    def rows_per_group(self) -> int:
+        """Rollouts of one group: the chain's items (times ``solutions_per_sketch`` with sketches), then the
+        ``sampler.parallel_rows`` i.i.d. rows."""
+        m = self.cfg.solutions_per_sketch if self.stage1 == "sketch" else 1
+        return self.chain_items * m + self.cfg.parallel_rows
+
     def sample(self, instances: Sequence[Any], generator: torch.Generator) -> list[list[Rollout]]:
         """Per instance a group: the chain's rows (:attr:`chain_items` of them, times ``solutions_per_sketch`` with
         sketches), then ``sampler.parallel_rows`` rows drawn i.i.d. from the plain prompt."""
@@ -316,10 +308,13 @@ class SequentialSampler(Sampler):
                     [(ctx, self._scored(comp, instances[g]), forced) for ctx, comp, forced in chain]
                     for g, chain in enumerate(self._chains(heads, task.cfg.max_new_tokens, generator))
                 ]
-            drawn = [
-                [self._rollout(g, instances[g], heads[g], ctx, ans, stop_forced=forced) for ctx, ans, forced in chain]
-                for g, chain in enumerate(chains)
-            ]
+            drawn = []
+            for g, chain in enumerate(chains):
+                texts = tuple(ans[1] for _, ans, _ in chain)
+                drawn.append([
+                    self._rollout(g, instances[g], heads[g], ctx, ans, ChainItem(p, texts[:p], forced))
+                    for p, (ctx, ans, forced) in enumerate(chain)
+                ])  # fmt: skip
             if k:  # the plain rows of every group in one session of their own
                 rows = [heads[g] for g in range(len(instances)) for _ in range(k)]
                 answers = self.answer(
@@ -335,15 +330,14 @@ class SequentialSampler(Sampler):
         # stage II: every sketch expanded into m solutions (episodes for multi-turn tasks), all in parallel
         m = self.cfg.solutions_per_sketch
         rows, row_inst, meta = [], [], []
-        for g, chain in enumerate(sketch_chains):
-            for sketch_ctx, sketch_comp, forced in chain:
-                sketch = self.policy.decode(sketch_comp.ids)
-                solve_ids = self.encode_prompt(task.solve_prompt(instances[g], sketch))
-                target = self._response_token(instances[g], sketch)
+        for g, sketch_chain in enumerate(sketch_chains):
+            for p, (sketch_ctx, sketch_comp, forced) in enumerate(sketch_chain):
+                sketch = Sketch(self.policy.decode(sketch_comp.ids), sketch_ctx, sketch_comp, p, forced)
+                solve_ids = self.encode_prompt(task.solve_prompt(instances[g], sketch.text))
                 for _ in range(m):
                     rows.append(solve_ids)
                     row_inst.append(instances[g])
-                    meta.append((g, sketch, sketch_ctx, sketch_comp, forced, target))
+                    meta.append((g, sketch))
         n_expanded = len(rows)
         # sampler.parallel_rows: drawn from the plain prompt in the same stage-II session, after the expansions
         for g in range(len(instances)):
@@ -352,62 +346,65 @@ class SequentialSampler(Sampler):
         answers = self.answer(self.engine.start(rows), row_inst, generator)
         groups: list[list[Rollout]] = [[] for _ in instances]
         for r, ans in enumerate(answers[:n_expanded]):
-            g, sketch, sketch_ctx, sketch_comp, forced, target = meta[r]
-            followed = task.follows_sketch(instances[g], sketch, ans[1], ans[2])
-            if target is None and followed and ans[0].ids:  # the task does not fix the text: a follower's own start
-                target = ans[0].ids[0]
-            groups[g].append(
-                self._rollout(
-                    g,
-                    instances[g],
-                    prompts[g],
-                    rows[r],
-                    ans,
-                    sketch=sketch,
-                    sketch_context_ids=sketch_ctx,
-                    sketch_completion=sketch_comp,
-                    stop_forced=forced,
-                    followed=followed,
-                    follow_token=target,
-                )
-            )
+            g, sketch = meta[r]
+            followed = task.follows_sketch(instances[g], sketch.text, ans[1], ans[2])
+            groups[g].append(self._rollout(g, instances[g], prompts[g], rows[r], ans, Expansion(sketch, followed)))
         for r, ans in enumerate(answers[n_expanded:]):
             g = r // k
             groups[g].append(self._rollout(g, instances[g], prompts[g], prompts[g], ans))
         return groups
 
-    def _response_token(self, inst: Any, sketch: str) -> int | None:
-        """The first token of the text that carries out ``sketch`` (``Task.sketch_response``), once per sketch: the
-        ``Rollout.follow_token`` of each of its stage-II solutions; None where the task does not fix that text."""
-        response = self.task.sketch_response(inst, sketch)
-        ids = self.policy.encode(response) if response is not None else []
-        return ids[0] if ids else None
-
     def chain_health(self, groups: Sequence[Sequence[Rollout]]) -> M.ChainHealth:
-        """The health of every chain in ``groups`` (issue 16): the items are the sketches (stage1=sketch, judged by
-        ``task.sketch_key`` and each solution's ``Rollout.followed``) or the solutions (keys from their scores). A
-        group holds one chain of G items (G x m rollouts with m solutions per sketch), or several in a row (evaluation
-        draws n samples); an incomplete chain at a group's end is left out. An evaluation of fewer samples than one chain
-        (``eval.samples`` < G x m) measures the first n // m items of each chain."""
+        """The health of every chain in ``groups`` (docs/samplers.md): the items are the sketches
+        (stage1=sketch, judged by ``task.sketch_key`` and each solution's ``Expansion.followed``) or the solutions
+        (keys from their scores). A group holds one chain of G items (G x m rollouts with m solutions per sketch),
+        or several in a row (evaluation draws n samples), each starting at position 0 of its origin; its i.i.d. rows
+        (``Plain``) are not items. An incomplete chain at a group's end is left out. An evaluation of fewer samples
+        than one chain (``eval.samples`` < G x m) measures the first n // m items of each chain."""
         task, m = self.task, self.cfg.solutions_per_sketch if self.stage1 == "sketch" else 1
         keys: list[list[str | None]] = []
         cut: list[list[bool]] = []
         followed: list[list[list[bool | None]]] = []
-        per_group = self.chain_items * m + self.cfg.parallel_rows  # rows of one group: the chain's, then i.i.d. ones
         for drawn in groups:
-            # the chains' rows: each group of the draw less its trailing sampler.parallel_rows
-            group = [r for i, r in enumerate(drawn) if i % per_group < self.chain_items * m]
-            g = min(self.chain_items, len(group) // m)  # items per chain measured
+            chains = chains_of(drawn)
+            g = min(self.chain_items, sum(len(c) for c in chains) // m)  # items per chain measured
             if g == 0:
                 continue
-            for start in range(0, len(group) - g * m + 1, g * m):
-                chain = group[start : start + g * m]
+            for rows in chains:
+                chain = rows[: g * m]
+                if len(chain) < g * m:
+                    continue
                 firsts = chain[::m]
                 if self.stage1 == "solution":
                     keys.append([r.score.key for r in firsts])
                     cut.append([not r.completion.stopped for r in firsts])
                     continue
-                keys.append([task.sketch_key(r.inst, r.sketch or "") for r in firsts])
-                cut.append([r.sketch_completion is not None and not r.sketch_completion.stopped for r in firsts])
-                followed.append([[r.followed for r in chain[k * m : (k + 1) * m]] for k in range(g)])
+                items = [r.origin for r in firsts]
+                assert all(isinstance(o, Expansion) for o in items)  # stage1=sketch draws expansions only
+                sketches = [o.sketch for o in items if isinstance(o, Expansion)]
+                keys.append([task.sketch_key(r.inst, s.text) for r, s in zip(firsts, sketches, strict=True)])
+                cut.append([not s.completion.stopped for s in sketches])
+                followed.append([[_followed(r) for r in chain[i * m : (i + 1) * m]] for i in range(g)])
         return M.chain_health(keys, cut, followed if self.stage1 == "sketch" else None)
+
+
+def chains_of(drawn: Sequence[Rollout]) -> list[list[Rollout]]:
+    """The chains among a group's rows, in order: the rows whose origin is a chain item or an expansion, a new chain
+    starting at each item of position 0 (for expansions, at each new sketch of position 0: its m solutions are one
+    item)."""
+    chains: list[list[Rollout]] = []
+    previous: object = None
+    for r in drawn:
+        if not isinstance(r.origin, ChainItem | Expansion):
+            continue
+        item = r.origin.sketch if isinstance(r.origin, Expansion) else r
+        if not chains or (r.origin.position == 0 and item is not previous):
+            chains.append([])
+        chains[-1].append(r)
+        previous = item
+    return chains
+
+
+def _followed(r: Rollout) -> bool | None:
+    """Whether a stage-II solution carries out its sketch (``Expansion.followed``)."""
+    return r.origin.followed if isinstance(r.origin, Expansion) else None

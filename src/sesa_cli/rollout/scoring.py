@@ -364,3 +364,70 @@ def _head_logps(
         logps.append(lp)
         ents.append(en)
     return torch.cat(logps, dim), torch.cat(ents, dim)
+
+
+class Scorer:
+    """How the update scores rows with the policy: at the sampler's ``temperature``, in ``dtype``, padded or packed
+    without padding (``padding_free``), and whether a loss term's rows ride in a mini-batch's forward pass
+    (:attr:`shares_passes`). The learner (sesa_cli.learner) scores every row of an update through it."""
+
+    def __init__(self, pad_id: int, temperature: float, dtype: str = "float32", padding_free: bool = False) -> None:
+        self.pad_id = pad_id
+        self.temperature = temperature
+        self.dtype = dtype
+        self.padding_free = padding_free
+
+    @property
+    def shares_passes(self) -> bool:
+        """Whether extra rows (a loss term's) join a mini-batch's forward pass: padding-free they only add their own
+        tokens; padded, a solve prompt and one token would take the mini-batch's width, so they get a pass of their
+        own."""
+        return self.padding_free
+
+    def batch(
+        self,
+        contexts: Sequence[Sequence[int]],
+        completions: Sequence[Sequence[int]],
+        masks: Sequence[Sequence[bool] | None] | None = None,
+    ) -> ScoringBatch:
+        """The rows as a :class:`ScoringBatch` (:func:`build_batch`)."""
+        return build_batch(contexts, completions, self.pad_id, masks)
+
+    def __call__(self, model: PreTrainedModel, batch: ScoringBatch) -> tuple[torch.Tensor, torch.Tensor]:
+        """(logps, entropies), each (batch, T), of ``batch`` under ``model`` (:func:`completion_logps`)."""
+        return completion_logps(model, batch, self.temperature, dtype=self.dtype, padding_free=self.padding_free)
+
+    def minibatch(
+        self,
+        model: PreTrainedModel,
+        sub: ScoringBatch,
+        live: torch.Tensor | None,
+        old_sub: torch.Tensor | None,
+        extras: Sequence[ScoringBatch] = (),
+    ) -> tuple[torch.Tensor, torch.Tensor | None, list[torch.Tensor]]:
+        """(logps, entropies) of a mini-batch ``sub``, and the (rows, T_i) log-probs of each of ``extras``' rows,
+        scored in the same forward pass (callers pass extras only when :attr:`shares_passes`). Rows where ``live``
+        (rows,) is False skip the forward pass: their log-probs are the old ones (``old_sub``, or 0 when the ratio is
+        taken against the result itself), so their ratio is exactly 1, and no entropies are returned. Callers pass
+        ``live`` only when such rows add nothing to the gradient."""
+        rows = None if live is None or bool(live.all()) else live.nonzero().flatten()
+        n, width = sub.targets.shape if rows is None else (rows.numel(), sub.targets.shape[1])
+        parts = [*([sub if rows is None else select_rows(sub, rows)] if n else []), *extras]
+        if not parts:  # no live row and no extra row
+            return _filler(sub, old_sub).requires_grad_(), None, []
+        logps, ents = self(model, join_rows(parts, self.pad_id))
+        extra_logps, at = [], n
+        for extra in extras:
+            extra_logps.append(logps[at : at + extra.targets.shape[0], : extra.targets.shape[1]])
+            at += extra.targets.shape[0]
+        if rows is None:
+            return logps[:n, :width], ents[:n, :width], extra_logps
+        if n == 0:
+            return _filler(sub, old_sub).requires_grad_(), None, extra_logps
+        return _filler(sub, old_sub).index_put((rows,), logps[:n, :width]), None, extra_logps
+
+
+def _filler(sub: ScoringBatch, old_sub: torch.Tensor | None) -> torch.Tensor:
+    """The log-probs of a mini-batch's skipped rows: the old ones, or 0 when the ratio is taken against the result
+    itself."""
+    return torch.zeros_like(sub.response_mask) if old_sub is None else old_sub.detach().clone()

@@ -12,12 +12,13 @@ so ``prompt`` ends exactly where the first response begins and every ``feedback`
 begins. ``Env`` is the single source of truth for the horizon: it reports ``done`` when the goal is reached, the
 episode fails, the per-episode action budget (``max_actions``) is used up, or ``max_turns`` turns were played.
 
-Per-turn semantics follow RAGEN's ``es_manager``: the response's actions are truncated to
-``max_actions_per_turn``; unknown actions are dropped; any drop, or no action at all, adds ``format_penalty`` once
-to the turn; the remaining actions run one by one until the episode ends or the budget is spent. The episode reward
-is the sum of the turn rewards (RAGEN's ``use_turn_scores=False``).
+Per turn: a valid reply (1..``max_actions_per_turn`` known actions in the style's format and nothing else; the
+rule and its reasons: sesa_cli.tasks.layouts) runs its actions one by one until the episode ends or the budget is
+spent; an invalid one runs none, pays ``format_penalty`` and ends the episode unsolved (RAGEN drops unknown actions
+and plays on; sesa does not, so that no reply the exact walker counts invalid can win). The episode reward is the
+sum of the turn rewards (RAGEN's ``use_turn_scores=False``).
 
-Two renderings (``task.style``):
+Two renderings (``task.style``), one object each (sesa_cli.tasks.layouts):
 
 * ``compact`` (the character-level tiny model): the state, then ``:`` and the actions, ending with ``stop`` = ``|``::
 
@@ -43,8 +44,8 @@ from dataclasses import asdict, dataclass
 from typing import Any, ClassVar
 
 from sesa_cli.config import ConfigError, TaskConfig
-from sesa_cli.tasks import ragen
 from sesa_cli.tasks.base import Score, Turn, check_split, draw_distinct
+from sesa_cli.tasks.layouts import LAYOUTS, Layout
 from sesa_cli.tasks.ragen import RagenTask
 
 COMPACT_LAYOUT = "\n:?!|"
@@ -59,7 +60,8 @@ class AgentTaskConfig(TaskConfig):
     max_turns: int = 5
     """Turns per episode (RAGEN ``agent_proxy.max_turn`` = 5)."""
     max_actions_per_turn: int = 5
-    """Actions read from one response; extra ones are ignored (RAGEN Sept-2025: 5; RAGEN-2: 2)."""
+    """The most actions a valid reply names (RAGEN Sept-2025: 5; RAGEN-2: 2); a reply naming more is invalid
+    (RAGEN ignores the extra ones; sesa_cli.tasks.layouts says why sesa does not)."""
     max_actions: int = 10
     """Environment actions per episode; when spent the episode ends unsolved (RAGEN ``max_actions_per_traj`` = 10)."""
     sketch_max_actions: int = 0
@@ -75,7 +77,8 @@ class AgentTaskConfig(TaskConfig):
     per chain of 8): the base has learned which letters the plan holds, not yet their order. 0 = none (the default
     everywhere: no recipe sets it until a setting is measured to be followed)."""
     format_penalty: float = -0.1
-    """Added once to a turn whose answer is unparseable, empty or names an unknown action (RAGEN: -0.1)."""
+    """The reward of an invalid reply (unparseable, empty, an unknown action, too many actions, extra text), which
+    also ends the episode (RAGEN: -0.1, and RAGEN plays on)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -119,6 +122,8 @@ class Env(ABC):
         """Every executed action, in order (the episode's solution key)."""
         self.total_reward = 0.0
         """Sum of the turn rewards so far (format penalties included)."""
+        self.invalid = False
+        """A reply was invalid (the episode then ended): the episode has no solution key."""
 
     # ---------------------------------------------------------------- the task-specific part
     @abstractmethod
@@ -135,21 +140,22 @@ class Env(ABC):
         return self.cfg.max_actions - self.actions_used
 
     def step(self, response: str) -> Turn:
-        """Parse ``response`` (untrusted, never raises) and play its actions within the budgets."""
+        """Play one reply (untrusted, never raises): a valid one runs its actions within the episode budget; an
+        invalid one runs none, pays ``format_penalty`` and ends the episode unsolved (sesa_cli.tasks.layouts)."""
         if self.done:
             return Turn("", 0.0, True, self.success, (), True)
         self.turns += 1
-        tokens = self.task.parse_response(response)
-        parsed = tokens is not None
-        tokens = (tokens or [])[: self.cfg.max_actions_per_turn]
-        known = [a for a in (self.task.canonical(t) for t in tokens) if a is not None]
-        valid = parsed and bool(known) and len(known) == len(tokens)
-        env_reward = 0.0
+        actions = self.task.reply_actions(response)
+        if actions is None:
+            self.done, self.invalid = True, True
+            self.total_reward += self.cfg.format_penalty
+            return Turn("", self.cfg.format_penalty, True, False, (), False)
+        reward = 0.0
         executed: list[str] = []
-        for action in known[: self.actions_left]:
-            reward, over, solved = self.apply(action)
+        for action in actions[: self.actions_left]:
+            step_reward, over, solved = self.apply(action)
             executed.append(action)
-            env_reward += reward
+            reward += step_reward
             if over:
                 self.done, self.success = True, solved
                 break
@@ -157,17 +163,16 @@ class Env(ABC):
         self.history.extend(executed)
         if self.actions_left <= 0 or self.turns >= self.cfg.max_turns:
             self.done = True  # truncated: out of actions or turns, not solved
-        reward = env_reward + (0.0 if valid else self.cfg.format_penalty)
-        # RAGEN shows the penalty in the Reward line only when no action could be executed.
-        shown = env_reward + (self.cfg.format_penalty if not known else 0.0)
-        feedback = "" if self.done else self.task.feedback(self, shown)
+        feedback = "" if self.done else self.task.feedback(self, reward)
         self.total_reward += reward
-        return Turn(feedback, reward, self.done, self.success, tuple(executed), valid)
+        return Turn(feedback, reward, self.done, self.success, tuple(executed), True)
 
     def score(self) -> Score:
         """The episode's verdict: reward = sum of turn rewards (RAGEN's ``use_turn_scores=False``, credited to the
-        whole trajectory), success = solved, key = the executed actions joined by ","."""
-        return Score(reward=self.total_reward, success=self.success, key=",".join(self.history) or None)
+        whole trajectory), success = solved, key = the executed actions joined by ",", None when a reply was
+        invalid (``eval/valid``: the share of episodes of valid replies only, as ``policy/valid_mass``)."""
+        key = None if self.invalid else ",".join(self.history) or None
+        return Score(reward=self.total_reward, success=self.success, key=key)
 
 
 class AgentTask(RagenTask):
@@ -187,9 +192,14 @@ class AgentTask(RagenTask):
     warm_pool: ClassVar[int] = 2000
     """The warm-start corpus draws its instances from train indices [0, warm_pool)."""
 
+    compact_sep: ClassVar[str] = ""
+    """What separates the words of a compact reply's actions (grid tasks: nothing, ``DR``; Sudoku: a space)."""
+
     def __init__(self, cfg: TaskConfig, seed: int = 0) -> None:
         super().__init__(cfg, seed)
         self._cache: dict[tuple[str, int], Any] = {}
+        self.layout: Layout = LAYOUTS[self.cfg.style](self)
+        """The style's rendering and its valid-reply rule (sesa_cli.tasks.layouts)."""
 
     # ---------------------------------------------------------------- the task-specific part
     @abstractmethod
@@ -201,30 +211,52 @@ class AgentTask(RagenTask):
         """Build instance ``index`` of ``split`` (uncached; see ``instance``)."""
 
     @abstractmethod
-    def canonical(self, token: str) -> str | None:
-        """The canonical action a raw answer token names, or None if it names none. Never raises."""
-
-    @abstractmethod
     def random_actions(self, env: Env, rng: random.Random, k: int) -> list[str]:
         """``k`` well-formed (not necessarily good) canonical actions for the warm start."""
 
     @abstractmethod
     def compact_tokens(self, body: str) -> list[str]:
-        """Split a compact answer into raw action tokens (for ``canonical``). Never raises."""
+        """Split a compact answer into raw action tokens (for ``compact_action``). Never raises."""
 
     @abstractmethod
-    def encode(self, actions: Sequence[str]) -> str:
-        """The answer text naming canonical ``actions`` (chat: separated by `` || ``)."""
+    def compact_action(self, token: str) -> str | None:
+        """The canonical action a compact token names, or None. Never raises."""
+
+    @abstractmethod
+    def compact_word(self, action: str) -> str:
+        """How the compact style writes a canonical action (its canonical rendering)."""
+
+    @abstractmethod
+    def chat_action(self, token: str) -> str | None:
+        """The canonical action a chat item (the text between ``||``, stripped) names, or None. Never raises."""
+
+    @abstractmethod
+    def chat_word(self, action: str) -> str:
+        """How the chat style writes a canonical action."""
 
     @abstractmethod
     def longest_plan(self) -> list[str]:
         """A plan as long as the warm start's longest (the compact sketch budget)."""
 
-    def turn_responses(self) -> list[str] | None:
-        """Every well-formed response of one turn (stop included, each once) when the environment is deterministic
-        and the list is short enough to walk turn by turn: the exact plain-prompt policy over whole episodes
-        (sesa_cli.tasks.episode_tree, ``policy/*`` metrics). None otherwise (the default)."""
+    def listable_actions(self) -> Sequence[str] | None:
+        """The canonical actions whose replies the exact walker may list, when the environment is deterministic
+        (an episode is a function of its replies); None otherwise (the default)."""
         return None
+
+    def turn_responses(self) -> list[str] | None:
+        """Every valid reply of one turn (stop included, each once) when the environment is deterministic and the
+        list is short enough to walk turn by turn: the exact plain-prompt policy over whole episodes
+        (sesa_cli.rollout.episode_tree, ``policy/*`` metrics); None otherwise (the layout's list,
+        :meth:`sesa_cli.tasks.layouts.Layout.turn_responses`)."""
+        return self.layout.turn_responses()
+
+    def canonical(self, token: str) -> str | None:
+        """The canonical action a raw answer token names in this task's style, or None. Never raises."""
+        return self.layout.canonical(token)
+
+    def encode(self, actions: Sequence[str]) -> str:
+        """The answer text naming canonical ``actions`` in this task's style (chat: separated by `` || ``)."""
+        return self.layout.encode(actions)
 
     @property
     def sketch_max_actions(self) -> int:
@@ -244,7 +276,12 @@ class AgentTask(RagenTask):
             text += "\nThe meaning of each symbol in the state is:\n" + legend
         if self.action_names:
             text += "\nYour available actions are:\n" + ", ".join(self.action_names)
-        text += f'\nYou can make up to {self.cfg.max_actions} actions, separated by the action separator " || "\n'
+        # RAGEN says "up to {max_actions_per_traj} actions" and silently drops the ones beyond max_actions_per_turn;
+        # here a reply naming more is invalid (sesa_cli.tasks.layouts), so the line names the per-turn limit too.
+        text += (
+            f"\nYou can make up to {self.cfg.max_actions_per_turn} actions per turn ({self.cfg.max_actions} in all), "
+            'separated by the action separator " || "\n'
+        )
         return text
 
     # ---------------------------------------------------------------- instances
@@ -264,38 +301,25 @@ class AgentTask(RagenTask):
             del fields["warm_start_plan_lines"]  # likewise
         # The corpus is played on seed 0's training instances whatever the run's seed, so every seed of a sweep
         # starts from the same cached base (as runs of a pretrained model do).
-        return {"name": self.name, "cfg": fields, "v": 4}
+        # v5 for the chat style: its header names the per-turn action limit (docs/tasks.md, "What a valid reply is"); compact corpora are unchanged
+        return {"name": self.name, "cfg": fields, "v": 5 if self.layout.name == "chat" else 4}
 
-    # ---------------------------------------------------------------- layouts
+    # ---------------------------------------------------------------- layouts (sesa_cli.tasks.layouts)
     def prompt(self, inst: Any) -> str:
-        state = self.make_env(inst).render()
-        if self.chat:
-            return self.chat_header() + ragen.turn_text(1, state, self.cfg.max_actions, self.chat_max_words)
-        return f"{state}\n:"
+        return self.layout.prompt(self.make_env(inst).render())
 
     def feedback(self, env: Env, shown_reward: float) -> str:
         """Text after a turn that did not end the episode: the next state (chat: RAGEN's Reward line first)."""
-        state = env.render()
-        if self.chat:
-            reward_line = f"\nReward:\n{round(shown_reward, 6)}\n"
-            return reward_line + ragen.turn_text(env.turns + 1, state, env.actions_left, self.chat_max_words)
-        return f"\n{state}\n:"
+        return self.layout.feedback(env.render(), env.turns + 1, env.actions_left, shown_reward)
 
-    def parse_response(self, response: str) -> list[str] | None:
-        """Raw action tokens of a response, or None if it does not parse (no actions run). Never raises."""
-        if not isinstance(response, str):
-            return None
-        if self.chat:
-            return ragen.answer_actions(response)
-        if self.stop not in response:
-            return None  # cut at max_new_tokens before the stop: like RAGEN's missing </answer>
-        return self.compact_tokens(response.split(self.stop, 1)[0])
+    def reply_actions(self, response: object) -> list[str] | None:
+        """The canonical actions of a valid reply, None for an invalid one (the one rule: sesa_cli.tasks.layouts).
+        Never raises."""
+        return self.layout.reply(response)
 
     def response(self, actions: Sequence[str]) -> str:
-        """A well-formed response naming ``actions`` (what the warm start teaches)."""
-        if self.chat:
-            return f"I will try {', '.join(actions)}.</think>" + ragen.answer_block(self.encode(actions))
-        return self.encode(actions) + self.stop
+        """The valid reply naming ``actions`` (what the warm start teaches)."""
+        return self.layout.response(actions)
 
     # ---------------------------------------------------------------- playing and scoring
     def play(self, inst: Any, responses: Sequence[str]) -> tuple[str, Score]:
@@ -323,30 +347,16 @@ class AgentTask(RagenTask):
 
     # ---------------------------------------------------------------- sketches (SESA stage I): plans
     def sketch_head(self, inst: Any) -> str:
-        state = self.make_env(inst).render()
-        if self.chat:
-            request = (
-                "Propose a plan: the sequence of actions you would take, different from every plan listed so far."
-            )
-            return ragen.sketch_request(self.chat_header(), state, request)
-        return f"{state}\n?"
+        return self.layout.sketch_head(self.make_env(inst).render())
 
     def sketch(self, actions: Sequence[str]) -> str:
-        """A well-formed sketch naming ``actions``."""
-        if self.chat:
-            return ragen.answer_block(self.encode(actions))
-        return self.encode(actions) + self.stop
+        """A valid sketch naming ``actions``."""
+        return self.layout.sketch(actions)
 
     def plan_actions(self, sketch: str) -> list[str] | None:
-        """The canonical actions of a sketch's plan: None unless it names 1..sketch_max_actions actions, all known."""
-        if not isinstance(sketch, str):
-            return None
-        plan = self.sketch_content(sketch[:10_000])
-        tokens = ragen.split_actions(plan) if self.chat else self.compact_tokens(plan)
-        actions = [self.canonical(t) for t in tokens]
-        if not 1 <= len(actions) <= self.sketch_max_actions or any(a is None for a in actions):
-            return None
-        return [a for a in actions if a is not None]
+        """The canonical actions of a valid plan (1..sketch_max_actions known actions, the layout's rule), else
+        None."""
+        return self.layout.plan(sketch, self.sketch_max_actions)
 
     def sketch_key(self, inst: Any, sketch: str) -> str | None:
         actions = self.plan_actions(sketch)
@@ -366,16 +376,11 @@ class AgentTask(RagenTask):
         return plan is not None and n > 0 and played[:n] == plan[:n]
 
     def sketch_max_tokens(self) -> int:
-        return self.cfg.max_new_tokens if self.chat else len(self.sketch(self.longest_plan()))
+        return len(self.sketch(self.longest_plan())) if self.layout.name == "compact" else self.cfg.max_new_tokens
 
     def solve_prompt(self, inst: Any, sketch: str) -> str:
         """The first-turn context with the plan in it; the episode then unrolls as usual."""
-        plan = self.sketch_content(sketch)
-        state = self.make_env(inst).render()
-        if self.chat:
-            turn = ragen.turn_text(1, state, self.cfg.max_actions, self.chat_max_words, plan=f"Plan: {plan}\n")
-            return self.chat_header() + turn
-        return f"{state}\n{self.solve_prompt_plan(plan)}"
+        return self.layout.solve_prompt(self.make_env(inst).render(), self.sketch_content(sketch))
 
     def solve_prompt_plan(self, plan: str) -> str:
         """How the compact ``solve_prompt`` quotes a plan: ``!<plan>:``, the turn's ``:`` right after it, so that the

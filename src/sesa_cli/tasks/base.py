@@ -65,7 +65,8 @@ class Turn:
     actions: tuple[str, ...]
     """Canonical names of the actions executed this turn."""
     valid: bool
-    """The response parsed, named at least one action and no unknown one (no format penalty)."""
+    """The reply was valid (agent tasks: sesa_cli.tasks.layouts's rule); an invalid one pays the format penalty and
+    ends the episode."""
 
 
 class Episode(Protocol):
@@ -147,7 +148,7 @@ class Task(ABC):
 
     def solution_space(self, inst: Any) -> list[str] | None:
         """Every valid answer to ``inst`` exactly as the policy writes it (stop included), each once, when the set is
-        small enough to score whole (exact ``policy/*`` metrics, sesa_cli.evaluation.ExactPolicy); None otherwise."""
+        small enough to score whole (exact ``policy/*`` metrics, sesa_cli.exact.ExactPolicy); None otherwise."""
         return None
 
     def make_env(self, inst: Any) -> Episode:
@@ -168,8 +169,7 @@ class Task(ABC):
 
     def sketch_followed(self) -> bool:
         """Whether ``sampler.stage1=auto`` drafts sketches for this task as configured: True only where stage II was
-        measured to follow its sketch in at least 80% of solutions at the tiny base (issues 16 and 29; the table is in
-        docs/samplers.md). A sketch that the solutions ignore makes two-stage sampling a parallel sampler with noise
+        measured to follow its sketch in at least 80% of solutions at the tiny base (the table is in docs/samplers.md). A sketch that the solutions ignore makes two-stage sampling a parallel sampler with noise
         in the prompt."""
         return False
 
@@ -191,7 +191,7 @@ class Task(ABC):
 
     def sketch_response(self, inst: Any, sketch: str) -> str | None:
         """The text a solution that carries out ``sketch`` starts with (an agent task's first turn, the path task's
-        first hop), or None where the sketch does not fix it (the default) or is not valid. ``algo.follow_coef``
+        first hop), or None where the sketch does not fix it (the default) or is not valid. ``algo.terms.follow``
         trains its first token after the solve prompt. Never raises."""
         return None
 

@@ -231,12 +231,14 @@ class CountdownTask(RagenTask):
     def answer(self, completion: str) -> str | None:
         """The equation a completion proposes, or None if it has none. Never raises.
 
-        chat: RAGEN's first action of ``<think>...</think><answer>...</answer>``; compact: the text before
-        ``stop``, and None without a ``stop`` (cut at max_new_tokens, like RAGEN's missing ``</answer>``).
+        chat: the one action of ``<think>...</think><answer>...</answer>`` (RAGEN reads the first of several and
+        drops the rest; here an answer naming more than one is no answer, as an agent task's reply with text after
+        its actions is invalid: sesa_cli.tasks.layouts); compact: the text before ``stop``, and None without a
+        ``stop`` (cut at max_new_tokens, like RAGEN's missing ``</answer>``).
         """
         if self.chat:
             actions = ragen.answer_actions(completion)
-            return actions[0] if actions else None
+            return actions[0] if actions and len(actions) == 1 else None
         return ragen.compact_answer(completion, self.stop)
 
     def score(self, inst: CountdownInstance, completion: str) -> Score:

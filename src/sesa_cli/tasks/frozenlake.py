@@ -271,12 +271,12 @@ class FrozenLakeTask(GridTask):
         rng.shuffle(lines)
         return lines
 
-    def turn_responses(self) -> list[str] | None:
-        """The grid task's responses on deterministic ice only (not slippery, or ``success_rate=1``): a slippery
-        episode is not a function of the responses."""
+    def listable_actions(self) -> Sequence[str] | None:
+        """The moves on deterministic ice only (not slippery, or ``success_rate=1``): a slippery episode is not a
+        function of the replies."""
         if self.cfg.is_slippery and self.cfg.success_rate < 1:
             return None
-        return super().turn_responses()
+        return super().listable_actions()
 
     def generate(self, split: str, index: int) -> FrozenLakeInstance:
         seed = split_seed("frozenlake", split, self.seed, index)

@@ -2,7 +2,8 @@
 unskilled player of the warm start moves.
 
 An action has a name (chat style, any case: ``Left``) and a letter, the name's first (compact style: ``L``); a
-compact answer is a run of letters (whitespace ignored), a chat answer names separated by `` || ``. The compact
+compact answer is a run of letters, a chat answer names separated by `` || `` (the valid-reply rule:
+sesa_cli.tasks.layouts). The compact
 vocabulary is the state's symbols (the chat legend's), the action letters and the agent layout's punctuation.
 Sudoku is a grid too, but its actions are placements (``r1c2=3``), so it derives from AgentTask directly.
 """
@@ -14,15 +15,12 @@ import re
 from collections import Counter
 from collections.abc import Callable, Sequence
 
-from sesa_cli.tasks import ragen
 from sesa_cli.tasks.agent import COMPACT_LAYOUT, AgentTask, Env
 
 ACTION_WORD_MAX = 2
 """The longest run of action letters that is one token of the tiny model (``model.tokenizer=words``)."""
 ROW_MIN_COUNT = 2
 """A row of a state is one token of the tiny model when the warm-start corpus holds it at least this often."""
-MAX_TURN_RESPONSES = 2000
-"""The longest list of one turn's responses ``GridTask.turn_responses`` returns (4 actions, up to 5 per turn: 1364)."""
 
 
 def draw_grid(height: int, width: int, symbol: Callable[[int, int], str]) -> str:
@@ -70,8 +68,8 @@ class GridTask(AgentTask):
         counts = Counter(word for line in corpus for word in row.findall(line))
         rows = sorted(word for word, n in counts.items() if n >= ROW_MIN_COUNT)
         # a row after a line break is one token too, and so is each mark that ends a state (``\n:`` a turn follows,
-        # ``\n?`` plans follow): an observation of h rows is h + 1 tokens instead of 2h + 1 (issue 32: a FrozenLake
-        # turn 7 tokens instead of 12, so the update and the warm start read ~40% fewer)
+        # ``\n?`` plans follow): an observation of h rows is h + 1 tokens instead of 2h + 1 (a FrozenLake turn 7
+        # tokens instead of 12, so the update and the warm start read ~40% fewer)
         broken = re.compile(f"\n[{re.escape(symbols)}]{{2,}}")
         counts_broken = Counter(word for line in corpus for word in broken.findall(line))
         broken_rows = sorted(word for word, n in counts_broken.items() if n >= ROW_MIN_COUNT)
@@ -80,38 +78,25 @@ class GridTask(AgentTask):
         return super().vocabulary(corpus) + [a for a in actions if len(a) > 1] + quoted + rows + broken_rows + marks
 
     def compact_tokens(self, body: str) -> list[str]:
-        """One letter per action (whitespace ignored)."""
-        return [ch for ch in body if not ch.isspace()]
+        """One character per action (a valid reply is its letters and the stop, nothing else)."""
+        return list(body)
 
-    def canonical(self, token: str) -> str | None:
-        if self.chat:
-            name = token.strip().lower()
-            return next((a for a in self.action_names if a.lower() == name), None)
-        letter = token.upper() if len(token) == 1 else None
-        return next((a for a in self.action_names if a[0] == letter), None)
+    def compact_action(self, token: str) -> str | None:
+        return next((a for a in self.action_names if a[0] == token), None)
 
-    def encode(self, actions: Sequence[str]) -> str:
-        """Letters (compact) or ``A || B`` (chat)."""
-        if self.chat:
-            return f" {ragen.ACTION_SEP} ".join(actions)
-        return "".join(a[0] for a in actions)
+    def compact_word(self, action: str) -> str:
+        return action[0]
 
-    def turn_responses(self) -> list[str] | None:
-        """Compact style: every run of 1..max_actions_per_turn action letters (as many as fit max_new_tokens with the
-        stop) followed by the stop, the canonical spelling (upper case, no whitespace), at most
-        ``MAX_TURN_RESPONSES`` of them; None in the chat style, whose free ``<think>`` text cannot be listed."""
-        if self.chat:
-            return None
-        longest = min(self.cfg.max_actions_per_turn, self.cfg.max_new_tokens - len(self.stop))
-        letters = [a[0] for a in self.action_names]
-        if sum(len(letters) ** k for k in range(1, longest + 1)) > MAX_TURN_RESPONSES:
-            return None
-        out: list[str] = []
-        runs = [""]
-        for _ in range(longest):
-            runs = [run + letter for run in runs for letter in letters]
-            out += [run + self.stop for run in runs]
-        return out
+    def chat_action(self, token: str) -> str | None:
+        name = token.strip().lower()  # RAGEN matches action names case-insensitively
+        return next((a for a in self.action_names if a.lower() == name), None)
+
+    def chat_word(self, action: str) -> str:
+        return action
+
+    def listable_actions(self) -> Sequence[str] | None:
+        """Every move: a grid world is deterministic unless a subclass says otherwise (slippery FrozenLake)."""
+        return self.action_names
 
     def random_actions(self, env: Env, rng: random.Random, k: int) -> list[str]:
         """Uniform moves (walls and holes included)."""

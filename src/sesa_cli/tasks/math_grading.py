@@ -4,8 +4,8 @@ Redundant brackets are dropped first (``((((1))))`` is ``1``: math-verify's pars
 equal exact numbers (``1/2``, ``0.5``, ``\\frac{1}{2}``, ``2`` vs ``2.0``) are then decided without math-verify;
 everything else goes to ``math_verify.verify(parse(gold), parse(answer))``, imported lazily, and any exception
 counts as wrong. Its work is bounded by answer size (``MAX_ANSWER_CHARS``) and by ``GRADER_CPU_S`` seconds of the
-grading thread's own CPU time, not wall time, so a busy machine never flips a verdict (issue 17; main thread only,
-where signals arrive). An answer that exhausts the budget (``9^{9^{9}}``) is not decided (:func:`grade` returns
+grading thread's own CPU time, not wall time, so a busy machine never flips a verdict (main thread only, where
+signals arrive). An answer that exhausts the budget (``9^{9^{9}}``) is not decided (:func:`grade` returns
 None): the task scores it 0 and counts it.
 
 Solution key (:func:`normalize_answer`): an exact number in lowest terms (``1/2``), other text without spaces.

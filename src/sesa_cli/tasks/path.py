@@ -143,8 +143,14 @@ class PathTask(Task):
         return [leaf + self.stop for leaf in self.leaves]
 
     def parse(self, completion: str) -> str | None:
-        """The named path if it is a valid leaf of the world, else None. Never raises."""
-        text = completion.split(self.stop, 1)[0].strip()
+        """The named path if the completion is a leaf of the world and then the stop, nothing else (the answers
+        ``solution_space`` lists, whose exact probabilities ``policy/*`` sums: no answer the exact metrics leave out
+        can be correct); else None. Never raises."""
+        if not isinstance(completion, str):
+            return None
+        text, found, tail = completion.partition(self.stop)
+        if not found or tail:
+            return None
         parts = text.split("/")
         if len(parts) != 3:
             return None
@@ -199,7 +205,7 @@ class PathTask(Task):
         * 20%: lists of every region in a random order ``S:r1|r2|...`` (sequential sketches);
         * 40%: sketch -> solution pairs ``Pr:r/c/d|``.
 
-        Lists end the way the sampler's chains do (issue 16): a chain of G items is cut by the sampler, never ended
+        Lists end the way the sampler's chains do: a chain of G items is cut by the sampler, never ended
         by the model, so no list ends before ``list_max`` (>= G) items, or before the regions run out; with lists of
         1..list_max items the base learned to end a list early with BOS (the separator of packed lines), which
         sampling must then mask. The pairs are 40% of the lines (about a tenth of the tokens): with 15%, stage II

@@ -47,6 +47,13 @@ def think_answer(text: str) -> tuple[str, str] | None:
 
     A hand-written scan with the regex's first-match semantics in linear time (no backtracking); never raises.
     """
+    parts = answer_parts(text)
+    return None if parts is None else (parts[0], parts[1])
+
+
+def answer_parts(text: str) -> tuple[str, str, str] | None:
+    """:func:`think_answer`'s (think, answer) and the text after the match's ``</answer>`` (the chat layout's valid
+    reply has only whitespace there). Never raises."""
     if not isinstance(text, str):
         return None
     text = THINK + text[:MAX_TEXT]
@@ -60,7 +67,7 @@ def think_answer(text: str) -> tuple[str, str] | None:
             close = text.find(CHAT_STOP, k + len("<answer>"))
             if close == -1:
                 return None  # no later </think> can be followed by a closed answer either
-            return text[start:end], text[k + len("<answer>") : close]
+            return text[start:end], text[k + len("<answer>") : close], text[close + len(CHAT_STOP) :]
         pos = end + 1
     return None
 

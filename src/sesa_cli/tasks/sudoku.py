@@ -7,7 +7,7 @@ RAGEN-2, uniqueness is checked, so "the solution" is well defined.
 
 Actions place a value in a cell, canonical name ``r{row}c{col}={value}`` (1-indexed). The compact style writes a
 placement as three digits, row, column and value (``124`` is ``r1c2=4``: a turn of five placements is 20 characters
-with the stop, not 35), and also accepts the canonical form. Reward per placement (RAGEN-2): +1 for the solution's
+with the stop, not 35), separated by single spaces: a valid compact reply is exactly that (sesa_cli.tasks.layouts). Reward per placement (RAGEN-2): +1 for the solution's
 value, +0.5 for a value that breaks no rule but is not the solution's, -0.1 for an invalid placement (a given cell,
 a row/column/box conflict, or the value the cell already holds), which changes nothing but uses an action; +10 more
 when the grid is complete (then it is the unique solution). Placements may overwrite earlier placements. Cell or
@@ -32,7 +32,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from sesa_cli.config import ConfigError
-from sesa_cli.tasks import ragen
 from sesa_cli.tasks.agent import COMPACT_LAYOUT, AgentTask, AgentTaskConfig, Env, split_seed
 from sesa_cli.tasks.base import register_task
 
@@ -319,18 +318,28 @@ class SudokuTask(AgentTask):
     def make_env(self, inst: Any) -> SudokuEnv:
         return SudokuEnv(self, inst)
 
-    def compact_tokens(self, body: str) -> list[str]:
-        return body.replace(",", " ").replace(";", " ").split()
+    compact_sep = " "
 
-    def canonical(self, token: str) -> str | None:
-        placed = parse_placement(token, self.cfg.size, self.chat)
+    def compact_tokens(self, body: str) -> list[str]:
+        return body.split(" ")
+
+    def _action(self, token: str, chat: bool) -> str | None:
+        placed = parse_placement(token, self.cfg.size, chat)
         return None if placed is None else "r{}c{}={}".format(*placed)
 
-    def encode(self, actions: Sequence[str]) -> str:
-        placements = [parse_placement(action, self.cfg.size, chat=False) or (0, 0, 0) for action in actions]
-        if not self.chat:
-            return " ".join(f"{r}{c}{v}" for r, c, v in placements)
-        return f" {ragen.ACTION_SEP} ".join(f"place {v} at row {r} col {c}" for r, c, v in placements)
+    def compact_action(self, token: str) -> str | None:
+        return self._action(token, chat=False)
+
+    def chat_action(self, token: str) -> str | None:
+        return self._action(token, chat=True)
+
+    def compact_word(self, action: str) -> str:
+        r, c, v = parse_placement(action, self.cfg.size, chat=False) or (0, 0, 0)
+        return f"{r}{c}{v}"
+
+    def chat_word(self, action: str) -> str:
+        r, c, v = parse_placement(action, self.cfg.size, chat=False) or (0, 0, 0)
+        return f"place {v} at row {r} col {c}"
 
     def random_actions(self, env: Env, rng: random.Random, k: int) -> list[str]:
         """Placements in distinct open cells; values uniform, or (1 in 4) one that breaks no rule at that moment.

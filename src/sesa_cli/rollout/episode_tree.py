@@ -1,7 +1,8 @@
 """The exact plain-prompt policy of a deterministic agent task: every episode the policy can play, with its probability.
 
-Where an environment is deterministic and one turn's well-formed responses can be listed
-(:meth:`sesa_cli.tasks.agent.AgentTask.turn_responses`: non-slippery FrozenLake and Sokoban in the compact style),
+Where an environment is deterministic and one turn's valid replies can be listed
+(:meth:`sesa_cli.tasks.agent.AgentTask.turn_responses`: non-slippery FrozenLake and Sokoban in the compact style; the
+rule of a valid reply is sesa_cli.tasks.layouts's, and the list is every reply it accepts),
 the probability that one plain-prompt episode executes the action sequence a is
 
     π(a | x) = Σ over the response sequences r_1..r_T whose play executes a of  Π_t π(r_t | x, r_1, o_1, ..., r_{t-1},
@@ -16,15 +17,16 @@ them) is split over the tokens that continue a well-formed response; a completed
 environment and its feedback fed; an episode that ends contributes its probability to its action sequence (its
 solution key, ``Score.key``). The rest of the mass is accounted for, never dropped silently:
 
-* ``other``: mass on text outside the listed responses (a malformed or over-long response, a newline inside one, a
-  response cut at max_new_tokens): such episodes may still go on, but their text is not enumerated;
+* ``other``: mass on text outside the listed responses (a malformed or over-long reply, text after its actions, a
+  reply cut at max_new_tokens): an invalid reply, which ends its episode unsolved, so this mass is failure and
+  never hides a win;
 * ``pruned``: branches whose probability fell below ``min_prob``, and the least probable ones beyond
   ``max_branches`` live at once (not expanded further). A near-uniform policy (the warm-started base: 20 responses
   a turn, 5 turns) spreads its mass over millions of episodes, so most of it is pruned there, and the cap bounds
   the cost (rows x context in the KV cache); a trained policy concentrates and prunes little.
 
 So Σ_a π(a | x) + other + pruned = 1 (up to float rounding). top_p/top_k truncation is not applied (the defaults
-disable it), as in sesa_cli.evaluation.ExactPolicy. The module imports torch; it is imported by the evaluation only.
+disable it), as in sesa_cli.exact.ExactPolicy. The module imports torch; the exact policy metrics import it.
 """
 
 from __future__ import annotations
@@ -98,9 +100,9 @@ def episode_tree(
     ``policy`` encodes text (``policy.encode``, as the rollout runner encodes feedback) and spells the listed
     responses (``policy.spellings``: a response the model can spell in several ways is reached by each); ``engine``
     runs the model;
-    ``responses`` overrides the listed responses (default ``task.turn_responses()``, which must not be None).
-    Raises ValueError when the task cannot list its responses, or a listed response has no spelling that fits
-    ``task.cfg.max_new_tokens`` tokens.
+    ``responses`` overrides the listed responses (default ``task.turn_responses()``, which must not be None); a
+    listed response with no spelling of at most ``task.cfg.max_new_tokens`` tokens is left out (the engine cuts it
+    before its stop: its mass is ``other``). Raises ValueError when the task cannot list its responses.
     """
     listed = task.turn_responses() if responses is None else list(responses)
     if listed is None:
@@ -112,8 +114,6 @@ def episode_tree(
             if not ids or len(ids) > task.cfg.max_new_tokens:
                 continue  # a spelling the engine would cut before its stop: its mass is "other"
             sequences[ids] = text
-        if not any(seq_text == text for seq_text in sequences.values()):
-            raise ValueError(f"listed response {text!r} has no spelling of 1..task.max_new_tokens tokens")
     trie = _Trie(sequences)
     out = EpisodeTree()
     session = engine.start([list(prompt_ids)])

@@ -1,13 +1,14 @@
 """``docs/results.md`` from one command: the claims' sweeps, run where missing, then the page from their reports.
 
-``nox -s results`` runs ``python -m sesa_cli.report.results``, which
+``nox -s results`` runs ``python scripts/results.py``, which reads the claims and their sweeps from
+``scripts/claims.yaml`` (:data:`CLAIMS_FILE`) and
 
-1. runs every sweep of :data:`SWEEPS` that is not complete yet (seeds 0-9 for the path claims, 0-4 for the agent
+1. runs every sweep that is not complete yet (seeds 0-9 for the path claims, 0-4 for the agent
    claims; Hydra's joblib launcher with two jobs of one thread each): the collapse runs, sequential runs from
    scratch, revivals from each seed's collapse checkpoint (once the collapse runs exist), the agent tasks. The
    commands are the ones in the recipes' header comments (``conf/experiment/*.yaml``; a test holds the two
    together);
-2. builds a diversity report per claim (:data:`CLAIMS`) from the complete runs, under ``<root>/reports/``;
+2. builds a diversity report per claim from the complete runs, under ``<root>/reports/``;
 3. writes ``docs/results.md``: per claim the commands, where its numbers come from (seeds, runs, commits), the
    headline table (mean and 95% bootstrap interval over
    seeds), the differences to the baseline, and a few of the report's PNGs copied under ``docs/results/``.
@@ -36,64 +37,27 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import yaml
 
 from sesa_cli.config import ConfigError
-from sesa_cli.metric_keys import key
+from sesa_cli.metric_keys import find, key
 from sesa_cli.report.document import Report, analyse, write_report
-from sesa_cli.report.runs import METRICS_JSONL, _parse_overrides
+from sesa_cli.report.runs import METRICS_JSONL, parse_overrides
 from sesa_cli.report.stats import METHOD, difference_interval, format_interval, mean_interval
 from sesa_cli.report.tables import at_k_values, difference_table, headline_table, markdown_table
 from sesa_cli.runs import git_commit, read_metrics
 
-SEEDS = (0, 1, 2, 3, 4)
-# The path claims (I-III) run seeds 0-9: a path run takes well under a minute, and issue 30 asks its goals of ten
-# seeds. The agent claims keep 0-4 (their sweeps take 12-37 min each).
-PATH_SEEDS = tuple(range(10))
-# The path task's sequential runs: the paper's loss and distinct_solutions without the found-solutions term
-# (algo.found_coef=0), against the path default (conf/task_model/train/path_tiny.yaml: distinct_solutions with the
-# term), all with first-hop sketches. Measured once and left out of the sweeps (docs/samplers.md): drop_negatives
-# (the default before issue 30; between paper and distinct_solutions), whole-path chains (stage1=solution),
-# on_policy_baseline (the same as `paper` with two-stage sampling, where no solution row is on-policy) and
-# weight_negatives (between drop_negatives and paper on the path task).
-VARIANTS = "algo.off_policy=paper,distinct_solutions"
-WITHOUT_TERM = "algo.found_coef=0"
-STAGE1 = "sampler.stage1=sketch"
-REVIVE = ("step=auto", "more_steps=60", "train.checkpoint_every=0")
-# A small path world (4 x 4 x 4 = 64 leaves, 20 targets) and a short warm start: enough for the model to follow its
-# sketched regions and name valid paths some of the time, cheap enough for the default test run (tests/conftest.py)
-# and for --smoke. The word vocabulary (the path recipe's default base spells by character): at 300 warm-start steps
-# its base follows its sketched region 0.75 of the time and cuts 0.01 of its sketches, the character base 0.64 and
-# 0.25 (at 150 steps the word base followed 0.36).
-SMALL_PATH_WORLD = (
-    "model.tokenizer=words",
-    "model.warm_start_steps=300",
-    "model.warm_start_corpus_size=4000",
-    "task.regions=4",
-    "task.cities=4",
-    "task.districts=4",
-    "task.list_max=8",
-)
-# --smoke: the small world and a few steps; a 3-step run does not collapse, so the revivals start from the last
-# checkpoint.
-SMOKE_PATH = (
-    *SMALL_PATH_WORLD,
-    "train.steps=3",
-    "eval.samples=8",
-    "train.policy_every=1",
-    "train.checkpoint_every=1",
-)
-SMOKE_REVIVE = ("step=last", "more_steps=2", "train.checkpoint_every=0")
-SMOKE_AGENT = (
-    "model.warm_start_steps=150",
-    "model.warm_start_corpus_size=4000",
-    "train.steps=3",
-    "eval.instances=4",
-    "eval.samples=4",
-)
-SMOKE_FROZENLAKE = (*SMOKE_AGENT, "task.warm_start_captions=0")
+CLAIMS_FILE = Path(__file__).with_name("claims.yaml")
+"""The claims and their sweeps, as data (the seeds, the small world of --smoke, each sweep's overrides, each claim's
+prose)."""
+
+
+def _flat(items: Sequence[Any]) -> tuple[str, ...]:
+    """A YAML list with lists inside it (an alias of another list) as one flat tuple of strings."""
+    return tuple(str(x) for item in items for x in (item if isinstance(item, list) else [item]))
 
 
 @dataclass(frozen=True)
@@ -111,60 +75,8 @@ class Sweep:
     """What --smoke adds (replacing overrides of the same key)."""
     parent: str | None = None
     """revive: the sweep whose run of each seed is that seed's checkpoint."""
-    seeds: tuple[int, ...] = SEEDS
+    seeds: tuple[int, ...] = (0, 1, 2, 3, 4)
     """Its seeds (a revival's: those of its parent's runs it revives); ``--seeds`` replaces them for every sweep."""
-
-
-def _path_train(name: str, overrides: tuple[str, ...], recipe: str) -> Sweep:
-    """A path claim's training sweep: seeds 0-9, the small world under --smoke."""
-    return Sweep(name, "train", overrides, recipe, SMOKE_PATH, seeds=PATH_SEEDS)
-
-
-def _path_revival(name: str, overrides: tuple[str, ...]) -> Sweep:
-    """A path claim's revival sweep: from each of the collapse runs' seeds 0-9 (collapse_revival's header)."""
-    return Sweep(name, "revive", overrides, "collapse_revival", SMOKE_REVIVE, "collapse", PATH_SEEDS)
-
-
-SWEEPS = (
-    _path_train("collapse", ("experiment=collapse_revival",), "collapse_revival"),
-    # the found-solutions term on a parallel sampler's own draws: the term's share of the sequential result
-    _path_train(
-        "parallel_found",
-        ("experiment=collapse_revival", "algo.found_rows=all", "train.checkpoint_every=0"),
-        "collapse_revival",
-    ),
-    _path_train("discovery", ("experiment=discovery", VARIANTS, WITHOUT_TERM, STAGE1), "discovery"),
-    _path_train("discovery_default", ("experiment=discovery", STAGE1), "discovery"),
-    _path_revival("revive_parallel", (*REVIVE, "sampler=parallel")),
-    _path_revival("revive_sequential", (*REVIVE, "sampler=sequential", VARIANTS, WITHOUT_TERM, STAGE1)),
-    _path_revival("revive_default", (*REVIVE, "sampler=sequential", STAGE1)),
-    # the deepest collapse of each seed: its last checkpoint (120 parallel steps, ~0.99 of the mass on one target)
-    _path_revival(
-        "revive_deep", ("step=last", "more_steps=60", "train.checkpoint_every=0", "sampler=sequential", STAGE1)
-    ),
-    Sweep(
-        "frozenlake",
-        "train",
-        ("experiment=frozenlake_tiny", "sampler=parallel,sequential"),
-        "frozenlake_tiny",
-        SMOKE_FROZENLAKE,
-    ),
-    Sweep("sokoban", "train", ("experiment=sokoban_tiny", "sampler=parallel,sequential"), "sokoban_tiny", SMOKE_AGENT),
-    Sweep(
-        "countdown",
-        "train",
-        ("experiment=countdown_tiny", "sampler=parallel,sequential"),
-        "countdown_tiny",
-        SMOKE_AGENT,
-    ),
-    Sweep(
-        "frozenlake_5x5",
-        "train",
-        ("experiment=frozenlake_5x5_tiny", "sampler=parallel,sequential"),
-        "frozenlake_5x5_tiny",
-        SMOKE_FROZENLAKE,
-    ),
-)
 
 
 @dataclass(frozen=True)
@@ -184,112 +96,50 @@ class Claim:
     baseline's gain (:func:`gains_table`)."""
 
 
-# An agent claim's headline: success per sample and in k samples, and the diversity of what wins, drawn (distinct
-# winning episodes in 16 samples) and of the exact plain-prompt policy, or its sampled estimate where the answers
-# cannot be enumerated (Countdown; docs/metrics.md)
-AGENT_HEADLINE = (
-    key("eval/success"),
-    key("eval/pass@{k}", k=4),
-    key("eval/pass@{k}", k=16),
-    key("eval/distinct_correct@{k}", k=16),
-    key("policy/target_mass"),
-    key("policy/effective_solutions"),
-    key("estimate/effective_solutions"),
-)
+def _declared(name: str) -> str:
+    """A metric key of the claims file, refused (``KeyError``) when no declaration matches it (a renamed key)."""
+    if find(name) is None:
+        raise KeyError(f"{CLAIMS_FILE.name}: metric key {name!r} is not declared in sesa_cli.metric_keys")
+    return name
 
-CLAIMS = (
-    Claim(
-        "I",
-        "Parallel sampling collapses",
-        ("collapse",),
-        (),
-        "GRPO with i.i.d. sampling on the path task, from the warm-started base: where the exact plain-prompt "
-        "policy puts its mass at the end of training.",
-    ),
-    Claim(
-        "II",
-        "Sequential sampling keeps discovering, from scratch",
-        ("collapse", "parallel_found", "discovery", "discovery_default"),
-        ("1", "*"),
-        "The same training with the sequential sampler (first-hop sketches): the paper's loss and distinct_solutions "
-        "without the found-solutions term (found_coef=0), and the path task's default on model=tiny (distinct_solutions "
-        "with the term, found_coef=0.2: every solution the chain was rewarded for, pulled up alike); against the "
-        "parallel runs of claim I, group [1] (paired by seed: a seed fixes the targets and the base). The labels name "
-        "what differs between groups: [1] is plain GRPO (the path recipe sets found_coef=0.2 for every sampler, but with "
-        "found_rows=off_policy the term reads off-policy rows only, and parallel sampling has none); [2] is the term "
-        "on a parallel sampler's own draws (found_rows=all), which tells the term's share of [5] from the sampler's. "
-        "120 steps for every group.",
-    ),
-    Claim(
-        "III",
-        "Revival from a collapsed checkpoint",
-        ("revive_parallel", "revive_sequential", "revive_default", "revive_deep"),
-        ("1", "*"),
-        "60 more steps from each seed's first checkpoint the collapse monitor flagged (claim I's runs), with "
-        "parallel sampling or with the sequential sampler (each loss of claim II; found_coef=0.2 is the default the "
-        "parent runs carry); paired by seed. The last group revives the default from each seed's last checkpoint "
-        "(step 120, 0.99 of the mass on one target: the deepest collapse of the run).",
-    ),
-    Claim(
-        "IV",
-        "The agent task: FrozenLake",
-        ("frozenlake",),
-        ("parallel", "sequential"),
-        "The default `sesa train` run (experiment=frozenlake_tiny names it: non-slippery corner maps, a 2-layer "
-        "tiny model, 150 steps) "
-        "with parallel sampling and with the sequential sampler's default settings (half of each group i.i.d., "
-        "sampler.parallel_rows=4, the other half a chain of first-turn sketches that stage II follows; "
-        "weight_negatives, follow_coef 0.1, trained sketches); validation on 64 maps x 16 samples, the exact "
-        "plain-prompt policy on the first 8 of them (`eval.policy_instances`). How the default was chosen "
-        'and what was tried: docs/samplers.md, "FrozenLake: sequential against parallel".',
-        ("agent", "sampling"),
-        AGENT_HEADLINE,
-        gains=True,
-    ),
-    Claim(
-        "V",
-        "The agent task: Sokoban",
-        ("sokoban",),
-        ("parallel", "sequential"),
-        "`sesa train task=sokoban` (experiment=sokoban_tiny names it: RAGEN's 6x6 room with one box, 2 actions per "
-        "turn, a 2-layer tiny model, the agent tasks' optimizer recipe, 150 steps) with parallel sampling and with "
-        "the sequential sampler's default settings (as in IV); validation on 64 rooms x 16 samples, the exact "
-        "plain-prompt policy on the first 8 of them. Where the goal of issue 29 is missed and why: docs/samplers.md, "
-        '"The agent claim on every task".',
-        ("agent", "sampling"),
-        AGENT_HEADLINE,
-        gains=True,
-    ),
-    Claim(
-        "VI",
-        "The agent task: Countdown",
-        ("countdown",),
-        ("parallel", "sequential"),
-        "`sesa train task=countdown` (experiment=countdown_tiny names it: RAGEN's Countdown, 3-4 one-digit numbers, "
-        "a 2-layer tiny model, the agent tasks' optimizer recipe, 150 steps) with parallel sampling and with "
-        "the sequential sampler's default settings (as in IV: sketched first steps, which its base carries out); "
-        "validation on 64 problems x 16 samples; the diversity of what wins is a sampled estimate (`estimate/*`: the "
-        "answers cannot be enumerated). Against the goal of issue 29, task by task: docs/samplers.md, "
-        '"The agent claim on every task".',
-        ("agent", "sampling"),
-        AGENT_HEADLINE,
-        gains=True,
-    ),
-    Claim(
-        "VII",
-        "The agent task where success is rare: FrozenLake 5x5",
-        ("frozenlake_5x5",),
-        ("parallel", "sequential"),
-        "`sesa train experiment=frozenlake_5x5_tiny`: the default run's settings on 5x5 corner maps (the shortest "
-        "path takes 8 of the episode's 10 actions; its own base, which succeeds in about 0.002 of its episodes), with "
-        "parallel sampling and with the sequential sampler's default settings (as in IV); validation on 64 maps x 16 "
-        "samples, the exact plain-prompt policy on the first 8 of them. Against the goal of issue 29: docs/samplers.md, "
-        '"The agent claim on every task".',
-        ("agent", "sampling"),
-        AGENT_HEADLINE,
-        gains=True,
-    ),
-)
+
+def load_claims(path: Path = CLAIMS_FILE) -> tuple[tuple[Sweep, ...], tuple[Claim, ...], dict[str, Any]]:
+    """(the sweeps, the claims, the whole file) of a claims file (:data:`CLAIMS_FILE`)."""
+    data = yaml.safe_load(path.read_text())
+    smoke = {name: _flat(items) for name, items in data["smoke"].items()}
+    sweeps = tuple(
+        Sweep(
+            s["name"],
+            s["command"],
+            _flat(s["overrides"]),
+            s["recipe"],
+            smoke[s["smoke"]],
+            s.get("parent"),
+            tuple(int(seed) for seed in s["seeds"]),
+        )
+        for s in data["sweeps"]
+    )
+    headlines = {name: tuple(_declared(m) for m in metrics) for name, metrics in data["headlines"].items()}
+    claims = tuple(
+        Claim(
+            str(c["key"]),
+            c["title"],
+            tuple(c["sweeps"]),
+            tuple(str(x) for x in c.get("compare", ())),
+            " ".join(c["text"].split()),
+            tuple(c.get("plots", ("heatmap", "policy"))),
+            headlines[c["headline"]] if "headline" in c else (),
+            bool(c.get("gains", False)),
+        )
+        for c in data["claims"]
+    )
+    return sweeps, claims, data
+
+
+SWEEPS, CLAIMS, _DATA = load_claims()
+SMALL_PATH_WORLD = _flat(_DATA["small_path_world"])
+"""The path task's small world and short warm start (tests/conftest.py reads the same list from the file)."""
+AGENT_HEADLINE = tuple(_declared(m) for m in _DATA["headlines"]["agent"])
 
 
 # ------------------------------------------------------------------------------------------------ the jobs
@@ -315,7 +165,7 @@ class Session:
 
     def claim_seeds(self, claim: Claim) -> tuple[int, ...]:
         """Every seed of ``claim``'s sweeps, sorted."""
-        return tuple(sorted({s for name in claim.sweeps for s in self.seeds_of(_sweep(name))}))
+        return tuple(sorted({s for name in claim.sweeps for s in self.seeds_of(sweep_named(name))}))
 
     def jobs(self, sweep: Sweep, ckpts: dict[int, Path] | None = None) -> list[dict[str, str]]:
         """Every job as ``{key: value}`` of its swept keys and its seed (train) or checkpoint (revive: ``ckpts``,
@@ -333,7 +183,7 @@ class Session:
         """revive sweeps: seed -> the parent sweep's complete run of that seed; None for train sweeps."""
         if sweep.parent is None:
             return None
-        parent = _sweep(sweep.parent)
+        parent = sweep_named(sweep.parent)
         return {int(job["seed"]): path for job, path in self.complete(parent)}
 
     def complete(self, sweep: Sweep) -> list[tuple[dict[str, str], Path]]:
@@ -350,7 +200,8 @@ class Session:
         return [(job, found[tuple(job.values())]) for job in expected if tuple(job.values()) in found]
 
 
-def _sweep(name: str) -> Sweep:
+def sweep_named(name: str) -> Sweep:
+    """The sweep called ``name``."""
     return next(s for s in SWEEPS if s.name == name)
 
 
@@ -397,7 +248,7 @@ def _identity(run_dir: Path, keys: Sequence[str]) -> tuple[str, ...] | None:
     path = run_dir / ".hydra" / "overrides.yaml"
     if not path.is_file():
         return None
-    overrides = _parse_overrides(yaml.safe_load(path.read_text()))
+    overrides = parse_overrides(yaml.safe_load(path.read_text()))
     if overrides.get("ckpt"):  # typed by hand relative to the repository (as the recipes' headers do), or absolute
         overrides["ckpt"] = str(Path(overrides["ckpt"]).resolve())
     return tuple(overrides.get(k, "") for k in keys)
@@ -537,7 +388,7 @@ def render(session: Session, docs: Path, claims: Sequence[Claim] = CLAIMS, notes
         if claim.key in kept and claim.key not in chosen:
             sections += kept[claim.key]
             continue
-        runs = [path for name in claim.sweeps for _, path in session.complete(_sweep(name))]
+        runs = [path for name in claim.sweeps for _, path in session.complete(sweep_named(name))]
         sections += _claim_section(session, claim, runs, figures, docs)
     page.write_text("\n".join([*_preamble(session, notes), *sections]))
     return page
@@ -554,17 +405,17 @@ def page_sections(text: str) -> dict[str, list[str]]:
 
 def _claim_section(session: Session, claim: Claim, runs: list[Path], figures: Path, docs: Path) -> list[str]:
     lines = [f"## {claim.key}. {claim.title}", "", claim.text, "", _provenance(session, claim, runs), ""]
-    recipes = dict.fromkeys(_sweep(name).recipe for name in claim.sweeps)
+    recipes = dict.fromkeys(sweep_named(name).recipe for name in claim.sweeps)
     named = ", ".join(f"`conf/experiment/{r}.yaml`" for r in recipes)
     lines += [
         f"Recipe{'s' * (len(recipes) > 1)}: {named}. The sweeps and the report, as the header comments give them:",
         "",
         "```",
     ]
-    lines += [f"OMP_NUM_THREADS=1 {' '.join(recipe_command(_sweep(name)))}" for name in claim.sweeps]
+    lines += [f"OMP_NUM_THREADS=1 {' '.join(recipe_command(sweep_named(name)))}" for name in claim.sweeps]
     lines += [report_command(claim), "```", ""]
     for name in claim.sweeps:
-        sweep = _sweep(name)
+        sweep = sweep_named(name)
         expected = math.prod(len(v) for v in _axes(session.overrides(sweep))[1].values()) * len(
             session.seeds_of(sweep)
         )
@@ -667,7 +518,7 @@ def one_answer_note(report: Report) -> list[str]:
 
 def _group_key(run_dir: Path) -> tuple[str, ...]:
     """Overrides minus seed (and the ckpt of a revival): enough to count the groups before the report forms them."""
-    overrides = _parse_overrides(yaml.safe_load((run_dir / ".hydra" / "overrides.yaml").read_text()))
+    overrides = parse_overrides(yaml.safe_load((run_dir / ".hydra" / "overrides.yaml").read_text()))
     return tuple(sorted(f"{k}={v}" for k, v in overrides.items() if k not in ("seed", "ckpt")))
 
 
@@ -715,7 +566,7 @@ def _wall_time(session: Session, names: Sequence[str] | None = None) -> str:
 
 def _preamble(session: Session, notes: Sequence[str]) -> list[str]:
     generated = (
-        "Generated by `nox -s results` (`python -m sesa_cli.report.results`): it runs every sweep below that is not "
+        "Generated by `nox -s results` (`python scripts/results.py`, the claims in `scripts/claims.yaml`): it runs every sweep below that is not "
         "complete yet, then writes this page from the runs; `nox -s results -- --render` rewrites the page from the "
         "existing runs, and `--claims IV,V` reruns and rewrites those sections only, keeping the others as the page "
         "has them. Each section names its seeds, its runs and the commit it was written at. Do not edit by hand."
@@ -735,7 +586,7 @@ def _preamble(session: Session, notes: Sequence[str]) -> list[str]:
 
 # ------------------------------------------------------------------------------------------------- command
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m sesa_cli.report.results", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python scripts/results.py", description=__doc__.split("\n")[0])
     parser.add_argument(
         "--root", type=Path, help="where the sweeps go (default outputs/claims; --smoke: outputs/claims-smoke)"
     )

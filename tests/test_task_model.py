@@ -104,7 +104,7 @@ def test_tiny_sokoban_gets_first_turn_plans_in_train_and_eval() -> None:
         task = cfg.task
         # one action a turn over RAGEN's 10-action budget, a sketch the first turn's move (docs/sokoban-search.md)
         assert (task.max_actions_per_turn, task.max_turns, task.max_actions) == (1, 10, 10)
-        assert (task.sketch_max_actions, task.warm_start_plan_lines, task.format_penalty) == (1, 0.5, -1.0)
+        assert (task.sketch_max_actions, task.warm_start_plan_lines, task.format_penalty) == (1, 0.5, -2.0)
         assert (task.dim_room, task.num_boxes) == ([6, 6], 1)  # RAGEN's SimpleSokoban rooms
         assert (cfg.eval.instances, cfg.eval.samples) == (64, 16)
     assert trained.task == evaluated.task  # one cached base for both commands

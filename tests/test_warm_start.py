@@ -37,8 +37,8 @@ PINNED = {
         "d6c3606de6796177",
         "19d338b4ba92b1c1",
     ),
-    "sokoban": (["task=sokoban"], "3ab48446319b0c8f", "052787e0f598b4ec"),
-    "sokoban_chat": (["task=sokoban", "task.style=chat"], "bd9a273cfd879a08", "092d39ea97000a91"),
+    "sokoban": (["task=sokoban"], "3ab48446319b0c8f", "4918511adbfa8142"),
+    "sokoban_chat": (["task=sokoban", "task.style=chat"], "bd9a273cfd879a08", "fd78db0ca6cc087b"),
     "sudoku": (["task=sudoku"], "887446284e4da58f", "ba1ead0e96aa8ab4"),
     "sudoku_chat": (["task=sudoku", "task.style=chat"], "696ccb246f4719c3", "2d70db533fc268bb"),
 }

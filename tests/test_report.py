@@ -56,14 +56,14 @@ def test_build_report_writes_every_file(built: ReportFiles) -> None:
     out = files["summary"].parent
     for key in ("summary", "groups", "compare", "markdown", "html"):
         assert files[key].is_file(), key
-    assert set(files["plots"]) == {"heatmap", "policy", "sampling", "diversity", "pass_at_k"}
+    assert set(files["plots"]) == {"heatmap", "policy", "sampling", "diversity", "pass_at_k", "tradeoff"}
     for name, path in files["plots"].items():
         assert path == out / f"{name}.png"
         data = path.read_bytes()
         assert data.startswith(PNG_MAGIC)
         assert len(data) > 10_000, f"{name}.png is suspiciously small"
     html = files["html"].read_text()
-    assert html.count("data:image/png;base64,") == 5
+    assert html.count("data:image/png;base64,") == 6
     assert "[2] sequential" in html
     markdown = files["markdown"].read_text()
     for name in files["plots"]:

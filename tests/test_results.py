@@ -6,15 +6,21 @@ from __future__ import annotations
 import json
 import re
 import shutil
+from dataclasses import fields, is_dataclass
+from itertools import product
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from sesa_cli.config import conf_dir
+from tests.conftest import compose_train
 from tests.fake_runs import write_revival, write_run
 from tests.scripts import results as R
 
 SEEDS = (0, 1)
+H2H_ALGOS = R.sweep_named("h2h").overrides[-1].partition("=")[2].split(",")
+"""Claim VIII's algo presets, GRPO first."""
 
 
 def _header_commands(recipe: str) -> list[str]:
@@ -68,6 +74,36 @@ def test_the_comparison_sweeps_every_variant_explicitly() -> None:
     assert "seed=0,1,2,3,4" in R.recipe_command(R.sweep_named("frozenlake"))
 
 
+def _flat_config(config: Any, prefix: str = "") -> dict[str, Any]:
+    """A composed config as ``dotted.key -> value``."""
+    if is_dataclass(config):
+        config = {f.name: getattr(config, f.name) for f in fields(config)}
+    if not isinstance(config, dict):
+        return {prefix[:-1]: config}
+    return {k: v for name, value in config.items() for k, v in _flat_config(value, f"{prefix}{name}.").items()}
+
+
+def test_the_head_to_head_groups_differ_from_grpo_by_their_method_only() -> None:
+    """Claim VIII: every group's composed config differs from GRPO's (group [1]) in its method's keys only (the algo
+    settings, the sampler and its filters), never in the recipe's budget, optimizer, task or model."""
+    claim = next(c for c in R.CLAIMS if c.key == "VIII")
+    groups = []
+    for name in claim.sweeps:
+        fixed, swept = R._axes(R.sweep_named(name).overrides)
+        groups += [
+            [*fixed, *(f"{k}={v}" for k, v in zip(swept, values, strict=True))] for values in product(*swept.values())
+        ]
+    configs = [_flat_config(compose_train(overrides)) for overrides in groups]
+    baseline = configs[0]
+    assert (baseline["sampler.name"], baseline["algo.name"], baseline["train.steps"]) == ("parallel", "grpo", 120)
+    method = ("algo.", "sampler.name", "sampler.filters.", "sampler.parallel_rows")
+    for overrides, config in zip(groups[1:], configs[1:], strict=True):
+        differing = {k for k in baseline.keys() | config.keys() if baseline.get(k) != config.get(k)}
+        assert differing, overrides
+        assert all(k.startswith(method) for k in differing), (overrides, sorted(differing))
+    assert len({tuple(sorted(map(str, c.items()))) for c in configs}) == len(configs)  # no two groups alike
+
+
 # ----------------------------------------------------------------------------------------------- a fake sweep
 def fake_claims(root: Path, seeds: tuple[int, ...] = SEEDS) -> None:
     """Complete runs of every sweep under ``root``, laid out and named as the session runs them (revive_sequential:
@@ -113,6 +149,21 @@ def fake_claims(root: Path, seeds: tuple[int, ...] = SEEDS) -> None:
         default = {"sampler": "sequential", "sampler.stage1": "sketch"}
         write_revival(root / "revive_default" / str(job), parent, at=6, overrides=default)
         write_revival(root / "revive_deep" / str(job), parent, at=6, overrides={**default, "step": "last"})
+    head_to_head = [("h2h", {"algo": algo}) for algo in H2H_ALGOS] + [
+        ("h2h_sesa", {"sampler": "sequential"}),
+        ("h2h_lte", {"sampler": "lte"}),
+        (
+            "h2h_lte_is",
+            {"sampler": "lte", "algo.loss_context": "is", "algo.off_policy": "paper", "algo.terms.found.coef": 0},
+        ),
+    ]
+    jobs: dict[str, int] = {}
+    for sweep, method in head_to_head:
+        for seed in seeds:
+            job = jobs.setdefault(sweep, 0)
+            overrides = {"experiment": "collapse_revival", "train.checkpoint_every": 0, **method, "seed": seed}
+            write_run(root / sweep / str(job), overrides, policy=True)
+            jobs[sweep] += 1
     for sweep, task in (
         ("frozenlake", "frozenlake"),
         ("sokoban", "sokoban"),
@@ -167,7 +218,19 @@ def test_page_from_a_fake_sweep(tmp_path: Path) -> None:
             in section
         )
     assert "The paper's form" not in text[: text.index("## IV.")]
-    for key, plots in (("I", ("heatmap", "policy")), ("II", ("heatmap", "policy")), ("IV", ("sampling",))):
+    # VIII: every method one group, GRPO the baseline, each other group compared with it
+    section = text[text.index("## VIII.") :]
+    assert section.count("| [") == 13 + 12
+    assert "Difference to [1] parallel grpo " in section
+    for n, algo in enumerate(H2H_ALGOS[1:], start=2):
+        assert f"| [{n}] parallel {algo} " in section
+    assert "The paper's form" not in section
+    for key, plots in (
+        ("I", ("heatmap", "policy")),
+        ("II", ("heatmap", "policy")),
+        ("IV", ("sampling",)),
+        ("VIII", ("tradeoff", "policy")),
+    ):
         for name in plots:
             assert (docs / "results" / key / f"{name}.png").is_file()
             assert f"](results/{key}/{name}.png)" in text
@@ -211,7 +274,7 @@ def test_missing_runs_are_said_not_invented(tmp_path: Path) -> None:
     write_run(root / "collapse" / "0", {"experiment": "collapse_revival", "seed": 0}, policy=True)
     text = R.render(R.Session(root, SEEDS), tmp_path / "docs").read_text()
     assert "Task path · 1 runs in 1 group · seeds 0." in text
-    assert text.count("Not run yet.") == 5  # claims III-VII; II shows the parallel runs it has
+    assert text.count("Not run yet.") == 6  # claims III-VIII; II shows the parallel runs it has
     assert "- **Incomplete:** 1 of the 2 jobs of sweep `collapse` have finished." in text
     assert "- **Incomplete:** 0 of the 4 jobs of sweep `discovery` have finished." in text
 

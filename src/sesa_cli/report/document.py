@@ -50,6 +50,8 @@ _PLOT_CAPTIONS = {
     "diversity": "Diversity of what was sampled, over training steps (rollout statistics, and evaluation): coverage "
     "of the target set, distinct and distinct-correct solutions.",
     "pass_at_k": "pass@k of the final evaluation against k (log2 axis).",
+    "tradeoff": "Success against diversity at the end of training, exactly: one point per group at its mean effective "
+    "solutions and target mass over seeds, with the 95% bootstrap interval of each.",
 }
 ONE_SEED = "one seed: no interval"
 """What an interval cell says when its group ran one seed (a bootstrap over seeds needs two)."""

@@ -32,7 +32,7 @@ from sesa_cli.metric_keys import key as K
 from sesa_cli.report.runs import Run, short_label
 
 COLLAPSE_FLAG = K("collapse/flag")
-from sesa_cli.report.stats import CURVE_RESAMPLES, LEVEL, bootstrap_interval
+from sesa_cli.report.stats import CURVE_RESAMPLES, LEVEL, bootstrap_interval, mean_interval
 from sesa_cli.report.tables import at_k_values
 
 DPI = 100
@@ -49,6 +49,21 @@ _STYLES = {"train": "-", "eval": "--"}
 _SMOOTH_FROM = 50
 PARENT_COLOR = "0.45"
 BAND = f"line: mean over seeds; shaded: {LEVEL:.0%} bootstrap interval of the mean"
+
+
+GROUP_COLORS = (
+    *(f"C{i}" for i in range(10)),
+    "black",
+    "gold",
+    "navy",
+    "lime",
+    "magenta",
+    "teal",
+    "maroon",
+    "darkkhaki",
+)
+"""One colour per group in a figure: matplotlib's ten, then eight unlike them (a head to head has 13 groups; with the
+ten alone group 11 took group 1's colour)."""
 
 
 def smoothing_window(n_steps: int) -> int:
@@ -94,7 +109,8 @@ class Layout:
         groups: dict[str, list[Run]] = {}
         for run in runs:
             groups.setdefault(run.group, []).append(run)
-        colors = {g: f"C{i % 10}" for i, g in enumerate(groups)}
+        palette = GROUP_COLORS
+        colors = {g: palette[i % len(palette)] for i, g in enumerate(groups)}
         labels = {g: f"{short_label(members[0])} (n={len(members)})" for g, members in groups.items()}
         starts = {run.parent_step for run in runs}
         since_revival = None not in starts and len(starts) > 1
@@ -340,7 +356,8 @@ def _eval_note(panels: Sequence[Panel]) -> str:
 
 def make_plots(runs: Sequence[Run], out_dir: Path) -> tuple[dict[str, Path], dict[str, str]]:
     """Write ``policy.png`` (tasks with exact policy metrics), ``agent.png`` (agent tasks), ``sampling.png``
-    (success and token entropy), ``diversity.png`` and ``pass_at_k.png`` into ``out_dir``.
+    (success and token entropy), ``diversity.png``, ``tradeoff.png`` (exact policy metrics, two groups or more) and
+    ``pass_at_k.png`` into ``out_dir``.
 
     Returns (written plots by name, skipped plots by name → reason). A plot is skipped when no run logged any of
     its metrics; a panel is left out when no run logged its metrics.
@@ -383,6 +400,9 @@ def make_plots(runs: Sequence[Run], out_dir: Path) -> tuple[dict[str, Path], dic
         written[spec.name] = out_dir / f"{spec.name}.png"
         fig.savefig(written[spec.name], dpi=DPI)
 
+    tradeoff = _tradeoff(layout, longest, out_dir)
+    if tradeoff is not None:
+        written["tradeoff"] = tradeoff
     ks = at_k_values(metrics, family("eval/pass@{k}"))
     if not ks:
         skipped["pass_at_k"] = "no run logged eval/pass@k"
@@ -411,3 +431,46 @@ def make_plots(runs: Sequence[Run], out_dir: Path) -> tuple[dict[str, Path], dic
     written["pass_at_k"] = out_dir / "pass_at_k.png"
     fig.savefig(written["pass_at_k"], dpi=DPI)
     return written, skipped
+
+
+TRADEOFF = (K("policy/effective_solutions"), K("policy/target_mass"))
+"""The axes of ``tradeoff.png``: how many targets the exact policy's success mass is spread over, and that mass."""
+
+
+def _tradeoff(layout: Layout, longest: int, out_dir: Path) -> Path | None:
+    """``tradeoff.png``: one point per group at its final exact effective solutions and target mass (mean over seeds,
+    with the 95% bootstrap interval of each as error bars), numbered as the report's tables number the groups; None
+    (nothing written) for fewer than two groups or runs without both metrics."""
+    points = {}
+    for group, members in layout.groups.items():
+        finals = [[run.own[m].dropna().iloc[-1] for m in TRADEOFF] for run in members if _logged(run, TRADEOFF)]
+        if finals:
+            points[group] = [mean_interval([f[i] for f in finals]) for i in range(len(TRADEOFF))]
+    if len(points) < 2:
+        return None
+    fig, axes, ncol, caption = figure(
+        1,
+        len(layout.groups),
+        longest,
+        f"point: mean over seeds; bars: {LEVEL:.0%} bootstrap interval of each mean; [n]: the group's number in the tables",
+        _size(1),
+    )
+    ax = axes[0]
+    for number, (group, (x, y)) in enumerate(points.items(), start=1):
+        color = layout.colors[group]
+        xerr = [[x[0] - x[1]], [x[2] - x[0]]] if not np.isnan(x[1]) else None
+        yerr = [[y[0] - y[1]], [y[2] - y[0]]] if not np.isnan(y[1]) else None
+        ax.errorbar([x[0]], [y[0]], xerr=xerr, yerr=yerr, color=color, marker="o", ms=5, capsize=2, lw=1.2)
+        ax.annotate(f"[{number}]", (x[0], y[0]), textcoords="offset points", xytext=(4, 4), fontsize=8, color=color)
+    ax.set_xlabel("effective solutions (exact, final)")
+    ax.set_ylabel("target mass (exact, final)")
+    ax.grid(alpha=0.3)
+    fig.suptitle("Success against diversity of the plain-prompt policy")
+    _legend(fig, layout, set(), ncol, caption)
+    path = out_dir / "tradeoff.png"
+    fig.savefig(path, dpi=DPI)
+    return path
+
+
+def _logged(run: Run, metrics: Sequence[str]) -> bool:
+    return all(m in run.own.columns and run.own[m].notna().any() for m in metrics)

@@ -122,13 +122,13 @@ LEVELS: dict[str, Level] = {
     ),
     "sokoban_plans_followed": Level(
         test="test_chains.py::test_sokoban_plans_are_carried_out_at_a_small_base",
-        what="share of stage-II Sokoban episodes that play their plan's first turn (16 chains of 8, small base)",
+        what="share of stage-II Sokoban episodes that play their plan's first move (16 chains of 4, small base)",
         side="min",
         bound=0.6,
-        measured=0.953125,
+        measured=0.921875,
         drift=0.1,
-        drift_source="0.945, 0.953 and 0.945 under AVX-512, AVX2 and the portable kernels: 0.008 seen; 0.1 kept",
-        why="two-stage sampling is SESA only when stage II carries out its plans (issue 29; chance: about 1 in 16)",
+        drift_source="0.922, 0.953 and 0.9375 under AVX-512, AVX2 and the portable kernels: 0.031 seen; 0.1 kept",
+        why="two-stage sampling is SESA only when stage II carries out its plans (issue 29; chance: 1 in 4)",
     ),
     "countdown_stage_two_followed": Level(
         test="test_chains.py::test_countdown_stage_two_carries_out_its_sketch_at_a_small_base",

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, SMALL_PATH_WORLD, run_cli
+from tests.conftest import ROOT, TINY, run_cli
 
 DOC = ROOT / "docs" / "extending.md"
 # The tiny base of the example task: small and quick, whatever the model's defaults (the commands run as the page
@@ -67,7 +67,7 @@ def test_the_examples_are_short_and_the_page_runs_each() -> None:
 
 def test_the_examples_run_with_sesa_train_from_their_own_folder(folder: Path, cache_dir: Path) -> None:
     for n, argv in enumerate(a for a in _commands() if "--help" not in a):
-        extra = [*(SMALL_PATH_WORLD if "task=path" in argv else SMALL_REVERSE), *QUICK, f"model.cache_dir={cache_dir}",
+        extra = [*(TINY[1:] if "task=path" in argv else SMALL_REVERSE), *QUICK, f"model.cache_dir={cache_dir}",
                  f"hydra.run.dir=outputs/run{n}"]  # fmt: skip
         done = _sesa(folder, [*argv, *extra])
         assert done.returncode == 0, done.stderr[-2000:]

@@ -37,8 +37,8 @@ PINNED = {
         "d6c3606de6796177",
         "19d338b4ba92b1c1",
     ),
-    "sokoban": (["task=sokoban"], "a6bd551b40d96fd3", "a3e3f9de866cb07f"),
-    "sokoban_chat": (["task=sokoban", "task.style=chat"], "a80dfc058e03177f", "58e506f4ea7e9020"),
+    "sokoban": (["task=sokoban"], "3ab48446319b0c8f", "4918511adbfa8142"),
+    "sokoban_chat": (["task=sokoban", "task.style=chat"], "bd9a273cfd879a08", "fd78db0ca6cc087b"),
     "sudoku": (["task=sudoku"], "887446284e4da58f", "ba1ead0e96aa8ab4"),
     "sudoku_chat": (["task=sudoku", "task.style=chat"], "696ccb246f4719c3", "2d70db533fc268bb"),
 }

@@ -29,11 +29,29 @@ def test_one_step_of_every_sampler_and_algo(path_setup, tiny_overrides, tmp_path
     cfg = compose_train([*tiny_overrides, *SMALL, *sampler, f"algo={algo}", "algo.minibatches=2"])
     trainer = Trainer(cfg, make_task(cfg.task, cfg.seed), copy.deepcopy(policy), RunDir(tmp_path))
     before = [p.detach().clone() for p in trainer.model.parameters()]
+    learned: list[list[list[float]]] = []  # the rewards of the groups the learner was given
+    step = trainer.learner.step
+    trainer.learner.step = lambda groups, n: (learned.append([[r.score.reward for r in g] for g in groups]),
+                                              step(groups, n))[1]  # fmt: skip
     row = trainer.train_step()
     assert row["step"] == 1
     assert math.isfinite(row["loss/total"])
     moved = any(not (a == b).all() for a, b in zip(before, trainer.model.parameters(), strict=True))
-    assert moved or row["rollout/frac_zero_std"] == 1.0  # no update only when no group carried a signal
+    assert moved or not any(_signal(cfg.algo, rewards) for rewards in learned[0])  # no update only without a signal
+
+
+def _signal(algo, rewards: list[float]) -> bool:
+    """Whether an advantage estimator gives one group a nonzero advantage (its rewards, the group's rows): GRPO and
+    the others when the rewards differ; pass@k (2508.10751) when some k-subset misses every best row (more than k
+    rows below the maximum); verl's grpo_passk when the maximum is one row's alone."""
+    if len(set(rewards)) < 2:
+        return False
+    best = max(rewards)
+    if algo.advantage == "passk":
+        return sum(r < best for r in rewards) >= algo.passk_k
+    if algo.advantage == "grpo_passk":
+        return rewards.count(best) == 1
+    return True
 
 
 @pytest.mark.parametrize("cap", [0, 3])

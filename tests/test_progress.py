@@ -34,7 +34,9 @@ def _sesa(argv: list[str]) -> list[str]:
 def test_without_a_terminal_progress_lines_appear_during_the_warm_start_and_the_evaluation(tmp_path):
     argv = ["train", "task=path", "task.regions=4", "task.cities=4", "task.districts=4", "task.list_max=8",
             "model.warm_start_steps=20", "model.warm_start_corpus_size=2000", f"model.cache_dir={tmp_path / 'cache'}",
-            *SMALL, "eval.samples=64", f"hydra.run.dir={tmp_path / 'run'}"]  # fmt: skip
+            *SMALL, "eval.samples=1024", f"hydra.run.dir={tmp_path / 'run'}"]  # fmt: skip
+    # 1024 samples: an evaluation of ~1.5 s on a 2-core CPU, several of the heartbeat's 0.2 s ticks (at 64 samples it
+    # took 0.2 s and whether it ticked was a race)
     proc = subprocess.run(_sesa(argv), env=_env(SESA_PROGRESS_SECONDS="0"), capture_output=True, text=True,
                           timeout=600, check=False)  # fmt: skip
     assert proc.returncode == 0, proc.stderr
@@ -71,7 +73,7 @@ def test_without_a_terminal_progress_lines_appear_during_the_warm_start_and_the_
     assert lines[index(r"^run dir: ")] == f"run dir: {tmp_path / 'run'}"
     for command in ("sesa eval ckpt=", "sesa revive ckpt=", "sesa diversity-report 'runs=["):
         assert any(line.strip().startswith(command) for line in lines), command
-    assert any("protocol: 1 instances x 64 samples" in line for line in lines)
+    assert any("protocol: 1 instances x 1024 samples" in line for line in lines)
     info = json.loads((tmp_path / "run" / "run.json").read_text())
     assert info["status"] == "finished"
 

@@ -17,7 +17,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-outputs/gpu-check}
-SITE=${SITE:-/tmp/sesa-gpu-site}
+SITE=${SITE:-$PWD/outputs/gpu-site}  # under the ignored outputs/ of this checkout
 PY=${PYTHON:-python3}
 mkdir -p "$OUT"
 exec > >(tee "$OUT/check.log") 2>&1

@@ -38,10 +38,14 @@ class Row:
     label: str = ""
     """A word the group's label must hold (a reordered page is refused, not printed); empty: the sampler, parallel
     for a headline row, sequential for a difference row."""
+    best: str = ""
+    """A metric: the row is the published method (a parallel group other than the baseline) whose difference in it
+    is the highest mean (``group`` ignored); ``{method}`` in the question names it."""
 
 
 SUCCESS, PASS16 = ("eval/success", "success"), ("eval/pass@16", "pass@16")
 EXACT_DIVERSITY = ("policy/effective_solutions", "winning episodes (exact policy)")
+ESTIMATE = ("estimate/effective_solutions", "winning answers (sampled estimate)")
 ROWS = (
     Row("I", "Does GRPO (parallel, i.i.d. groups) collapse onto one solution of the path task's 20?", 1,
         (("policy/effective_solutions", "effective solutions"),), level=True),
@@ -52,7 +56,7 @@ ROWS = (
     Row("IV", "FrozenLake 4×4 (the default run): sequential − parallel", 2, (SUCCESS, PASS16, EXACT_DIVERSITY)),
     Row("V", "Sokoban: sequential − parallel", 2, (SUCCESS, PASS16, EXACT_DIVERSITY)),
     Row("VI", "Countdown: sequential − parallel", 2,
-        (SUCCESS, PASS16, ("estimate/effective_solutions", "winning answers (sampled estimate)"))),
+        (SUCCESS, PASS16, ESTIMATE)),
     Row("VII", "FrozenLake 5×5, where the base rarely wins: sequential − parallel", 2,
         (SUCCESS, PASS16, EXACT_DIVERSITY)),
     Row("VIII", "Path task, every exploration method at GRPO's budget: SESA (sequential) − GRPO", 11,
@@ -61,11 +65,23 @@ ROWS = (
         (("policy/effective_solutions", "effective solutions"), SUCCESS), label="outcome_bonus"),
     Row("VIII", "… LTE (hints from failures, SESA's loss) − GRPO", 12,
         (("policy/effective_solutions", "effective solutions"), SUCCESS), label="lte"),
+    Row("IX", "FrozenLake 4×4, every method at GRPO's budget: SESA (sequential) − GRPO", 2,
+        (SUCCESS, PASS16, EXACT_DIVERSITY)),
+    Row("IX", "… the published method that keeps the most: {method} − GRPO", 0, (SUCCESS, PASS16, EXACT_DIVERSITY),
+        best="policy/effective_solutions"),
+    Row("X", "FrozenLake 5×5, every method at GRPO's budget: SESA (sequential) − GRPO", 2,
+        (SUCCESS, PASS16, EXACT_DIVERSITY)),
+    Row("X", "… the published method that keeps the most: {method} − GRPO", 0, (SUCCESS, PASS16, EXACT_DIVERSITY),
+        best="policy/effective_solutions"),
+    Row("XI", "Countdown, every method at GRPO's budget: SESA (sequential) − GRPO", 2, (SUCCESS, PASS16, ESTIMATE)),
+    Row("XI", "… the published method that keeps the most: {method} − GRPO", 0, (SUCCESS, PASS16, ESTIMATE),
+        best="estimate/effective_solutions"),
 )  # fmt: skip
 """The claims' rows. II's group 5 and III's group 4 are the sequential default (distinct_solutions with the
 found-solutions term, from the flagged checkpoint for III); each agent claim has two groups, parallel [1] and
 sequential [2]; VIII's are its groups [11] (SESA), [5] (outcome_bonus) and [12] (LTE with the path task's loss), of
-13. :func:`findings` checks each chosen group's label names the sampler (or :attr:`Row.label`) the row says it is."""
+13; IX-XI's are SESA [2] (claims IV, VII and VI's sequential runs) and, chosen by :attr:`Row.best`, the published
+method that spreads what wins the most. :func:`findings` checks each chosen group's label names the sampler (or :attr:`Row.label`) the row says it is."""
 
 CELL = re.compile(r"^(?P<mean>[+-]?[\d.]+(?:e[+-]?\d+)?) \[(?P<low>[+-]?[\d.]+(?:e[+-]?\d+)?), "
                   r"(?P<high>[+-]?[\d.]+(?:e[+-]?\d+)?)\]$")  # fmt: skip
@@ -111,6 +127,21 @@ def _group(rows: list[dict[str, str]], number: int) -> dict[str, str]:
     raise PageError(f"no group [{number}]")
 
 
+def _best(rows: list[dict[str, str]], metric: str) -> dict[str, str]:
+    """Of the difference rows of published methods (i.i.d. sampling), the one whose ``metric`` has the highest mean."""
+    methods = [row for row in rows if row.get("group", "").split()[1:2] == ["parallel"]]
+    if not methods or any(metric not in row for row in methods):
+        raise PageError(f"no parallel group with a {metric} difference")
+    return max(methods, key=lambda row: _mean(row[metric]))
+
+
+def _mean(cell: str) -> float:
+    m = CELL.match(cell)
+    if m is None:
+        raise PageError(f"{cell!r} is not 'mean [low, high]'")
+    return float(m["mean"])
+
+
 def phrase(cell: str) -> str:
     """The answer a difference ``mean [low, high]`` gives, from its interval alone."""
     m = CELL.match(cell)
@@ -140,8 +171,13 @@ def findings(text: str, rows: Sequence[Row] = ROWS) -> list[str]:
             wanted = [t for before, t in parsed if before.startswith("Difference to")]
         if not wanted:
             raise PageError(f"claim {row.claim}: no {'headline' if row.level else 'difference'} table")
-        group = _group(wanted[0], row.group)
-        label = row.label or ("parallel" if row.level else "sequential")
+        if row.best:
+            group = _best(wanted[0], row.best)
+            question = row.question.format(method=group["group"].split()[2])
+        else:
+            group = _group(wanted[0], row.group)
+            question = row.question
+        label = row.label or ("parallel" if row.level or row.best else "sequential")
         if label not in group["group"].split():
             raise PageError(f"claim {row.claim}: group [{row.group}] is {group['group']!r}, not a {label} group")
         answers = []
@@ -150,7 +186,7 @@ def findings(text: str, rows: Sequence[Row] = ROWS) -> list[str]:
                 raise PageError(f"claim {row.claim}: no {metric} column")
             cell = group[metric]
             answers.append(f"{name} {cell}" if row.level else f"{name} {phrase(cell)}: {cell}")
-        lines.append(f"| [{row.claim}](docs/results.md#{slug(heading)}) | {row.question} | {'; '.join(answers)} |")
+        lines.append(f"| [{row.claim}](docs/results.md#{slug(heading)}) | {question} | {'; '.join(answers)} |")
     return lines
 
 

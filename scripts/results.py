@@ -138,6 +138,9 @@ def load_claims(path: Path = CLAIMS_FILE) -> tuple[tuple[Sweep, ...], tuple[Clai
 
 
 SWEEPS, CLAIMS, _DATA = load_claims()
+HEAD_TO_HEAD: dict[str, Any] = _DATA["head_to_head"]
+"""The figure of the head-to-head claims (:func:`head_to_head_figure`): which claims, the success metric, and the
+diversity metrics in order of preference (the exact policy's where the task has one, else the sampled estimate)."""
 SMALL_PATH_WORLD = _flat(_DATA["small_path_world"])
 """The path task's small world and short warm start (tests/conftest.py reads the same list from the file)."""
 AGENT_HEADLINE = tuple(_declared(m) for m in _DATA["headlines"]["agent"])
@@ -391,8 +394,117 @@ def render(session: Session, docs: Path, claims: Sequence[Claim] = CLAIMS, notes
             continue
         runs = [path for name in claim.sweeps for _, path in session.complete(sweep_named(name))]
         sections += _claim_section(session, claim, runs, figures, docs)
-    page.write_text("\n".join([*_preamble(session, notes, _sections_time(sections)), *sections]))
+    glance = head_to_head_figure(figures)
+    preamble = _preamble(session, notes, _sections_time(sections))
+    if glance is not None:
+        glance_text = (
+            f"At a glance, claims {', '.join(HEAD_TO_HEAD['claims'])}: every method's final success against the "
+            "diversity of what it wins, one panel per task (mean over seeds, 95% bootstrap interval of each mean; "
+            "SESA and its combinations in red, GRPO in black):"
+        )
+        preamble += [
+            glance_text,
+            "",
+            f"![head to head]({glance.relative_to(docs)})",
+            "",
+        ]
+    page.write_text("\n".join([*preamble, *sections]))
     return page
+
+
+GROUPS_CSV = "groups.csv"
+"""Each section's group summary beside its figures (docs/results/<key>/): what :func:`head_to_head_figure` reads,
+so the figure can be redrawn from a section the page keeps without its runs."""
+
+
+def write_groups(report: Report, path: Path) -> None:
+    """The final values of ``report``'s headline metrics per group (mean, 95% interval, seeds), labelled as the
+    page's tables label the groups."""
+    rows = report.groups[report.groups["metric"].isin(report.headline)]
+    table = rows[["group", "metric", "n_seeds", "final_mean", "final_low", "final_high"]].copy()
+    table["group"] = table["group"].map(report.labels)
+    table.to_csv(path, index=False)
+
+
+def method_name(label: str) -> str:
+    """A head-to-head group's method from its label (``[5] parallel outcome_bonus found.coef=0.2``): the algo on
+    i.i.d. sampling, SESA or LTE (with the algo they are combined with)."""
+    words = label.split()[1:]
+    sampler = words[0] if words else ""
+    algo = next((w for w in words[1:2] if "=" not in w), "grpo")
+    if sampler == "parallel":
+        return "GRPO" if algo == "grpo" else algo
+    name = {"sequential": "SESA", "lte": "LTE"}.get(sampler, sampler)
+    if "loss_context=is" in words:
+        name += " (IS loss)"
+    return name if algo == "grpo" else f"{name}+{algo}"
+
+
+def head_to_head_figure(figures: Path) -> Path | None:
+    """``head_to_head.png`` under ``figures``: one panel per head-to-head claim (:data:`HEAD_TO_HEAD`), one point per
+    group at its final diversity (the first of the claim's diversity metrics it logged) and success, with the 95%
+    bootstrap interval of each mean as bars; read from the sections' :data:`GROUPS_CSV`. None where no section has
+    one."""
+    panels = []
+    for key_ in HEAD_TO_HEAD["claims"]:
+        csv = figures / key_ / GROUPS_CSV
+        if csv.is_file():
+            table = pd.read_csv(csv)
+            x = next((m for m in HEAD_TO_HEAD["diversity"] if m in set(table["metric"])), None)
+            if x is not None and HEAD_TO_HEAD["success"] in set(table["metric"]):
+                title = next(c.title for c in CLAIMS if c.key == key_).split(": ")[-1]
+                panels.append((f"{key_}. {title}", table, x))
+    if not panels:
+        return None
+    from matplotlib import colormaps
+    from matplotlib.figure import Figure
+    from matplotlib.lines import Line2D
+
+    names = list(dict.fromkeys(method_name(g) for _, table, _ in panels for g in table["group"]))
+    others = iter(colormaps["tab20"].colors)
+    style = {}
+    for n, name in enumerate(names):
+        if name == "GRPO":
+            style[name] = ("black", "s")
+        elif name.startswith("SESA"):
+            style[name] = ("tab:red", "*" if name == "SESA" else "P^v"[n % 3])
+        else:
+            color = next(others)
+            style[name] = (color if color[0] < 0.8 or color[1] > 0.3 else next(others), "o^vD<>p"[n % 7])
+    fig = Figure(figsize=(3.6 * len(panels), 4.3))
+    for i, (title, table, x) in enumerate(panels):
+        ax = fig.add_subplot(1, len(panels), i + 1)
+        for group in dict.fromkeys(table["group"]):
+            rows = table[table["group"] == group].set_index("metric")
+            if x not in rows.index or HEAD_TO_HEAD["success"] not in rows.index:
+                continue
+            px, py = rows.loc[x], rows.loc[HEAD_TO_HEAD["success"]]
+            color, marker = style[method_name(group)]
+            ax.errorbar(
+                [px["final_mean"]],
+                [py["final_mean"]],
+                xerr=[[px["final_mean"] - px["final_low"]], [px["final_high"] - px["final_mean"]]],
+                yerr=[[py["final_mean"] - py["final_low"]], [py["final_high"] - py["final_mean"]]],
+                color=color,
+                marker=marker,
+                ms=9 if marker == "*" else 6,
+                capsize=2,
+                lw=0.8,
+                alpha=0.85,
+            )
+        exact = x.startswith("policy/")
+        ax.set_xlabel(f"{x.split('/')[-1].replace('_', ' ')} ({'exact policy' if exact else 'sampled estimate'})")
+        ax.set_ylabel(f"{HEAD_TO_HEAD['success']} (final)" if i == 0 else "")
+        ax.set_title(title, fontsize=9)
+        ax.grid(alpha=0.3)
+    handles = [
+        Line2D([], [], color=c, marker=m, ls="", ms=9 if m == "*" else 6, label=n) for n, (c, m) in style.items()
+    ]
+    fig.legend(handles=handles, loc="lower center", ncol=min(len(handles), 7), fontsize=8, frameon=False)
+    fig.tight_layout(rect=(0, 0.06 + 0.04 * ((len(handles) - 1) // 7), 1, 1))
+    path = figures / "head_to_head.png"
+    fig.savefig(path, dpi=110)
+    return path
 
 
 def _sections_time(lines: Sequence[str]) -> str:
@@ -451,6 +563,7 @@ def _claim_section(session: Session, claim: Claim, runs: list[Path], figures: Pa
     lines += one_answer_note(report)
     target = figures / claim.key
     target.mkdir(parents=True, exist_ok=True)
+    write_groups(report, target / GROUPS_CSV)
     for name in claim.plots:
         if name in files["plots"]:
             shutil.copyfile(files["plots"][name], target / f"{name}.png")
@@ -549,7 +662,14 @@ def shown(path: Path, root: Path) -> str:
 def _provenance(session: Session, claim: Claim, runs: Sequence[Path]) -> str:
     """Where a section's numbers come from: the seeds, the runs (their commits and environment), the wall time of its
     sweeps, and when and at which commit the section was written."""
-    took = _wall_time(session, claim.sweeps)
+    earlier = {name for c in CLAIMS[: CLAIMS.index(claim)] for name in c.sweeps}
+    own = [name for name in claim.sweeps if name not in earlier]
+    shared = sorted({c.key for c in CLAIMS[: CLAIMS.index(claim)] for name in claim.sweeps if name in c.sweeps})
+    took = _wall_time(session, own) + " of wall time"
+    took += (
+        f" (claim {', '.join(shared)}'s sweeps counted in {'its' if len(shared) == 1 else 'their'} section)"
+        * bool(shared)
+    )
     environments, commits = set(), set()
     for run in runs:
         info = json.loads((run / "run.json").read_text())
@@ -557,13 +677,16 @@ def _provenance(session: Session, claim: Claim, runs: Sequence[Path]) -> str:
         threads = info.get("torch_threads")
         versions = ", ".join(f"{k} {v}" for k, v in sorted((info.get("versions") or {}).items()))
         text = "thread count unrecorded" if threads is None else f"{threads} torch thread{'s' * (threads != 1)}"
+        cpu = info.get("cpu") or {}
+        if cpu:
+            text = f"{cpu.get('model', 'CPU')}, {cpu.get('kernels', '?')} kernels, " + text
         environments.add(text + (f", {versions}" if versions else ""))
     env_text = "; ".join(sorted(environments))
     root = shown(session.root, session.root)
     return (
         f"Seeds {', '.join(map(str, session.claim_seeds(claim)))}: {len(runs)} runs under `{root}`"
         f"{' (a --root outside the repository)' if root == '<root>' else ''}, made at commit "
-        f"{', '.join(sorted(commits)) or '–'} ({env_text or 'none yet'}); its sweeps took {took} of wall time; "
+        f"{', '.join(sorted(commits)) or '–'} ({env_text or 'none yet'}); its sweeps took {took}; "
         f"written {time.strftime('%Y-%m-%d %H:%M')} at commit {(git_commit() or 'unknown')[:7]}."
     )
 

@@ -89,3 +89,27 @@ def test_a_row_reads_its_group_from_the_headline_or_the_difference_table():
 def test_a_page_without_what_a_row_reads_is_an_error(row, why):
     with pytest.raises(findings.PageError, match=why):
         findings.findings(PAGE, (row,))
+
+
+H2H_PAGE = """## IX. Exploration methods head to head: FrozenLake
+
+Difference to [1] parallel grpo (group − baseline, final values, paired by seed):
+
+| group | eval/success | policy/effective_solutions |
+|---|---|---|
+| [2] sequential grpo | -0.01 [-0.03, 0.01] | +2.31 [0.62, 4.00] |
+| [3] parallel passk | -0.05 [-0.08, -0.02] | +0.40 [0.10, 0.70] |
+| [4] parallel outcome_bonus | -0.02 [-0.04, 0.00] | +0.90 [-0.10, 1.90] |
+| [5] sequential outcome_bonus | -0.02 [-0.04, 0.00] | +3.10 [2.00, 4.20] |
+"""
+
+
+def test_a_best_row_names_the_published_method_with_the_highest_mean_difference():
+    """Of the i.i.d. groups only (SESA and its combinations are not published methods), the highest mean: [4] here,
+    though its interval spans 0 and [5], a SESA combination, is higher still."""
+    row = findings.Row("IX", "best: {method} − GRPO", 0, (("policy/effective_solutions", "d"),),
+                       best="policy/effective_solutions")  # fmt: skip
+    line = findings.findings(H2H_PAGE, (row,))[2]
+    assert "| best: outcome_bonus − GRPO | d no clear difference: +0.90 [-0.10, 1.90] |" in line
+    with pytest.raises(findings.PageError, match="no parallel group with a eval/pass@16"):
+        findings.findings(H2H_PAGE, (findings.Row("IX", "?", 0, (("eval/success", "s"),), best="eval/pass@16"),))

@@ -83,10 +83,12 @@ def _flat_config(config: Any, prefix: str = "") -> dict[str, Any]:
     return {k: v for name, value in config.items() for k, v in _flat_config(value, f"{prefix}{name}.").items()}
 
 
-def test_the_head_to_head_groups_differ_from_grpo_by_their_method_only() -> None:
-    """Claim VIII: every group's composed config differs from GRPO's (group [1]) in its method's keys only (the algo
-    settings, the sampler and its filters), never in the recipe's budget, optimizer, task or model."""
-    claim = next(c for c in R.CLAIMS if c.key == "VIII")
+@pytest.mark.parametrize(("key", "steps"), [("VIII", 120), ("IX", 150), ("X", 150), ("XI", 150)])
+def test_the_head_to_head_groups_differ_from_grpo_by_their_method_only(key: str, steps: int) -> None:
+    """Claims VIII-XI: every group's composed config differs from GRPO's (group [1]) in its method's keys only (the
+    algo settings, the sampler and its filters; IX-XI's GRPO runs are claims IV, VII and VI's, which also keep
+    checkpoints), never in the recipe's budget, optimizer, task or model."""
+    claim = next(c for c in R.CLAIMS if c.key == key)
     groups = []
     for name in claim.sweeps:
         fixed, swept = R._axes(R.sweep_named(name).overrides)
@@ -95,8 +97,8 @@ def test_the_head_to_head_groups_differ_from_grpo_by_their_method_only() -> None
         ]
     configs = [_flat_config(compose_train(overrides)) for overrides in groups]
     baseline = configs[0]
-    assert (baseline["sampler.name"], baseline["algo.name"], baseline["train.steps"]) == ("parallel", "grpo", 120)
-    method = ("algo.", "sampler.name", "sampler.filters.", "sampler.parallel_rows")
+    assert (baseline["sampler.name"], baseline["algo.name"], baseline["train.steps"]) == ("parallel", "grpo", steps)
+    method = ("algo.", "sampler.name", "sampler.filters.", "sampler.parallel_rows", "train.checkpoint_every")
     for overrides, config in zip(groups[1:], configs[1:], strict=True):
         differing = {k for k in baseline.keys() | config.keys() if baseline.get(k) != config.get(k)}
         assert differing, overrides
@@ -375,3 +377,36 @@ def test_one_winning_answer_per_instance_is_said(tmp_path: Path) -> None:
     R.use_headline(report, R.AGENT_HEADLINE)
     (note, _) = R.one_answer_note(report)
     assert "exactly one distinct winning answer among its 16 samples" in note
+
+
+@pytest.mark.parametrize(
+    ("label", "name"),
+    [
+        ("[1] parallel grpo found.coef=0.2", "GRPO"),
+        ("[5] parallel outcome_bonus found.coef=0.2", "outcome_bonus"),
+        ("[2] sequential grpo", "SESA"),
+        ("[14] sequential unlikeliness", "SESA+unlikeliness"),
+        ("[12] lte grpo loss_context=prompt off_policy=distinct_solutions found.coef=0.2", "LTE"),
+        ("[13] lte grpo loss_context=is off_policy=paper found.coef=0", "LTE (IS loss)"),
+    ],
+)
+def test_each_head_to_head_group_is_named_by_its_method(label: str, name: str) -> None:
+    assert R.method_name(label) == name
+
+
+def test_the_head_to_head_figure_is_drawn_from_the_sections_group_tables(tmp_path: Path) -> None:
+    """A panel per head-to-head claim whose section wrote its groups.csv; Countdown's (no exact policy) takes the
+    sampled estimate; nothing (None) where no section wrote one."""
+    assert R.head_to_head_figure(tmp_path) is None
+    rows = "group,metric,n_seeds,final_mean,final_low,final_high\n"
+    for claim, diversity in (("VIII", "policy/effective_solutions"), ("XI", "estimate/effective_solutions")):
+        (tmp_path / claim).mkdir()
+        body = "".join(
+            f"{group},{metric},5,{mean},{mean - 0.1},{mean + 0.1}\n"
+            for group, shift in (("[1] parallel grpo", 0.0), ("[2] sequential grpo", 2.0))
+            for metric, mean in ((diversity, 1.0 + shift), ("eval/success", 0.9))
+        )
+        (tmp_path / claim / R.GROUPS_CSV).write_text(rows + body)
+    path = R.head_to_head_figure(tmp_path)
+    assert path == tmp_path / "head_to_head.png"
+    assert path.stat().st_size > 0

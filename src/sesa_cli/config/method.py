@@ -94,7 +94,8 @@ class SamplerConfig:
             raise ConfigError("sampler.top_p must be in (0, 1]")
         if self.solutions_per_sketch < 1:
             raise ConfigError("sampler.solutions_per_sketch must be >= 1")
-        if not 0 <= self.parallel_rows < self.group_size:
+        # a recipe's parallel_rows (task_model/train/agent_tiny) is the chain samplers' and ignored by i.i.d. sampling
+        if self.name != "parallel" and not 0 <= self.parallel_rows < self.group_size:
             raise ConfigError(
                 f"sampler.parallel_rows={self.parallel_rows} must be in [0, sampler.group_size - 1] = "
                 f"[0, {self.group_size - 1}]: at least one row of a group is sequential"

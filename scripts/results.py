@@ -139,8 +139,12 @@ def load_claims(path: Path = CLAIMS_FILE) -> tuple[tuple[Sweep, ...], tuple[Clai
 
 SWEEPS, CLAIMS, _DATA = load_claims()
 HEAD_TO_HEAD: dict[str, Any] = _DATA["head_to_head"]
-"""The figure of the head-to-head claims (:func:`head_to_head_figure`): which claims, the success metric, and the
-diversity metrics in order of preference (the exact policy's where the task has one, else the sampled estimate)."""
+"""The figure of the head-to-head claims (:func:`head_to_head_figure`): the success metric, and which claims with the
+diversity metric of each."""
+DIVERSITY_LABELS = {
+    "policy/effective_solutions": "effective solutions (exact policy)",
+    "eval/distinct_correct@16": "distinct winning episodes in 16 samples",
+}
 SMALL_PATH_WORLD = _flat(_DATA["small_path_world"])
 """The path task's small world and short warm start (tests/conftest.py reads the same list from the file)."""
 AGENT_HEADLINE = tuple(_declared(m) for m in _DATA["headlines"]["agent"])
@@ -442,16 +446,15 @@ def method_name(label: str) -> str:
 
 def head_to_head_figure(figures: Path) -> Path | None:
     """``head_to_head.png`` under ``figures``: one panel per head-to-head claim (:data:`HEAD_TO_HEAD`), one point per
-    group at its final diversity (the first of the claim's diversity metrics it logged) and success, with the 95%
-    bootstrap interval of each mean as bars; read from the sections' :data:`GROUPS_CSV`. None where no section has
-    one."""
+    group at its final diversity (the claim's metric there) and success, with the 95% bootstrap interval of each mean
+    as bars; read from the sections' :data:`GROUPS_CSV`. None where no section has one."""
     panels = []
     for key_ in HEAD_TO_HEAD["claims"]:
         csv = figures / key_ / GROUPS_CSV
         if csv.is_file():
             table = pd.read_csv(csv)
-            x = next((m for m in HEAD_TO_HEAD["diversity"] if m in set(table["metric"])), None)
-            if x is not None and HEAD_TO_HEAD["success"] in set(table["metric"]):
+            x = HEAD_TO_HEAD["claims"][key_]
+            if {x, HEAD_TO_HEAD["success"]} <= set(table["metric"]):
                 title = next(c.title for c in CLAIMS if c.key == key_).split(": ")[-1]
                 panels.append((f"{key_}. {title}", table, x))
     if not panels:
@@ -492,8 +495,7 @@ def head_to_head_figure(figures: Path) -> Path | None:
                 lw=0.8,
                 alpha=0.85,
             )
-        exact = x.startswith("policy/")
-        ax.set_xlabel(f"{x.split('/')[-1].replace('_', ' ')} ({'exact policy' if exact else 'sampled estimate'})")
+        ax.set_xlabel(DIVERSITY_LABELS.get(x, x))
         ax.set_ylabel(f"{HEAD_TO_HEAD['success']} (final)" if i == 0 else "")
         ax.set_title(title, fontsize=9)
         ax.grid(alpha=0.3)

@@ -395,11 +395,12 @@ def test_each_head_to_head_group_is_named_by_its_method(label: str, name: str) -
 
 
 def test_the_head_to_head_figure_is_drawn_from_the_sections_group_tables(tmp_path: Path) -> None:
-    """A panel per head-to-head claim whose section wrote its groups.csv; Countdown's (no exact policy) takes the
-    sampled estimate; nothing (None) where no section wrote one."""
+    """A panel per head-to-head claim whose section wrote its groups.csv, at the claim's diversity metric; nothing
+    (None) where no section wrote one."""
     assert R.head_to_head_figure(tmp_path) is None
     rows = "group,metric,n_seeds,final_mean,final_low,final_high\n"
-    for claim, diversity in (("VIII", "policy/effective_solutions"), ("XI", "estimate/effective_solutions")):
+    for claim in ("VIII", "XI"):
+        diversity = R.HEAD_TO_HEAD["claims"][claim]
         (tmp_path / claim).mkdir()
         body = "".join(
             f"{group},{metric},5,{mean},{mean - 0.1},{mean + 0.1}\n"

@@ -182,6 +182,18 @@ def fake_claims(root: Path, seeds: tuple[int, ...] = SEEDS) -> None:
                     coverage=False,
                 )
                 job += 1
+    # claims IX-XI: the agent tasks' head-to-head sweeps, each job as its sweep's axes give it
+    for sweep in R.SWEEPS:
+        if sweep.name.startswith("h2h_") and sweep.recipe != "collapse_revival":
+            fixed, swept = R._axes(sweep.overrides)
+            job = 0
+            for values in product(*swept.values()):
+                for seed in seeds:
+                    pairs = [*fixed, *(f"{k}={v}" for k, v in zip(swept, values, strict=True)), f"seed={seed}"]
+                    overrides = dict(pair.split("=", 1) for pair in pairs)
+                    task = "countdown" if sweep.recipe == "countdown_tiny" else "frozenlake"
+                    write_run(root / sweep.name / str(job), overrides, task=task, coverage=False)
+                    job += 1
 
 
 def test_page_from_a_fake_sweep(tmp_path: Path) -> None:
@@ -221,7 +233,7 @@ def test_page_from_a_fake_sweep(tmp_path: Path) -> None:
         )
     assert "The paper's form" not in text[: text.index("## IV.")]
     # VIII: every method one group, GRPO the baseline, each other group compared with it
-    section = text[text.index("## VIII.") :]
+    section = text[text.index("## VIII.") : text.index("## IX.")]
     assert section.count("| [") == 13 + 12
     assert "Difference to [1] parallel grpo " in section
     for n, algo in enumerate(H2H_ALGOS[1:], start=2):
@@ -276,7 +288,7 @@ def test_missing_runs_are_said_not_invented(tmp_path: Path) -> None:
     write_run(root / "collapse" / "0", {"experiment": "collapse_revival", "seed": 0}, policy=True)
     text = R.render(R.Session(root, SEEDS), tmp_path / "docs").read_text()
     assert "Task path · 1 runs in 1 group · seeds 0." in text
-    assert text.count("Not run yet.") == 6  # claims III-VIII; II shows the parallel runs it has
+    assert text.count("Not run yet.") == 9  # claims III-XI; II shows the parallel runs it has
     assert "- **Incomplete:** 1 of the 2 jobs of sweep `collapse` have finished." in text
     assert "- **Incomplete:** 0 of the 4 jobs of sweep `discovery` have finished." in text
 

@@ -126,22 +126,20 @@ def _best(rows: list[dict[str, str]], metric: str) -> dict[str, str]:
     methods = [row for row in rows if row.get("group", "").split()[1:2] == ["parallel"]]
     if not methods or any(metric not in row for row in methods):
         raise PageError(f"no parallel group with a {metric} difference")
-    return max(methods, key=lambda row: _mean(row[metric]))
+    return max(methods, key=lambda row: _cell(row[metric])[0])
 
 
-def _mean(cell: str) -> float:
+def _cell(cell: str) -> tuple[float, float, float]:
+    """(mean, low, high) of a ``mean [low, high]`` cell."""
     m = CELL.match(cell)
     if m is None:
         raise PageError(f"{cell!r} is not 'mean [low, high]'")
-    return float(m["mean"])
+    return float(m["mean"]), float(m["low"]), float(m["high"])
 
 
 def phrase(cell: str) -> str:
     """The answer a difference ``mean [low, high]`` gives, from its interval alone."""
-    m = CELL.match(cell)
-    if m is None:
-        raise PageError(f"{cell!r} is not 'mean [low, high]'")
-    low, high = float(m["low"]), float(m["high"])
+    _, low, high = _cell(cell)
     return "higher" if low > 0 else "lower" if high < 0 else "no clear difference"
 
 

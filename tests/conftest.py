@@ -99,9 +99,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 @pytest.fixture(scope="session")
 def cache_dir(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> Path:
     """The session's model cache, one for all pytest-xdist workers: each tiny base is warm-started once (a worker
-    that needs a base another is building waits on ``build_once``'s lock), not once per worker. ``SESA_TEST_CACHE=DIR`` keeps it in DIR across runs
-    instead (development only: CI and ``nox -s tests`` leave it unset, so each run builds its bases from the code it
-    tests)."""
+    that needs a base another is building waits on ``build_once``'s lock), not once per worker. ``SESA_TEST_CACHE=DIR``
+    keeps it in DIR across runs instead: the nox sessions set it to a folder named by a hash of the code that builds
+    the bases (noxfile.test_env), so `nox -s tests`, its numerics rerun, `nox -s integrations` and `nox -s e2e` build
+    each base once and every run's bases come from the code it tests."""
     shared = os.environ.get("SESA_TEST_CACHE")
     if shared:  # a developer's cache kept across runs and checkouts (keyed by task + model config, as any cache dir)
         path = Path(shared)

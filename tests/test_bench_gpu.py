@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -36,6 +37,7 @@ def test_the_limits_by_hand():
     assert abs(got["decode_floor_tok_s"] - 4 / (step_bytes / gpu.HBM_BYTES_S)) < 1e-6 * got["decode_floor_tok_s"]
 
 
+@pytest.mark.e2e
 def test_the_smoke_run_goes_through_every_part_and_leaves_the_page_alone(tmp_path):
     """``--smoke``: the engine against generate on both shapes, a parallel and a sequential train step, the default
     run end to end, the table; ``--page`` is not written from a CPU's figures."""

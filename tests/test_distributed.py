@@ -27,6 +27,7 @@ from sesa_cli.trainer import Trainer
 from sesa_cli.update import loss_inputs
 from tests.conftest import compose_train
 
+pytestmark = pytest.mark.e2e  # two `accelerate launch` processes per case
 WORKER = Path(__file__).with_name("dp_worker.py")
 
 

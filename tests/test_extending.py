@@ -65,6 +65,7 @@ def test_the_examples_are_short_and_the_page_runs_each() -> None:
     assert used == {"plugins=[best_term]", "plugins=[reverse_task]", "plugins=[reverse_task,best_term]"}
 
 
+@pytest.mark.e2e
 def test_the_examples_run_with_sesa_train_from_their_own_folder(folder: Path, cache_dir: Path) -> None:
     for n, argv in enumerate(a for a in _commands() if "--help" not in a):
         extra = [*(TINY[1:] if "task=path" in argv else SMALL_REVERSE), *QUICK, f"model.cache_dir={cache_dir}",

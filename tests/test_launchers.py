@@ -13,6 +13,7 @@ import pytest
 pytest.importorskip("hydra_plugins.hydra_joblib_launcher", reason="pip install hydra-joblib-launcher (extra: test)")
 
 
+@pytest.mark.e2e
 def test_joblib_sweep_runs_two_jobs_with_one_cpu_budget_each(tmp_path: Path, tiny_overrides, path_setup) -> None:
     # path_setup built the cached tiny base, so the jobs only load it
     sweep = tmp_path / "sweep"

@@ -15,6 +15,8 @@ import termios
 import time
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import run_cli
 
 SMALL = ["train.batch_size=2", "sampler.group_size=4", "train.steps=4", "train.eval_every=2",
@@ -31,6 +33,7 @@ def _sesa(argv: list[str]) -> list[str]:
     return [sys.executable, "-m", "sesa_cli", *argv]
 
 
+@pytest.mark.e2e
 def test_without_a_terminal_progress_lines_appear_during_the_warm_start_and_the_evaluation(tmp_path):
     argv = ["train", "task=path", "task.regions=4", "task.cities=4", "task.districts=4", "task.list_max=8",
             "model.warm_start_steps=20", "model.warm_start_corpus_size=2000", f"model.cache_dir={tmp_path / 'cache'}",
@@ -101,6 +104,7 @@ def _run_in_a_terminal(argv: list[str], cwd: Path, columns: int = 140) -> tuple[
     return proc.wait(timeout=60), b"".join(chunks).decode(errors="replace")
 
 
+@pytest.mark.e2e
 def test_the_live_view_keeps_log_lines_out_of_the_bars(tmp_path, tiny_overrides, path_setup):
     # path_setup built the session's tiny base: the run loads it (transformers' "Loading weights" would show here)
     argv = [
@@ -334,6 +338,7 @@ def test_nested_activities_print_one_progress_line_at_a_time(monkeypatch):
     assert all(len(line) <= 80 for line in lines), lines
 
 
+@pytest.mark.e2e
 def test_the_library_api_prints_through_the_one_console(tmp_path, tiny_overrides, path_setup):
     # sesa_cli.api in a fresh interpreter (a notebook's): one log format (the console's), no Hydra-format lines and
     # no transformers bars while it saves checkpoints

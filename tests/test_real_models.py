@@ -8,8 +8,9 @@ from __future__ import annotations
 import importlib.util
 import os
 import re
+import subprocess
+import sys
 import time
-from pathlib import Path
 
 import pytest
 import torch
@@ -93,16 +94,19 @@ def test_a_real_model_command_runs_end_to_end(page, command, args, model_cache, 
     print(f"{page}: sesa {' '.join(argv)}: {time.monotonic() - started:.0f} s")
 
 
-def test_the_offline_hub_example_prints_what_the_page_shows(tmp_path, monkeypatch, capsys):
-    """docs/real-models.md shows ``$ HF_HUB_OFFLINE=1 sesa eval model=qwen...`` and the one line it prints."""
+def test_the_offline_hub_example_prints_what_the_page_shows(tmp_path):
+    """docs/real-models.md shows ``$ HF_HUB_OFFLINE=1 sesa eval model=qwen...`` and the one line it prints: run as
+    the page shows it, in a process of its own (the hub library reads HF_HUB_OFFLINE when it is imported), with no
+    local copy either; exit 2 before any model work, the line pointing at model.path."""
     text = (ROOT / "docs" / "real-models.md").read_text()
     m = re.search(r"^\$ HF_HUB_OFFLINE=1 sesa (\S+) (.*)\n(sesa \S+: error: .*)$", text, flags=re.MULTILINE)
     assert m, "the page's offline example"
     command, args, shown = m.group(1), m.group(2).split(), m.group(3)
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))  # no local copy either
-    code = run_cli([command, *args, f"hydra.run.dir={tmp_path / 'run'}"], monkeypatch)
-    err = capsys.readouterr().err.strip()
-    assert code == 2
-    assert err == shown
-    assert not Path(tmp_path / "run" / "metrics.json").exists()
+    assert "model.path=" in shown
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")}
+    argv = [sys.executable, "-m", "sesa_cli", command, *args, f"hydra.run.dir={tmp_path / 'run'}"]
+    proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=300, check=False, cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert lines == [shown], proc.stderr[-2000:]
+    assert not (tmp_path / "run" / "metrics.json").exists()

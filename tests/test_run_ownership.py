@@ -103,6 +103,7 @@ def _check_own_run(run: Path, seed: int, steps: int) -> None:
 
 
 # ------------------------------------------------------------------------------------------- case 1: one dir, one run
+@pytest.mark.e2e
 def test_a_second_command_into_a_run_dir_in_use_stops_naming_the_holder(tmp_path, tiny_overrides, path_setup):
     # path_setup built the cached tiny base, so the commands only load it
     run = tmp_path / "run"
@@ -130,6 +131,7 @@ def test_a_second_command_into_a_run_dir_in_use_stops_naming_the_holder(tmp_path
     _check_own_run(run, seed=1, steps=20)
 
 
+@pytest.mark.e2e
 def test_two_commands_started_at_the_same_instant_leave_one_run(tmp_path, tiny_overrides, path_setup):
     run = tmp_path / "run"
     settings = [*tiny_overrides, *RUN, "train.steps=10", "train.checkpoint_every=2", f"hydra.run.dir={run}"]
@@ -179,6 +181,7 @@ def _checkpoint_being_written(run: Path) -> bool:
     return any((run / "checkpoints").glob("*.tmp"))
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize(
     ("sig", "when", "twice"),
     [
@@ -232,6 +235,7 @@ def _rows(run: Path) -> list[dict]:
     return [{k: v for k, v in r.items() if not k.startswith("time/")} for r in _lines(run / "metrics.jsonl")]
 
 
+@pytest.mark.e2e
 def test_a_stopped_run_rerun_with_its_command_equals_the_uninterrupted_run(tmp_path, monkeypatch, tiny_overrides,
                                                                           path_setup):  # fmt: skip
     settings = [*tiny_overrides, *RUN, "train.steps=10", "train.checkpoint_every=3", "train.eval_every=4", "seed=5"]
@@ -478,6 +482,7 @@ def test_under_submitit_sigterm_stays_submitits_and_its_preemption_signal_is_def
         assert stop.chained is None
 
 
+@pytest.mark.e2e
 def test_a_stopped_revive_rerun_with_its_command_equals_the_uninterrupted_revive(tmp_path, monkeypatch,
                                                                                 tiny_overrides, path_setup):  # fmt: skip
     from sesa_cli import progress

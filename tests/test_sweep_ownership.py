@@ -90,6 +90,7 @@ def finished_run(tmp_path_factory: pytest.TempPathFactory, tiny_overrides, path_
 
 
 # ------------------------------------------------------------------------------- cases 1 and 2: a job's own dir
+@pytest.mark.e2e
 def test_a_sweep_skips_a_job_dir_holding_another_run_and_fails_an_unwritable_one(tmp_path, tiny_overrides,
                                                                                 finished_run):  # fmt: skip
     sweep = tmp_path / "sw"
@@ -200,6 +201,7 @@ def stopped_sweep_resumes(tmp_path: Path, tiny_overrides: list[str], launcher: l
     assert json.loads((sweep / "1" / "run.json").read_text())["resumed"] == [stopped_at]
 
 
+@pytest.mark.e2e
 def test_a_stopped_joblib_sweep_rerun_with_its_command_equals_the_uninterrupted_sweep(tmp_path, tiny_overrides,
                                                                                      path_setup):  # fmt: skip
     # two workers: jobs 0 and 1 run side by side, both stop after their step's checkpoint, job 2 never starts

@@ -30,6 +30,7 @@ def _overrides(run: Path, prefixes: tuple[str, ...]) -> dict[str, float]:
     return {o.split("=", 1)[0]: float(o.split("=", 1)[1]) for o in overrides if o.startswith(prefixes)}
 
 
+@pytest.mark.e2e
 def test_an_optuna_study_picks_the_run_with_the_best_objective(tmp_path: Path, tiny_overrides, path_setup) -> None:
     # path_setup built the cached tiny base, so the trials only load it. maximize is not the plugin's own default
     # (minimize): the study only finds the best run if sweep.direction reaches the sweeper. The exact target mass is

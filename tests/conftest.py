@@ -104,7 +104,7 @@ def cache_dir(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> Path:
     the bases (noxfile.test_env), so `nox -s tests`, its numerics rerun, `nox -s integrations` and `nox -s e2e` build
     each base once and every run's bases come from the code it tests."""
     shared = os.environ.get("SESA_TEST_CACHE")
-    if shared:  # a developer's cache kept across runs and checkouts (keyed by task + model config, as any cache dir)
+    if shared:  # nox's, or a developer's, kept across runs (inside it keyed by task + model config, as any cache dir)
         path = Path(shared)
         path.mkdir(parents=True, exist_ok=True)
         return path

@@ -25,7 +25,9 @@ def make(**kw) -> FrozenLakeTask:
 
 
 @pytest.mark.parametrize(
-    ("is_slippery", "success_rate"), [(True, 1 / 3), (True, 0.8), (False, 1.0)], ids=["gym", "ragen2", "still"]
+    ("is_slippery", "success_rate"),
+    [(True, 1 / 3), (True, 0.8), (False, 1.0), (True, 1)],
+    ids=["gym", "ragen2", "still", "sure-footed"],
 )
 @pytest.mark.parametrize("size", [4, 6])
 def test_transitions_match_gymnasium(is_slippery: bool, success_rate: float, size: int) -> None:
@@ -66,6 +68,21 @@ def test_apply_matches_gymnasium_without_the_parser() -> None:
             assert (env.position, r, over) == (divmod(state, 4), reward, terminated)
             if over:
                 break
+
+
+def test_deterministic_ice_plays_from_the_table_and_renders_from_the_cache() -> None:
+    """Not slippery: no gymnasium env or generator is built, and every state drawn from the task's cache is the one
+    drawn afresh (the equality with gymnasium's moves: test_transitions_match_gymnasium, "still")."""
+    task = make(is_slippery=False, max_actions=30, max_turns=30)
+    rng = random.Random(0)
+    for index in range(20):
+        env = task.make_env(task.instance("train", index))
+        while not env.done:
+            assert env.render() == env._render()
+            env.step(rng.choice("LDRU") + "|")
+        assert env._gym is None
+    assert task.renders  # the drawings came from the cache
+    assert make(is_slippery=True).moves(("SF", "FG")) is None
 
 
 def test_maps_are_solvable_with_random_start_and_goal() -> None:

@@ -107,6 +107,11 @@ class FrozenLakeInstance:
     """Reset seed of gymnasium's env (drives the slips)."""
 
 
+RENDER_CACHE = 65536
+"""Most drawn states a FrozenLake task keeps (FrozenLakeEnv.render); the cache is emptied when full."""
+Moves = list[list[tuple[int, float, bool]]]
+"""A map's deterministic transitions: ``moves[state][action] = (next state, reward, terminated)``."""
+
 _MOVES = {"Left": (0, -1), "Down": (1, 0), "Right": (0, 1), "Up": (-1, 0)}
 
 
@@ -170,6 +175,12 @@ class FrozenLakeEnv(Env):
     def __init__(self, task: AgentTask, inst: FrozenLakeInstance) -> None:
         super().__init__(task, inst)
         self._gym: Any = None  # built on the first action: prompts and plans only need the start
+        self._moves = self.task.moves(inst.desc)
+        """On deterministic ice, gymnasium's transitions as a table (``FrozenLakeTask.moves``): the episode is played
+        from it, without an env or a random generator; None on slippery ice."""
+        row, col = start_cell(inst.desc)
+        self._s = row * len(inst.desc[0]) + col
+        """The player's state (gymnasium's ``row * ncol + col``) when played from ``_moves``."""
 
     @property
     def gym(self) -> Any:
@@ -184,16 +195,32 @@ class FrozenLakeEnv(Env):
     @property
     def position(self) -> tuple[int, int]:
         """(row, col) of the player."""
+        if self._moves is not None:
+            return divmod(self._s, len(self.inst.desc[0]))
         if self._gym is None:
             return start_cell(self.inst.desc)
         return divmod(int(self._gym.s), len(self.inst.desc[0]))
 
     def apply(self, action: str) -> tuple[float, bool, bool]:
-        _, reward, terminated, _, _ = self.gym.step(ACTIONS.index(action))
+        if self._moves is not None:
+            self._s, reward, terminated = self._moves[self._s][ACTIONS.index(action)]
+        else:
+            _, reward, terminated, _, _ = self.gym.step(ACTIONS.index(action))
         r, c = self.position
         return float(reward), bool(terminated), self.inst.desc[r][c] == "G"
 
     def render(self) -> str:
+        """The state as text; a function of the map and the player's cell, so drawn once per task (a bounded cache:
+        the same few states recur in every group)."""
+        cache = self.task.renders
+        key = (self.inst.desc, self.position)
+        if (text := cache.get(key)) is None:
+            if len(cache) >= RENDER_CACHE:
+                cache.clear()
+            text = cache[key] = self._render()
+        return text
+
+    def _render(self) -> str:
         fmt = self.cfg.observation_format
         if fmt == "grid":
             return self._grid()
@@ -252,6 +279,9 @@ class FrozenLakeTask(GridTask):
     def __init__(self, cfg: TaskConfig, seed: int = 0) -> None:
         super().__init__(cfg, seed)
         self._prototypes: dict[tuple[str, ...], Any] = {}
+        self._moves: dict[tuple[str, ...], Moves] = {}
+        self.renders: dict[tuple[tuple[str, ...], tuple[int, int]], str] = {}
+        """Drawn states by (map, player cell): FrozenLakeEnv.render."""
 
     def alphabet(self) -> str:
         coords = "S0123456789" if self.cfg.observation_format != "grid" or self.cfg.warm_start_captions else ""
@@ -296,3 +326,21 @@ class FrozenLakeTask(GridTask):
             slippery, rate = self.cfg.is_slippery, self.cfg.success_rate
             self._prototypes[desc] = GymFrozenLake(desc=list(desc), is_slippery=slippery, success_rate=rate)
         return self._prototypes[desc]
+
+    def moves(self, desc: tuple[str, ...]) -> Moves | None:
+        """On deterministic ice (not slippery, or ``success_rate=1``), gymnasium's transition table of the map as
+        ``moves[state][action] = (next state, reward, terminated)``: each move's outcome of probability 1, read from
+        the env's own ``P``, so the dynamics stay gymnasium's. gymnasium's ``step`` would draw a random number per
+        move to pick that same outcome; playing from the table skips the env, its reset and its generator (about a
+        third of a FrozenLake episode's time). None on slippery ice, which steps gymnasium's env."""
+        if self.cfg.is_slippery and self.cfg.success_rate < 1:
+            return None
+        if desc not in self._moves:
+            if len(self._moves) >= 4096:
+                self._moves.clear()
+            table = self.prototype(desc).P
+            sure = [
+                [next(o for o in table[s][a] if o[0] == 1) for a in range(len(ACTIONS))] for s in range(len(table))
+            ]
+            self._moves[desc] = [[(int(s2), float(r), bool(t)) for _, s2, r, t in row] for row in sure]
+        return self._moves[desc]

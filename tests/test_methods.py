@@ -19,7 +19,7 @@ from sesa_cli.rollout.filters.reward_variance import top_p_groups
 from sesa_cli.rollout.rollouts import Completion, Hinted, Plain, Rollout
 from sesa_cli.tasks.base import Score
 from sesa_cli.terms import TERMS, TermContext, TermSettings
-from tests.conftest import COUNTDOWN, FROZENLAKE, run_cli
+from tests.conftest import COUNTDOWN, FROZENLAKE, SOKOBAN, run_cli
 
 
 def _rollout(group: int, reward: float, key: str | None, logps=(-1.0,), prompt=(1, 2)) -> Rollout:
@@ -197,6 +197,8 @@ METHODS = {
     "outcome_bonus": (["sampler=parallel", "algo=outcome_bonus"], None),
     "unlikeliness": (["sampler=parallel", "algo=unlikeliness"], None),
     "snr_filter": (["sampler=parallel", "algo=snr_filter"], "train/kept_groups"),
+    "clip_cov": (["sampler=parallel", "algo=clip_cov"], "loss/clip_cov_frac"),
+    "kl_cov": (["sampler=parallel", "algo=kl_cov"], "loss/kl_cov_frac"),
     "lte": (["sampler=lte", "algo.off_policy=weight_negatives"], "loss/off_policy_frac"),
 }
 
@@ -218,15 +220,15 @@ def test_each_method_trains_two_steps_from_the_cli(name: str, tiny_overrides, tm
         assert state["terms"]["outcome_ucb"]
 
 
-@pytest.mark.parametrize("task", ["frozenlake", "countdown"])
+@pytest.mark.parametrize("task", ["frozenlake", "countdown", "sokoban"])
 @pytest.mark.parametrize("name", sorted(METHODS))
 def test_each_method_trains_on_the_agent_tasks_of_the_head_to_head(
     name: str, task: str, cache_dir: Path, tmp_path: Path, monkeypatch
 ) -> None:
-    """Claims IX-XI run every method on FrozenLake (4x4 and 5x5: one task) and Countdown: each trains there too, its
-    multi-turn episodes (FrozenLake) and its answers graded by value (Countdown) included."""
+    """Claims IX-XII run the methods on FrozenLake (4x4 and 5x5: one task), Countdown and Sokoban: each trains there
+    too, its multi-turn episodes (FrozenLake, Sokoban) and its answers graded by value (Countdown) included."""
     extra, metric = METHODS[name]
-    base = {"frozenlake": FROZENLAKE, "countdown": COUNTDOWN}[task]
+    base = {"frozenlake": FROZENLAKE, "countdown": COUNTDOWN, "sokoban": SOKOBAN}[task]
     run = tmp_path / "run"
     # the agent recipes' sampler.parallel_rows=4 (of 8) is the chain samplers' alone: i.i.d. sampling ignores it, and
     # LTE's hinted rows need a group of more than 4

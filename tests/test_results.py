@@ -83,10 +83,10 @@ def _flat_config(config: Any, prefix: str = "") -> dict[str, Any]:
     return {k: v for name, value in config.items() for k, v in _flat_config(value, f"{prefix}{name}.").items()}
 
 
-@pytest.mark.parametrize(("key", "steps"), [("VIII", 120), ("IX", 150), ("X", 150), ("XI", 150)])
+@pytest.mark.parametrize(("key", "steps"), [("VIII", 120), ("IX", 150), ("X", 150), ("XI", 150), ("XII", 300)])
 def test_the_head_to_head_groups_differ_from_grpo_by_their_method_only(key: str, steps: int) -> None:
-    """Claims VIII-XI: every group's composed config differs from GRPO's (group [1]) in its method's keys only (the
-    algo settings, the sampler and its filters; IX-XI's GRPO runs are claims IV, VII and VI's, which also keep
+    """Claims VIII-XII: every group's composed config differs from GRPO's (group [1]) in its method's keys only (the
+    algo settings, the sampler and its filters; IX-XII's GRPO runs are claims IV, VII, VI and V's, which also keep
     checkpoints), never in the recipe's budget, optimizer, task or model."""
     claim = next(c for c in R.CLAIMS if c.key == key)
     groups = []
@@ -182,12 +182,12 @@ def fake_claims(root: Path, seeds: tuple[int, ...] = SEEDS) -> None:
                     coverage=False,
                 )
                 job += 1
-    # claims IX-XI: the agent tasks' head-to-head sweeps, each job as its sweep's axes give it
+    # claims IX-XII: the agent tasks' head-to-head sweeps, each job as its sweep's axes give it
     session = R.Session(root, seeds)
     for sweep in R.SWEEPS:
         if sweep.name.startswith("h2h_") and sweep.recipe != "collapse_revival":
             fixed = dict(pair.split("=", 1) for pair in R._axes(sweep.overrides)[0])
-            task = "countdown" if sweep.recipe == "countdown_tiny" else "frozenlake"
+            task = {"countdown_tiny": "countdown", "sokoban_tiny": "sokoban"}.get(sweep.recipe, "frozenlake")
             for job, swept in enumerate(session.jobs(sweep)):
                 write_run(root / sweep.name / str(job), {**fixed, **swept}, task=task, coverage=False)
 
@@ -284,7 +284,7 @@ def test_missing_runs_are_said_not_invented(tmp_path: Path) -> None:
     write_run(root / "collapse" / "0", {"experiment": "collapse_revival", "seed": 0}, policy=True)
     text = R.render(R.Session(root, SEEDS), tmp_path / "docs").read_text()
     assert "Task path · 1 runs in 1 group · seeds 0." in text
-    assert text.count("Not run yet.") == 9  # claims III-XI; II shows the parallel runs it has
+    assert text.count("Not run yet.") == 10  # claims III-XII; II shows the parallel runs it has
     assert "- **Incomplete:** 1 of the 2 jobs of sweep `collapse` have finished." in text
     assert "- **Incomplete:** 0 of the 4 jobs of sweep `discovery` have finished." in text
 

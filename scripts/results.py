@@ -664,7 +664,7 @@ def shown(path: Path, root: Path) -> str:
 def _provenance(session: Session, claim: Claim, runs: Sequence[Path]) -> str:
     """Where a section's numbers come from: the seeds, the runs (their commits and environment), the wall time of its
     sweeps, and when and at which commit the section was written."""
-    # a sweep an earlier claim also reads (IX-XI's GRPO and SESA runs) is timed in that claim's section only
+    # a sweep an earlier claim also reads (IX-XII's GRPO and SESA runs) is timed in that claim's section only
     earlier = [c for c in CLAIMS[: CLAIMS.index(claim)] if set(c.sweeps) & set(claim.sweeps)]
     counted = {name for c in earlier for name in c.sweeps}
     took = _wall_time(session, [name for name in claim.sweeps if name not in counted]) + " of wall time"

@@ -432,15 +432,16 @@ def write_groups(report: Report, path: Path) -> None:
 
 def method_name(label: str) -> str:
     """A head-to-head group's method from its label (``[5] parallel outcome_bonus found.coef=0.2``): the algo on
-    i.i.d. sampling, SESA or LTE (with the algo they are combined with)."""
+    i.i.d. sampling, SESA or LTE (with the algo they are combined with), and a variant of its method that the head to
+    head runs beside it (LTE's importance-sampled loss, the unlikeliness reward keeping negative rewards)."""
     words = label.split()[1:]
     sampler = words[0] if words else ""
     algo = next((w for w in words[1:2] if "=" not in w), "grpo")
+    variant = " (IS loss)" if "loss_context=is" in words else ""
+    variant += " (negatives kept)" if "negatives=keep" in words else ""
     if sampler == "parallel":
-        return "GRPO" if algo == "grpo" else algo
-    name = {"sequential": "SESA", "lte": "LTE"}.get(sampler, sampler)
-    if "loss_context=is" in words:
-        name += " (IS loss)"
+        return ("GRPO" if algo == "grpo" else algo) + variant
+    name = {"sequential": "SESA", "lte": "LTE"}.get(sampler, sampler) + variant
     return name if algo == "grpo" else f"{name}+{algo}"
 
 

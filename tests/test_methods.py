@@ -14,11 +14,12 @@ import torch
 from sesa_cli.algos import ADVANTAGES, POLICY_LOSSES, compute_loss
 from sesa_cli.algos.forking import high_entropy_mask
 from sesa_cli.collapse import input_dependence
-from sesa_cli.config import AlgoConfig
+from sesa_cli.config import AlgoConfig, ConfigError
 from sesa_cli.rollout.filters.reward_variance import top_p_groups
 from sesa_cli.rollout.rollouts import Completion, Hinted, Plain, Rollout
 from sesa_cli.tasks.base import Score
-from sesa_cli.terms import TERMS, TermContext, TermSettings
+from sesa_cli.terms import TERMS, TermContext
+from sesa_cli.terms.unlikeliness import UnlikelinessSettings
 from tests.conftest import COUNTDOWN, FROZENLAKE, SOKOBAN, run_cli
 
 
@@ -27,9 +28,11 @@ def _rollout(group: int, reward: float, key: str | None, logps=(-1.0,), prompt=(
     return Rollout(group, None, list(prompt), list(prompt), comp, key or "?", Score(reward, reward >= 1, key))
 
 
+_CONTEXT = TermContext(task=None, encode=lambda s: [], gather=lambda xs: xs)  # type: ignore[arg-type]
+
+
 def _term(name: str, coef: float):
-    context = TermContext(task=None, encode=lambda s: [], gather=lambda xs: xs)  # type: ignore[arg-type]
-    return TERMS[name](TermSettings(coef=coef), context)
+    return TERMS[name](TERMS[name].Settings(coef=coef), _CONTEXT)
 
 
 # ------------------------------------------------------------------------------------- Pass@k (arXiv 2508.10751)
@@ -126,6 +129,20 @@ def test_unlikeliness_scales_each_reward_by_its_likelihood_rank() -> None:
     rows = [_rollout(0, 1, "a", (-1.0,)), _rollout(0, 1, "b", (-2.0, -4.0)), _rollout(0, 0, "c", (-0.5,)),
             _rollout(0, 1, "d", (-2.0,))]  # fmt: skip
     assert _term("unlikeliness", 0.25).rewards(rows) == pytest.approx([-0.125, 0.0, 0.0, -0.0625])
+
+
+def test_unlikeliness_on_negative_rewards_scales_them_or_keeps_them_as_set() -> None:
+    # a group of failures at -1 and one success at +10, least likely first: rows 1, 3, 0, 2 (ranks 0-3 of G = 4).
+    # negatives=scale (the authors' code): a failure's reward -1 becomes -(1 - 0.25 rank / 4), so the likeliest
+    # failure (row 0, rank 2) gains 0.125 over the least likely (row 1): the term pays sharpening.
+    # negatives=keep: the failures stay at -1; only the success (row 2, rank 3) is ranked down by 10 * 0.1875.
+    rows = [_rollout(0, -1, None, (-1.0,)), _rollout(0, -1, None, (-3.0,)), _rollout(0, 10, "a", (-0.5,)),
+            _rollout(0, -1, None, (-2.0,))]  # fmt: skip
+    assert _term("unlikeliness", 0.25).rewards(rows) == pytest.approx([0.125, 0.0, -1.875, 0.0625])
+    keep = TERMS["unlikeliness"](UnlikelinessSettings(coef=0.25, negatives="keep"), _CONTEXT)
+    assert keep.rewards(rows) == pytest.approx([0.0, 0.0, -1.875, 0.0])
+    with pytest.raises(ConfigError, match="negatives='drop' is not valid"):
+        UnlikelinessSettings(coef=0.25, negatives="drop")
 
 
 # ------------------------------------------------------------------------------- RAGEN-2: filter, diagnostic

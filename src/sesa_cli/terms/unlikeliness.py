@@ -16,16 +16,21 @@ per-token log-prob (its sampled tokens only, an episode's observations left out)
 it was drawn (the policy of this update, in the context that drew it); the ranks are over the whole group, and a
 rollout with reward 0 is unchanged whatever its rank (a negative reward, a format penalty, shrinks toward 0
 by the same factor); ties in likelihood rank in row order. Where most rewards are negative (Sokoban's step penalty)
-that shrink pays the likeliest failing rollout most and sharpens the policy: docs/findings.md, claim XII.
+that shrink pays the likeliest failing rollout most and sharpens the policy (docs/findings.md, claim XII), so the
+paper's 0/1 rewards leave a choice open, kept in :attr:`UnlikelinessSettings.negatives`: ``scale`` (the default, the
+authors' code as written) or ``keep`` (a reward below 0 is left as it is: only rewards above 0, the "correct" side,
+are ranked down; the same as ``scale`` wherever no reward is negative).
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Sequence
+from dataclasses import dataclass
 
+from sesa_cli.config import ConfigError
 from sesa_cli.rollout.rollouts import Completion, Rollout
-from sesa_cli.terms.base import Term, TermSettings, register_term
+from sesa_cli.terms.base import Term, TermContext, TermSettings, register_term
 
 
 def mean_logp(completion: Completion) -> float:
@@ -35,12 +40,31 @@ def mean_logp(completion: Completion) -> float:
     return sum(picked) / len(picked) if picked else 0.0
 
 
+@dataclass
+class UnlikelinessSettings(TermSettings):
+    """``algo.terms.unlikeliness``: ``coef``, the paper's beta_rank (0.25 in ``algo=unlikeliness``), and
+    ``negatives``."""
+
+    negatives: str = "scale"
+    """What the rank does to a reward below 0: ``scale`` (shrinks it toward 0 like any other, the authors' code;
+    on rewards that are mostly negative this pays the likeliest failure most) or ``keep`` (left as it is)."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.negatives not in ("scale", "keep"):
+            raise ConfigError(f"negatives={self.negatives!r} is not valid; choose one of: scale, keep")
+
+
 @register_term("unlikeliness")
 class Unlikeliness(Term):
     """The unlikeliness reward (arXiv 2506.02355): each rollout's reward × (1 − coef · rank / G), rank its place in
     its group by mean token log-prob, least likely first; coef is the paper's beta_rank (0.25 in its recipe)."""
 
-    Settings = TermSettings
+    Settings = UnlikelinessSettings
+
+    def __init__(self, settings: UnlikelinessSettings, context: TermContext) -> None:
+        super().__init__(settings, context)
+        self.keep = settings.negatives == "keep"
 
     def rewards(self, rows: Sequence[Rollout]) -> list[float]:
         groups: dict[int, list[int]] = defaultdict(list)
@@ -51,5 +75,6 @@ class Unlikeliness(Term):
         for members in groups.values():
             order = sorted(members, key=lambda i: mean_logp(rows[i].completion))  # stable: ties in row order
             for rank, i in enumerate(order):
-                out[i] = -beta * rows[i].score.reward * rank / len(members)
+                reward = rows[i].score.reward
+                out[i] = 0.0 if self.keep and reward < 0 else -beta * reward * rank / len(members)
         return out

@@ -438,7 +438,7 @@ def method_name(label: str) -> str:
     sampler = words[0] if words else ""
     algo = next((w for w in words[1:2] if "=" not in w), "grpo")
     variant = " (IS loss)" if "loss_context=is" in words else ""
-    variant += " (negatives kept)" if "negatives=keep" in words else ""
+    variant += " (negatives kept)" if any(w.endswith("negatives=keep") for w in words) else ""
     if sampler == "parallel":
         return ("GRPO" if algo == "grpo" else algo) + variant
     name = {"sequential": "SESA", "lte": "LTE"}.get(sampler, sampler) + variant

@@ -396,7 +396,7 @@ def test_one_winning_answer_per_instance_is_said(tmp_path: Path) -> None:
         ("[14] sequential unlikeliness", "SESA+unlikeliness"),
         ("[12] lte grpo loss_context=prompt off_policy=distinct_solutions found.coef=0.2", "LTE"),
         ("[13] lte grpo loss_context=is off_policy=paper found.coef=0", "LTE (IS loss)"),
-        ("[6] parallel unlikeliness checkpoint_every=0 negatives=keep", "unlikeliness (negatives kept)"),
+        ("[6] parallel unlikeliness checkpoint_every=0 unlikeliness.negatives=keep", "unlikeliness (negatives kept)"),
     ],
 )
 def test_each_head_to_head_group_is_named_by_its_method(label: str, name: str) -> None:

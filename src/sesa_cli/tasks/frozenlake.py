@@ -332,7 +332,8 @@ class FrozenLakeTask(GridTask):
         ``moves[state][action] = (next state, reward, terminated)``: each move's outcome of probability 1, read from
         the env's own ``P``, so the dynamics stay gymnasium's. gymnasium's ``step`` would draw a random number per
         move to pick that same outcome; playing from the table skips the env, its reset and its generator (about a
-        third of a FrozenLake episode's time). None on slippery ice, which steps gymnasium's env."""
+        third of the task's own time per episode; a training run's time, the model's, barely moves). None on
+        slippery ice, which steps gymnasium's env."""
         if self.cfg.is_slippery and self.cfg.success_rate < 1:
             return None
         if desc not in self._moves:

@@ -14,13 +14,13 @@ are quoted from the page as it prints them. Nothing here imports torch or reads 
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import re
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from types import ModuleType
+
+from sesa_cli.report.tables import method_name
 
 ROOT = Path(__file__).resolve().parents[1]
 START, END = "<!-- results:findings -->", "<!-- /results:findings -->"
@@ -137,18 +137,6 @@ def _best(rows: list[dict[str, str]], metric: str) -> dict[str, str]:
     return max(methods, key=lambda row: _cell(row[metric])[0])
 
 
-def _results() -> ModuleType:
-    """scripts/results.py, whose :func:`method_name` names a head-to-head group's method (the figure's legend too)."""
-    name = "sesa_scripts.results"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name("results.py"))
-        assert spec is not None
-        assert spec.loader is not None
-        sys.modules[name] = module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
 def _cell(cell: str) -> tuple[float, float, float]:
     """(mean, low, high) of a ``mean [low, high]`` cell."""
     m = CELL.match(cell)
@@ -185,7 +173,7 @@ def findings(text: str, rows: Sequence[Row] = ROWS) -> list[str]:
             raise PageError(f"claim {row.claim}: no {'headline' if row.level else 'difference'} table")
         if row.best:
             group = _best(wanted[0], row.best)
-            question = row.question.format(method=_results().method_name(group["group"]))
+            question = row.question.format(method=method_name(group["group"]))
         else:
             group = _group(wanted[0], row.group)
             question = row.question

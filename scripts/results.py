@@ -48,7 +48,7 @@ from sesa_cli.metric_keys import find, key
 from sesa_cli.report.document import Report, analyse, write_report
 from sesa_cli.report.runs import METRICS_JSONL, parse_overrides
 from sesa_cli.report.stats import METHOD, difference_interval, format_interval, mean_interval
-from sesa_cli.report.tables import at_k_values, difference_table, headline_table, markdown_table
+from sesa_cli.report.tables import at_k_values, difference_table, headline_table, markdown_table, method_name
 from sesa_cli.runs import git_commit, read_metrics
 
 CLAIMS_FILE = Path(__file__).with_name("claims.yaml")
@@ -428,21 +428,6 @@ def write_groups(report: Report, path: Path) -> None:
     table = rows[["group", "metric", "n_seeds", "final_mean", "final_low", "final_high"]].copy()
     table["group"] = table["group"].map(report.labels)
     table.to_csv(path, index=False)
-
-
-def method_name(label: str) -> str:
-    """A head-to-head group's method from its label (``[5] parallel outcome_bonus found.coef=0.2``): the algo on
-    i.i.d. sampling, SESA or LTE (with the algo they are combined with), and a variant of its method that the head to
-    head runs beside it (LTE's importance-sampled loss, the unlikeliness reward keeping negative rewards)."""
-    words = label.split()[1:]
-    sampler = words[0] if words else ""
-    algo = next((w for w in words[1:2] if "=" not in w), "grpo")
-    variant = " (IS loss)" if "loss_context=is" in words else ""
-    variant += " (negatives kept)" if any(w.endswith("negatives=keep") for w in words) else ""
-    if sampler == "parallel":
-        return ("GRPO" if algo == "grpo" else algo) + variant
-    name = {"sequential": "SESA", "lte": "LTE"}.get(sampler, sampler) + variant
-    return name if algo == "grpo" else f"{name}+{algo}"
 
 
 def head_to_head_figure(figures: Path) -> Path | None:

@@ -299,3 +299,18 @@ def markdown_table(frame: pd.DataFrame, index: bool = True) -> str:
         values = ([label] if index else []) + list(row)
         lines.append("| " + " | ".join(cell(v) for v in values) + " |")
     return "\n".join(lines)
+
+
+def method_name(label: str) -> str:
+    """A head-to-head group's method from its label (``[5] parallel outcome_bonus found.coef=0.2``): the algo on
+    i.i.d. sampling, SESA or LTE (with the algo they are combined with), and a variant of its method that the head to
+    head runs beside it (LTE's importance-sampled loss, the unlikeliness reward keeping negative rewards)."""
+    words = label.split()[1:]
+    sampler = words[0] if words else ""
+    algo = next((w for w in words[1:2] if "=" not in w), "grpo")
+    variant = " (IS loss)" if "loss_context=is" in words else ""
+    variant += " (negatives kept)" if any(w.endswith("negatives=keep") for w in words) else ""
+    if sampler == "parallel":
+        return ("GRPO" if algo == "grpo" else algo) + variant
+    name = {"sequential": "SESA", "lte": "LTE"}.get(sampler, sampler) + variant
+    return name if algo == "grpo" else f"{name}+{algo}"

@@ -109,6 +109,8 @@ class FrozenLakeInstance:
 
 RENDER_CACHE = 65536
 """Most drawn states a FrozenLake task keeps (FrozenLakeEnv.render); the cache is emptied when full."""
+MOVES_CACHE = 4096
+"""Most maps whose transition table a FrozenLake task keeps (FrozenLakeTask.moves); emptied when full."""
 Moves = list[list[tuple[int, float, bool]]]
 """A map's deterministic transitions: ``moves[state][action] = (next state, reward, terminated)``."""
 
@@ -174,13 +176,10 @@ class FrozenLakeEnv(Env):
 
     def __init__(self, task: AgentTask, inst: FrozenLakeInstance) -> None:
         super().__init__(task, inst)
-        self._gym: Any = None  # built on the first action: prompts and plans only need the start
-        self._moves = self.task.moves(inst.desc)
-        """On deterministic ice, gymnasium's transitions as a table (``FrozenLakeTask.moves``): the episode is played
-        from it, without an env or a random generator; None on slippery ice."""
+        self._gym: Any = None  # built on the first slippery action: prompts and plans only need the start
         row, col = start_cell(inst.desc)
         self._s = row * len(inst.desc[0]) + col
-        """The player's state (gymnasium's ``row * ncol + col``) when played from ``_moves``."""
+        """The player's state (gymnasium's ``row * ncol + col``), after every move."""
 
     @property
     def gym(self) -> Any:
@@ -195,17 +194,16 @@ class FrozenLakeEnv(Env):
     @property
     def position(self) -> tuple[int, int]:
         """(row, col) of the player."""
-        if self._moves is not None:
-            return divmod(self._s, len(self.inst.desc[0]))
-        if self._gym is None:
-            return start_cell(self.inst.desc)
-        return divmod(int(self._gym.s), len(self.inst.desc[0]))
+        return divmod(self._s, len(self.inst.desc[0]))
 
     def apply(self, action: str) -> tuple[float, bool, bool]:
-        if self._moves is not None:
-            self._s, reward, terminated = self._moves[self._s][ACTIONS.index(action)]
+        # deterministic ice plays from gymnasium's transition table (FrozenLakeTask.moves): no env, no generator
+        moves = self.task.moves(self.inst.desc)
+        if moves is not None:
+            self._s, reward, terminated = moves[self._s][ACTIONS.index(action)]
         else:
-            _, reward, terminated, _, _ = self.gym.step(ACTIONS.index(action))
+            state, reward, terminated, _, _ = self.gym.step(ACTIONS.index(action))
+            self._s = int(state)
         r, c = self.position
         return float(reward), bool(terminated), self.inst.desc[r][c] == "G"
 
@@ -337,7 +335,7 @@ class FrozenLakeTask(GridTask):
         if self.cfg.is_slippery and self.cfg.success_rate < 1:
             return None
         if desc not in self._moves:
-            if len(self._moves) >= 4096:
+            if len(self._moves) >= MOVES_CACHE:
                 self._moves.clear()
             table = self.prototype(desc).P
             sure = [

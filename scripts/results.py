@@ -4,8 +4,8 @@
 ``scripts/claims.yaml`` (:data:`CLAIMS_FILE`) and
 
 1. runs every sweep that is not complete yet (seeds 0-9 for the path claims, 0-4 for the agent
-   claims; Hydra's joblib launcher with two jobs of one thread each): the collapse runs, sequential runs from
-   scratch, revivals from each seed's collapse checkpoint (once the collapse runs exist), the agent tasks. The
+   claims; two sweeps at a time, one job of one thread each, :func:`run_sweeps`): the collapse runs, sequential
+   runs from scratch, revivals from each seed's collapse checkpoint (once the collapse runs exist), the agent tasks. The
    commands are the ones in the recipes' header comments (``conf/experiment/*.yaml``; a test holds the two
    together);
 2. builds a diversity report per claim from the complete runs, under ``<root>/reports/``;
@@ -34,8 +34,10 @@ import re
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -138,6 +140,8 @@ def load_claims(path: Path = CLAIMS_FILE) -> tuple[tuple[Sweep, ...], tuple[Clai
 
 
 SWEEPS, CLAIMS, _DATA = load_claims()
+RUN_MINUTES: dict[str, float] = {str(k): float(v) for k, v in _DATA["run_minutes"].items()}
+"""A run's minutes per recipe (one thread, measured once): only the order in which the lanes take sweeps."""
 HEAD_TO_HEAD: dict[str, Any] = _DATA["head_to_head"]
 """The figure of the head-to-head claims (:func:`head_to_head_figure`): the success metric, and which claims with the
 diversity metric of each."""
@@ -263,8 +267,9 @@ def _identity(run_dir: Path, keys: Sequence[str]) -> tuple[str, ...] | None:
 
 
 # ----------------------------------------------------------------------------------------------- running
-def command(session: Session, sweep: Sweep, axes: dict[str, list[str]], sweep_dir: Path) -> list[str]:
-    """The ``sesa`` argv of a multirun of ``sweep`` over ``axes`` (its swept keys and the seed or ckpt axis)."""
+def command(session: Session, sweep: Sweep, axes: dict[str, list[str]], sweep_dir: Path, jobs: int = 2) -> list[str]:
+    """The ``sesa`` argv of a multirun of ``sweep`` over ``axes`` (its swept keys and the seed or ckpt axis), ``jobs``
+    at a time (the recipes' headers: 2, a sweep alone on the machine; the page's lanes: 1 each, :func:`run_sweeps`)."""
     fixed, _ = _axes(session.overrides(sweep))
     return [
         "sesa",
@@ -273,7 +278,7 @@ def command(session: Session, sweep: Sweep, axes: dict[str, list[str]], sweep_di
         *fixed,
         *(f"{k}={','.join(v)}" for k, v in axes.items()),
         "hydra/launcher=joblib",
-        "hydra.launcher.n_jobs=2",
+        f"hydra.launcher.n_jobs={jobs}",
         f"hydra.sweep.dir={sweep_dir}",
     ]
 
@@ -297,9 +302,9 @@ def report_command(claim: Claim) -> str:
     return f"sesa diversity-report runs=[{runs}]{compare}"
 
 
-def run_sweep(session: Session, sweep: Sweep, log: Path) -> list[str]:
-    """Run the jobs of ``sweep`` that have no complete run; returns notes on jobs that could not run or did not
-    finish."""
+def run_sweep(session: Session, sweep: Sweep, log: Path, jobs: int = 2) -> list[str]:
+    """Run the jobs of ``sweep`` that have no complete run, ``jobs`` at a time; returns notes on jobs that could not
+    run or did not finish."""
     ckpts = session.checkpoints(sweep)
     notes = []
     if ckpts is not None:
@@ -331,7 +336,7 @@ def run_sweep(session: Session, sweep: Sweep, log: Path) -> list[str]:
             multiruns = [{k: [v] for k, v in setting} for setting in settings]
         for swept in multiruns:
             sweep_dir = _next_sweep_dir(session.root, sweep)
-            _run(command(session, sweep, {**swept, axis: list(seeds_or_ckpts)}, sweep_dir), log, sweep.name)
+            _run(command(session, sweep, {**swept, axis: list(seeds_or_ckpts)}, sweep_dir, jobs), log, sweep.name)
     done = [tuple(job.values()) for job, _ in session.complete(sweep)]
     notes += [f"{sweep.name}: job {job} did not finish" for job in expected if tuple(job.values()) not in done]
     return notes
@@ -354,31 +359,93 @@ def _next_sweep_dir(root: Path, sweep: Sweep) -> Path:
     return root / f"{sweep.name}.retry{n}"
 
 
+LANES = 2
+"""How many multiruns the page runs at once, each one job at a time (:func:`run_sweeps`): the cores of the 2-core
+machine the page is made on, one torch thread per job."""
+
+_SESSION_LOCK = threading.Lock()
+"""Serializes the lanes' writes to ``session.log`` and ``session.json``."""
+
+
+def run_sweeps(session: Session, sweeps: Sequence[Sweep], log: Path, lanes: int = LANES) -> list[str]:
+    """Run ``sweeps`` (:func:`run_sweep` each) in ``lanes`` lanes at once, one job at a time in each; returns their
+    notes. A free lane takes the costliest sweep that is ready (a revival once its parent sweep is done; a parent
+    counts the revivals waiting on it), so the cores stay busy across sweeps: a sweep run alone, two jobs at a time,
+    leaves a core idle while its last job runs and while its base is built. ``lanes=1``: one sweep after another,
+    two jobs at a time (how the page was made before)."""
+    cost = {s.name: len(session.jobs(s)) * RUN_MINUTES.get(s.recipe, 1.0) for s in sweeps}
+    priority = {s.name: cost[s.name] + sum(cost[c.name] for c in sweeps if c.parent == s.name) for s in sweeps}
+    pending, notes = list(sweeps), []
+    running: dict[Future[list[str]], Sweep] = {}
+    with ThreadPoolExecutor(max_workers=lanes) as pool:
+        while pending or running:
+            waiting = {s.name for s in pending} | {s.name for s in running.values()}
+            ready = sorted((s for s in pending if s.parent not in waiting), key=lambda s: -priority[s.name])
+            for sweep in ready[: lanes - len(running)]:
+                pending.remove(sweep)
+                running[pool.submit(run_sweep, session, sweep, log, 1 if lanes > 1 else 2)] = sweep
+            done, _ = wait(running, return_when=FIRST_COMPLETED)
+            for future in done:
+                del running[future]
+                notes += future.result()
+    return notes
+
+
 def _run(argv: list[str], log: Path, name: str) -> None:
-    """Run one ``sesa`` multirun (one torch thread per job), appending its output to ``log`` and its wall time to
-    ``session.json`` next to it."""
+    """Run one ``sesa`` multirun (one torch thread per job): its output goes to ``logs/<sweep dir>.log`` beside
+    ``log``, its command and exit to ``log``, its start and wall time to ``session.json`` beside ``log``."""
     exe = shutil.which("sesa") or str(Path(sys.executable).with_name("sesa"))
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    sweep_dir = Path(argv[-1].partition("=")[2])
+    own = log.parent / "logs" / f"{sweep_dir.name}.log"
+    own.parent.mkdir(parents=True, exist_ok=True)
     print(f"[results] {name}: {' '.join(argv)}", flush=True)
-    start = time.time()
-    with log.open("a") as out:
-        out.write(f"\n$ OMP_NUM_THREADS=1 {' '.join(argv)}\n")
+    with _SESSION_LOCK, log.open("a") as out:
+        out.write(f"\n$ OMP_NUM_THREADS=1 {' '.join(argv)}\n(output: {own.relative_to(log.parent)})\n")
+    started, start = time.strftime("%Y-%m-%dT%H:%M:%S"), time.time()
+    with own.open("a") as out:
+        out.write(f"$ OMP_NUM_THREADS=1 {' '.join(argv)}\n")
         out.flush()
         code = subprocess.run([exe, *argv[1:]], stdout=out, stderr=subprocess.STDOUT, env=env, check=False).returncode
     seconds = time.time() - start
     timing = log.with_name("session.json")
-    record = json.loads(timing.read_text()) if timing.is_file() else {"sweeps": []}
-    record["sweeps"].append(
-        {
-            "sweep": name,
-            "argv": argv,
-            "seconds": round(seconds, 1),
-            "exit_code": code,
-            "finished": time.strftime("%Y-%m-%dT%H:%M:%S"),
-        }
-    )
-    timing.write_text(json.dumps(record, indent=2))
+    with _SESSION_LOCK:
+        record = json.loads(timing.read_text()) if timing.is_file() else {"sweeps": []}
+        record["sweeps"].append(
+            {
+                "sweep": name,
+                "argv": argv,
+                "started": started,
+                "seconds": round(seconds, 1),
+                "exit_code": code,
+                "finished": time.strftime("%Y-%m-%dT%H:%M:%S"),
+            }
+        )
+        timing.write_text(json.dumps(record, indent=2))
+        with log.open("a") as out:
+            out.write(f"{name}: exit {code} after {seconds / 60:.1f} min\n")
     print(f"[results] {name}: exit {code} after {seconds / 60:.1f} min", flush=True)
+
+
+def machine_shares(records: Sequence[dict[str, Any]]) -> list[float]:
+    """Each multirun's share of the machine in seconds: while ``k`` multiruns ran at once (the page's lanes), each
+    had ``1/k`` of every second, so the shares of a session add up to its wall time whatever ran beside what. A
+    record without ``started`` (written before the lanes) ran alone and ended at ``finished``."""
+    spans = []
+    for r in records:
+        if "started" in r:
+            start = time.mktime(time.strptime(r["started"], "%Y-%m-%dT%H:%M:%S"))
+            spans.append((start, start + float(r["seconds"])))
+        else:
+            end = time.mktime(time.strptime(r["finished"], "%Y-%m-%dT%H:%M:%S"))
+            spans.append((end - float(r["seconds"]), end))
+    shares = [0.0] * len(spans)
+    cuts = sorted({t for span in spans for t in span})
+    for lo, hi in itertools.pairwise(cuts):
+        active = [i for i, (a, b) in enumerate(spans) if a <= lo and hi <= b]
+        for i in active:
+            shares[i] += (hi - lo) / len(active)
+    return shares
 
 
 # ----------------------------------------------------------------------------------------------- the page
@@ -679,10 +746,13 @@ def _provenance(session: Session, claim: Claim, runs: Sequence[Path]) -> str:
 
 
 def _wall_time(session: Session, names: Sequence[str] | None = None) -> str:
-    """The wall time ``session.json`` records for the sweeps named (None: every sweep under the root)."""
+    """The wall time ``session.json`` records for the sweeps named (None: every sweep under the root): their shares of
+    the machine (:func:`machine_shares`), so sections that ran beside each other do not count the same minutes
+    twice."""
     timing = session.root / "session.json"
     sweeps = json.loads(timing.read_text())["sweeps"] if timing.is_file() else []
-    minutes = round(sum(s["seconds"] for s in sweeps if names is None or s["sweep"] in names) / 60)
+    shares = machine_shares(sweeps)
+    minutes = round(sum(x for s, x in zip(sweeps, shares, strict=True) if names is None or s["sweep"] in names) / 60)
     return f"{minutes // 60} h {minutes % 60:02d} min" if minutes >= 60 else f"{minutes} min"
 
 
@@ -694,8 +764,9 @@ def _preamble(session: Session, notes: Sequence[str], took: str) -> list[str]:
         "has them. Each section names its seeds, its runs and the commit it was written at. Do not edit by hand."
     )
     compute = (
-        f"{METHOD} Compute: the sections' sweeps took {took} of wall time in all (two jobs at a time, one thread "
-        "each, on a 2-core machine that may have been shared; each section says its own)."
+        f"{METHOD} Compute: the sections' sweeps took {took} of wall time in all (one thread per job, two at a time, "
+        "on a 2-core machine that may have been shared; each section says its own: where two sweeps ran at once, "
+        "each counts half of those minutes)."
     )
     lines = ["# Results", "", generated, "", compute, ""]
     if session.smoke:
@@ -742,9 +813,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args.render:
         needed = {name for claim in claims for name in claim.sweeps}
         needed |= {s.parent for s in SWEEPS if s.name in needed and s.parent}
-        for sweep in SWEEPS:
-            if sweep.name in needed:
-                notes += run_sweep(session, sweep, root / "session.log")
+        notes += run_sweeps(session, [s for s in SWEEPS if s.name in needed], root / "session.log")
     page = render(session, docs, claims, notes)
     print(f"[results] wrote {page} ({(time.time() - start) / 60:.1f} min)", flush=True)
     return 0

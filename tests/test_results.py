@@ -352,6 +352,56 @@ def test_revivals_run_by_hand_with_relative_paths_are_found(tmp_path: Path, monk
     assert [path.name for _, path in session.complete(R.sweep_named("revive_parallel"))] == ["0"]
 
 
+def test_two_lanes_keep_both_cores_busy_and_revivals_wait_for_their_parent(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import threading
+    import time
+
+    events: list[tuple[str, str, int]] = []
+    lock = threading.Lock()
+
+    def fake_run_sweep(session: R.Session, sweep: R.Sweep, log: Path, jobs: int = 2) -> list[str]:
+        with lock:
+            events.append(("start", sweep.name, jobs))
+        time.sleep(0.05)
+        with lock:
+            events.append(("end", sweep.name, jobs))
+        return [f"{sweep.name} ran"]
+
+    monkeypatch.setattr(R, "run_sweep", fake_run_sweep)
+    names = ["collapse", "revive_parallel", "frozenlake", "sokoban"]
+    sweeps = [R.sweep_named(n) for n in names]
+    notes = R.run_sweeps(R.Session(tmp_path, SEEDS), sweeps, tmp_path / "session.log")
+    assert sorted(notes) == sorted(f"{n} ran" for n in names)
+    assert {jobs for _, _, jobs in events} == {1}  # one job at a time in each lane
+    order = [name for kind, name, _ in events if kind == "start"]
+    assert order[0] == "sokoban"  # the costliest first (a Sokoban run costs several path runs)
+    assert events.index(("start", "revive_parallel", 1)) > events.index(("end", "collapse", 1))
+    running, most = 0, 0
+    for kind, _, _ in events:
+        running += 1 if kind == "start" else -1
+        most = max(most, running)
+    assert most == 2
+
+
+def test_sweeps_that_ran_at_once_share_the_wall_time() -> None:
+    def record(name: str, started: str, seconds: float) -> dict[str, Any]:
+        return {"sweep": name, "started": started, "seconds": seconds}
+
+    # a and b overlap for 60 s (each gets 30 of them), c ran alone later; an old record (no start) ran alone
+    records = [
+        record("a", "2026-12-03T10:00:00", 120),
+        record("b", "2026-12-03T10:01:00", 120),
+        record("c", "2026-12-03T11:00:00", 50),
+        {"sweep": "old", "finished": "2026-12-02T10:00:00", "seconds": 300},
+    ]
+    shares = R.machine_shares(records)
+    assert shares == pytest.approx([90, 90, 50, 300])
+    # the shares of a session add up to the time anything ran
+    assert sum(shares) == pytest.approx(180 + 50 + 300)
+
+
 @pytest.mark.slow
 def test_smoke_session_end_to_end(tmp_path: Path, cache_dir: Path) -> None:
     """`nox -s results -- --smoke`: real sweeps of 2 seeds x 3 steps, then the page (a few minutes)."""

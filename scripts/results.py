@@ -373,7 +373,7 @@ def run_sweeps(session: Session, sweeps: Sequence[Sweep], log: Path, lanes: int 
     counts the revivals waiting on it), so the cores stay busy across sweeps: a sweep run alone, two jobs at a time,
     leaves a core idle while its last job runs and while its base is built. ``lanes=1``: one sweep after another,
     two jobs at a time (how the page was made before)."""
-    cost = {s.name: len(session.jobs(s)) * RUN_MINUTES.get(s.recipe, 1.0) for s in sweeps}
+    cost = {s.name: _missing(session, s) * RUN_MINUTES.get(s.recipe, 1.0) for s in sweeps}
     priority = {s.name: cost[s.name] + sum(cost[c.name] for c in sweeps if c.parent == s.name) for s in sweeps}
     pending, notes = list(sweeps), []
     running: dict[Future[list[str]], Sweep] = {}
@@ -389,6 +389,13 @@ def run_sweeps(session: Session, sweeps: Sequence[Sweep], log: Path, lanes: int 
                 del running[future]
                 notes += future.result()
     return notes
+
+
+def _missing(session: Session, sweep: Sweep) -> int:
+    """How many of ``sweep``'s jobs lack a complete run (a revival whose parent has not run: all of them)."""
+    if sweep.parent is not None and not session.checkpoints(sweep):
+        return len(session.jobs(sweep))
+    return len(session.jobs(sweep, session.checkpoints(sweep))) - len(session.complete(sweep))
 
 
 def _run(argv: list[str], log: Path, name: str) -> None:

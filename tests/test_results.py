@@ -370,13 +370,22 @@ def test_two_lanes_keep_both_cores_busy_and_revivals_wait_for_their_parent(
         return [f"{sweep.name} ran"]
 
     monkeypatch.setattr(R, "run_sweep", fake_run_sweep)
-    names = ["collapse", "revive_parallel", "frozenlake", "sokoban"]
+    names = ["collapse", "revive_parallel", "frozenlake", "sokoban", "countdown"]
     sweeps = [R.sweep_named(n) for n in names]
+    for seed in SEEDS:  # countdown's runs are all there: it costs nothing
+        for job, sampler in enumerate(["parallel", "sequential"]):
+            write_run(
+                tmp_path / "countdown" / str(2 * seed + job),
+                {"experiment": "countdown_tiny", "sampler": sampler, "seed": seed},
+                task="countdown",
+                coverage=False,
+            )
     notes = R.run_sweeps(R.Session(tmp_path, SEEDS), sweeps, tmp_path / "session.log")
     assert sorted(notes) == sorted(f"{n} ran" for n in names)
     assert {jobs for _, _, jobs in events} == {1}  # one job at a time in each lane
     order = [name for kind, name, _ in events if kind == "start"]
     assert order[0] == "sokoban"  # the costliest first (a Sokoban run costs several path runs)
+    assert order.index("countdown") > order.index("collapse")  # nothing left to run: after every ready sweep
     assert events.index(("start", "revive_parallel", 1)) > events.index(("end", "collapse", 1))
     running, most = 0, 0
     for kind, _, _ in events:

@@ -335,6 +335,8 @@ def run_sweep(session: Session, sweep: Sweep, log: Path, jobs: int = 2) -> list[
         else:
             multiruns = [{k: [v] for k, v in setting} for setting in settings]
         for swept in multiruns:
+            if _STOPPING.is_set():  # Ctrl-C in the other lane's time: start nothing new
+                break
             sweep_dir = _next_sweep_dir(session.root, sweep)
             _run(command(session, sweep, {**swept, axis: list(seeds_or_ckpts)}, sweep_dir, jobs), log, sweep.name)
     done = [tuple(job.values()) for job, _ in session.complete(sweep)]
@@ -363,6 +365,9 @@ LANES = 2
 """How many multiruns the page runs at once, each one job at a time (:func:`run_sweeps`): the cores of the 2-core
 machine the page is made on, one torch thread per job."""
 
+_STOPPING = threading.Event()
+"""Set when the page's session is stopping: no lane starts another multirun."""
+
 _SESSION_LOCK = threading.Lock()
 """Serializes the lanes' writes to ``session.log`` and ``session.json``."""
 
@@ -377,17 +382,24 @@ def run_sweeps(session: Session, sweeps: Sequence[Sweep], log: Path, lanes: int 
     priority = {s.name: cost[s.name] + sum(cost[c.name] for c in sweeps if c.parent == s.name) for s in sweeps}
     pending, notes = list(sweeps), []
     running: dict[Future[list[str]], Sweep] = {}
+    _STOPPING.clear()
     with ThreadPoolExecutor(max_workers=lanes) as pool:
-        while pending or running:
-            waiting = {s.name for s in pending} | {s.name for s in running.values()}
-            ready = sorted((s for s in pending if s.parent not in waiting), key=lambda s: -priority[s.name])
-            for sweep in ready[: lanes - len(running)]:
-                pending.remove(sweep)
-                running[pool.submit(run_sweep, session, sweep, log, 1 if lanes > 1 else 2)] = sweep
-            done, _ = wait(running, return_when=FIRST_COMPLETED)
-            for future in done:
-                del running[future]
-                notes += future.result()
+        try:
+            while pending or running:
+                waiting = {s.name for s in pending} | {s.name for s in running.values()}
+                ready = sorted((s for s in pending if s.parent not in waiting), key=lambda s: -priority[s.name])
+                for sweep in ready[: lanes - len(running)]:
+                    pending.remove(sweep)
+                    running[pool.submit(run_sweep, session, sweep, log, 1 if lanes > 1 else 2)] = sweep
+                done, _ = wait(running, return_when=FIRST_COMPLETED)
+                for future in done:
+                    del running[future]
+                    notes += future.result()
+        except BaseException:
+            # Ctrl-C (the multiruns get it too and stop their jobs as `sesa` does): the lanes finish the multirun
+            # they are in, then start nothing more; what finished stays, what did not is rerun next time
+            _STOPPING.set()
+            raise
     return notes
 
 

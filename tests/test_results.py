@@ -394,6 +394,21 @@ def test_two_lanes_keep_both_cores_busy_and_revivals_wait_for_their_parent(
     assert most == 2
 
 
+def test_a_stopped_session_starts_no_more_multiruns(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[str] = []
+
+    def interrupted(argv: list[str], log: Path, name: str) -> None:
+        calls.append(name)
+        raise KeyboardInterrupt  # as the main thread gets it while a multirun runs
+
+    monkeypatch.setattr(R, "_run", interrupted)
+    sweeps = [R.sweep_named(n) for n in ("frozenlake", "countdown", "sokoban")]
+    with pytest.raises(KeyboardInterrupt):
+        R.run_sweeps(R.Session(tmp_path, SEEDS), sweeps, tmp_path / "session.log")
+    assert len(calls) <= 2  # one per lane at most: nothing started after the stop
+    assert R._STOPPING.is_set()
+
+
 def test_sweeps_that_ran_at_once_share_the_wall_time() -> None:
     def record(name: str, started: str, seconds: float) -> dict[str, Any]:
         return {"sweep": name, "started": started, "seconds": seconds}

@@ -34,6 +34,7 @@ import re
 import shutil
 import subprocess
 import sys
+import textwrap
 import threading
 import time
 from collections.abc import Sequence
@@ -567,7 +568,7 @@ def head_to_head_figure(figures: Path) -> Path | None:
                 lw=0.8,
                 alpha=0.85,
             )
-        ax.set_xlabel(DIVERSITY_LABELS.get(x, x))
+        ax.set_xlabel(textwrap.fill(DIVERSITY_LABELS.get(x, x), 32))  # a panel's width: labels side by side stay apart
         ax.set_ylabel(f"{HEAD_TO_HEAD['success']} (final)" if i == 0 else "")
         ax.set_title(title, fontsize=9)
         ax.grid(alpha=0.3)

@@ -199,6 +199,11 @@ class Session:
         parent = sweep_named(sweep.parent)
         return {int(job["seed"]): path for job, path in self.complete(parent)}
 
+    def missing(self, sweep: Sweep, ckpts: dict[int, Path] | None) -> list[dict[str, str]]:
+        """The jobs of ``sweep`` (over ``ckpts``, :meth:`checkpoints`) that have no complete run."""
+        done = {tuple(job.values()) for job, _ in self.complete(sweep)}
+        return [job for job in self.jobs(sweep, ckpts) if tuple(job.values()) not in done]
+
     def complete(self, sweep: Sweep) -> list[tuple[dict[str, str], Path]]:
         """(job, its complete run dir) for every job of the sweep that has one (the latest, if it ran twice)."""
         expected = self.jobs(sweep, self.checkpoints(sweep))
@@ -314,9 +319,7 @@ def run_sweep(session: Session, sweep: Sweep, log: Path, jobs: int = 2) -> list[
             for s in session.seeds_of(sweep)
             if s not in ckpts
         ]
-    expected = session.jobs(sweep, ckpts)
-    done = [tuple(job.values()) for job, _ in session.complete(sweep)]
-    missing = [job for job in expected if tuple(job.values()) not in done]
+    missing = session.missing(sweep, ckpts)
     if not missing:
         return notes
     _set_aside_incomplete(session.root, sweep)
@@ -340,8 +343,7 @@ def run_sweep(session: Session, sweep: Sweep, log: Path, jobs: int = 2) -> list[
                 break
             sweep_dir = _next_sweep_dir(session.root, sweep)
             _run(command(session, sweep, {**swept, axis: list(seeds_or_ckpts)}, sweep_dir, jobs), log, sweep.name)
-    done = [tuple(job.values()) for job, _ in session.complete(sweep)]
-    notes += [f"{sweep.name}: job {job} did not finish" for job in expected if tuple(job.values()) not in done]
+    notes += [f"{sweep.name}: job {job} did not finish" for job in session.missing(sweep, ckpts)]
     return notes
 
 
@@ -406,9 +408,10 @@ def run_sweeps(session: Session, sweeps: Sequence[Sweep], log: Path, lanes: int 
 
 def _missing(session: Session, sweep: Sweep) -> int:
     """How many of ``sweep``'s jobs lack a complete run (a revival whose parent has not run: all of them)."""
-    if sweep.parent is not None and not session.checkpoints(sweep):
+    ckpts = session.checkpoints(sweep)
+    if sweep.parent is not None and not ckpts:
         return len(session.jobs(sweep))
-    return len(session.jobs(sweep, session.checkpoints(sweep))) - len(session.complete(sweep))
+    return len(session.missing(sweep, ckpts))
 
 
 def _run(argv: list[str], log: Path, name: str) -> None:

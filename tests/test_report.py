@@ -314,6 +314,48 @@ def test_labels_show_what_differs_and_leave_out_what_does_not_apply(tmp_path: Pa
     ]
 
 
+def test_labels_leave_out_checkpointing_and_the_settings_of_a_plug_in_a_group_left_off(tmp_path: Path) -> None:
+    # claim XII's groups: GRPO saving checkpoints, methods that do not, one plug-in setting in one group only
+    unlikely = {"algo": {"name": "unlikeliness", "off_policy": "paper", "terms": {"unlikeliness": {"beta": 0.5}}}}
+    runs = [
+        write_run(tmp_path / "grpo", {"train.checkpoint_every": 50, "seed": 0}),
+        write_run(tmp_path / "clip", {"train.checkpoint_every": 0, "algo": "clip_cov", "seed": 0}),
+        write_run(
+            tmp_path / "u", {"train.checkpoint_every": 0, "algo": "unlikeliness", "seed": 0}, extra_config=unlikely
+        ),
+        write_run(
+            tmp_path / "u-keep",
+            {
+                "train.checkpoint_every": 0,
+                "algo": "unlikeliness",
+                "algo.terms.unlikeliness.negatives": "keep",
+                "seed": 0,
+            },
+            extra_config=unlikely,
+        ),
+    ]
+    loaded, _ = load_runs(runs)
+    assert [r.group for r in loaded] == [
+        "algo=grpo",
+        "algo=clip_cov",
+        "algo=unlikeliness",
+        "algo=unlikeliness,algo.terms.unlikeliness.negatives=keep",
+    ]
+    # a value a recipe gave (no run set it) is left out; one a group set is said
+    recipe = {"algo": {"name": "grpo", "off_policy": "paper", "entropy_coef": 0.003}}
+    bonus = {"algo": {"name": "entropy_bonus", "off_policy": "paper", "entropy_coef": 0.01}}
+    entropy = [
+        write_run(tmp_path / "e-grpo", {"seed": 0}, extra_config=recipe),
+        write_run(
+            tmp_path / "e-bonus", {"algo": "entropy_bonus", "algo.entropy_coef": 0.01, "seed": 0}, extra_config=bonus
+        ),
+    ]
+    assert [r.group for r in load_runs(entropy)[0]] == ["algo=grpo", "algo=entropy_bonus,algo.entropy_coef=0.01"]
+    # where only checkpointing tells two groups apart, the label keeps it
+    alone = [write_run(tmp_path / f"ck{every}", {"train.checkpoint_every": every, "seed": 0}) for every in (0, 50)]
+    assert [r.group for r in load_runs(alone)[0]] == ["train.checkpoint_every=0", "train.checkpoint_every=50"]
+
+
 def test_revived_run_summary_excludes_the_parents_rows(tmp_path: Path) -> None:
     parent = write_run(tmp_path / "collapse", {"sampler": "parallel", "seed": 0})
     child = write_revival(tmp_path / "rev", parent, at=6, overrides={"sampler": "sequential"})

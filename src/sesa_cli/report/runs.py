@@ -37,6 +37,11 @@ _GROUP_KEYS = ("task", "model", "sampler", "algo")
 # Keys that say how a setting was reached rather than what it is: left out of a label when the other keys already
 # tell every group apart.
 _INDIRECT_KEYS = ("experiment",)
+# Keys that change what a run keeps, not what it trains (how often it saves a checkpoint): left out of a label as
+# _INDIRECT_KEYS are, and so is a key a group's runs do not have (UNSET).
+_BOOKKEEPING_KEYS = ("train.checkpoint_every",)
+UNSET = "(unset)"
+"""A label's value of a key a run's config does not have (a plug-in setting of a plug-in the run left off)."""
 REVIVE_PARENT = key("revive/parent")
 """Marks the rows a revived run copied from its parent's metrics (steps up to the checkpoint)."""
 
@@ -357,7 +362,7 @@ def check_same_task(runs: Sequence[Run]) -> None:
 
 # -------------------------------------------------------------------------------------------------- grouping
 def _short(value: Any) -> str:
-    text = "(unset)" if value is None else str(value)
+    text = UNSET if value is None else str(value)
     # A checkpoint path in a label (revive/eval runs) would swamp the legend: keep its last two parts.
     if "/" in text and len(text) > 32:
         text = ".../" + "/".join(Path(text).parts[-2:])
@@ -412,8 +417,9 @@ def assign_groups(runs: Sequence[Run]) -> list[str]:
 
     Labels (``run.group``) name only the keys whose value differs between groups, ``k=v`` joined by commas; a
     sequential-only sampler setting (:data:`sesa_cli.config.SEQUENTIAL_ONLY`) is left out of a parallel group's label
-    and ``experiment`` is left out when the other keys already tell the groups apart, as long as every group keeps a
-    label of its own. When nothing but the seed differs, all runs form one group labelled by its ``experiment`` and
+    and ``experiment``, ``train.checkpoint_every``, a key a group's runs do not have (a setting of a plug-in they
+    left off) and a value no run of the group set on its command line (a recipe's or a default) are left out when the
+    other keys already tell the groups apart, as long as every group keeps a label of its own. When nothing but the seed differs, all runs form one group labelled by its ``experiment`` and
     sampler; when not even the seed differs, each run is its own group labelled by its dir name. Returns the group
     labels in order of first appearance.
     """
@@ -444,7 +450,10 @@ def assign_groups(runs: Sequence[Run]) -> list[str]:
             return tuple((k, command if k == "command" else value(run, k)) for k in shown)
 
         identities = [items(c, r, differing) for c, r in zip(commands, runs, strict=True)]
-        labels = _labels(identities, len(set(identities)))
+        given: dict[Items, set[str]] = {}  # per group, the keys some run of it set on its command line
+        for identity, run in zip(identities, runs, strict=True):
+            given.setdefault(identity, set()).update(run.overrides)
+        labels = _labels(identities, len(set(identities)), given)
         for run, shown in zip(runs, labels, strict=True):
             run.group, run.group_items = ",".join(f"{k}={v}" for k, v in shown), shown
     elif len(runs) > 1 and len({run.seed for run in runs}) == len(runs):
@@ -463,8 +472,14 @@ def assign_groups(runs: Sequence[Run]) -> list[str]:
 Items = tuple[tuple[str, str], ...]
 
 
-def _labels(identities: Sequence[Items], n_groups: int) -> list[Items]:
-    """The shortest of the label rules of :func:`assign_groups` that still gives ``n_groups`` distinct labels."""
+def _labels(identities: Sequence[Items], n_groups: int, given: dict[Items, set[str]] | None = None) -> list[Items]:
+    """The shortest of the label rules of :func:`assign_groups` that still gives ``n_groups`` distinct labels.
+    ``given``: per identity, the keys its runs set on their command line (a key missing there took its value from a
+    recipe or a default)."""
+    given = given or {}
+
+    def implicit(identity: Items, key: str) -> bool:
+        return identity in given and key not in given[identity] and key not in (*_GROUP_KEYS, "command")
 
     def sequential_only(key: str) -> bool:
         return key in SEQUENTIAL_ONLY
@@ -478,7 +493,10 @@ def _labels(identities: Sequence[Items], n_groups: int) -> list[Items]:
         return tuple(
             (key, val)
             for key, val in identity
-            if not (drop_indirect and key in _INDIRECT_KEYS)
+            if not (
+                drop_indirect
+                and (key in (*_INDIRECT_KEYS, *_BOOKKEEPING_KEYS) or val == UNSET or implicit(identity, key))
+            )
             and not (drop_sequential and sequential_only(key) and (parallel or key in constant))
         )
 

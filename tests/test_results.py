@@ -84,10 +84,10 @@ def _flat_config(config: Any, prefix: str = "") -> dict[str, Any]:
 
 
 @pytest.mark.parametrize(
-    ("key", "steps"), [("VIII", 120), ("IX", 150), ("X", 150), ("XI", 150), ("XII", 300), ("XIII", 150)]
+    ("key", "steps"), [("VIII", 120), ("IX", 150), ("X", 150), ("XI", 150), ("XII", 300), ("XIII", 150), ("XIV", 150)]
 )
 def test_the_head_to_head_groups_differ_from_grpo_by_their_method_only(key: str, steps: int) -> None:
-    """Claims VIII-XIII: every group's composed config differs from GRPO's (group [1]) in its method's keys only (the
+    """Claims VIII-XIV: every group's composed config differs from GRPO's (group [1]) in its method's keys only (the
     algo settings, the sampler and its filters; IX-XII's GRPO runs are claims IV, VII, VI and V's, which also keep
     checkpoints), never in the recipe's budget, optimizer, task or model."""
     claim = next(c for c in R.CLAIMS if c.key == key)
@@ -286,7 +286,7 @@ def test_missing_runs_are_said_not_invented(tmp_path: Path) -> None:
     write_run(root / "collapse" / "0", {"experiment": "collapse_revival", "seed": 0}, policy=True)
     text = R.render(R.Session(root, SEEDS), tmp_path / "docs").read_text()
     assert "Task path · 1 runs in 1 group · seeds 0." in text
-    assert text.count("Not run yet.") == 11  # claims III-XIII; II shows the parallel runs it has
+    assert text.count("Not run yet.") == 12  # claims III-XIV; II shows the parallel runs it has
     assert "- **Incomplete:** 1 of the 2 jobs of sweep `collapse` have finished." in text
     assert "- **Incomplete:** 0 of the 4 jobs of sweep `discovery` have finished." in text
 

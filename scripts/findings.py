@@ -82,11 +82,12 @@ ROWS = (
 """The claims' rows. II's group 5 and III's group 4 are the sequential default (distinct_solutions with the
 found-solutions term, from the flagged checkpoint for III); each agent claim has two groups, parallel [1] and
 sequential [2]; VIII's are its group [11] (SESA) and, chosen by :attr:`Row.best`, the published method with the most
-effective solutions (the exact policy); IX-X's are SESA [2] (claims IV and VII's sequential runs; for XI and XII it is
-claims VI and V's row, the same runs) and, chosen by :attr:`Row.best`, the published method with the most distinct
+effective solutions (the exact policy); IX-X's are SESA [2] (claims IV and VII's sequential runs; for XI and XII it
+is claims VI and V's row, the same runs) and, chosen by :attr:`Row.best`, the published method with the most distinct
 winning episodes (answers) in 16 samples: measured alike for every method, where the exact walk of a spread policy
-prunes much of its mass. XIII's is its group [12], Pass@k Training at its second setting. :func:`findings` checks each chosen group's label names the sampler
-(or :attr:`Row.label`) the row says it is."""
+prunes much of its mass. XIII's is its group [12], Pass@k Training at its second setting. :func:`findings` checks
+that each row's fixed group has the label it says (the sampler, or :attr:`Row.label`); a :attr:`Row.best` group is a
+published method's by its choice."""
 
 CELL = re.compile(r"^(?P<mean>[+-]?[\d.]+(?:e[+-]?\d+)?) \[(?P<low>[+-]?[\d.]+(?:e[+-]?\d+)?), "
                   r"(?P<high>[+-]?[\d.]+(?:e[+-]?\d+)?)\]$")  # fmt: skip

@@ -419,9 +419,9 @@ def assign_groups(runs: Sequence[Run]) -> list[str]:
     sequential-only sampler setting (:data:`sesa_cli.config.SEQUENTIAL_ONLY`) is left out of a parallel group's label
     and ``experiment``, ``train.checkpoint_every``, a key a group's runs do not have (a setting of a plug-in they
     left off) and a value no run of the group set on its command line (a recipe's or a default) are left out when the
-    other keys already tell the groups apart, as long as every group keeps a label of its own. When nothing but the seed differs, all runs form one group labelled by its ``experiment`` and
-    sampler; when not even the seed differs, each run is its own group labelled by its dir name. Returns the group
-    labels in order of first appearance.
+    other keys already tell the groups apart, as long as every group keeps a label of its own. When nothing but the
+    seed differs, all runs form one group labelled by its ``experiment`` and sampler; when not even the seed differs,
+    each run is its own group labelled by its dir name. Returns the group labels in order of first appearance.
     """
     keys: list[str] = list(_GROUP_KEYS)  # first, so a label reads sampler=sequential,algo.off_policy=...
     for run in runs:

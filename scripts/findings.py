@@ -141,7 +141,7 @@ groups) and LTE's hinted rows; sequential is SESA."""
 def _best(rows: list[dict[str, str]], metric: str) -> dict[str, str]:
     """Of the difference rows of published methods (:data:`PUBLISHED_SAMPLERS`), the one whose ``metric`` has the
     highest mean."""
-    methods = [row for row in rows if row.get("group", "").split()[1:2] in ([s] for s in PUBLISHED_SAMPLERS)]
+    methods = [row for row in rows if row.get("group", "").split()[1:2] in [[s] for s in PUBLISHED_SAMPLERS]]
     if not methods or any(metric not in row for row in methods):
         raise PageError(f"no published method's group with a {metric} difference")
     return max(methods, key=lambda row: _cell(row[metric])[0])
@@ -187,9 +187,10 @@ def findings(text: str, rows: Sequence[Row] = ROWS) -> list[str]:
         else:
             group = _group(wanted[0], row.group)
             question = row.question
-        label = row.label or ("parallel" if row.level else "sequential")
-        if not row.best and label not in group["group"].split():
-            raise PageError(f"claim {row.claim}: group [{row.group}] is {group['group']!r}, not a {label} group")
+        if not row.best:  # a fixed group number: its label must still say what the row reads it as
+            label = row.label or ("parallel" if row.level else "sequential")
+            if label not in group["group"].split():
+                raise PageError(f"claim {row.claim}: group [{row.group}] is {group['group']!r}, not a {label} group")
         answers = []
         for metric, name in row.metrics:
             if metric not in group:

@@ -316,7 +316,7 @@ def test_labels_show_what_differs_and_leave_out_what_does_not_apply(tmp_path: Pa
 
 def test_labels_leave_out_checkpointing_and_the_settings_of_a_plug_in_a_group_left_off(tmp_path: Path) -> None:
     # claim XII's groups: GRPO saving checkpoints, methods that do not, one plug-in setting in one group only
-    unlikely = {"algo": {"name": "unlikeliness", "off_policy": "paper", "terms": {"unlikeliness": {"beta": 0.5}}}}
+    unlikely = {"algo": {"name": "unlikeliness", "off_policy": "paper", "terms": {"unlikeliness": {"coef": 0.25}}}}
     runs = [
         write_run(tmp_path / "grpo", {"train.checkpoint_every": 50, "seed": 0}),
         write_run(tmp_path / "clip", {"train.checkpoint_every": 0, "algo": "clip_cov", "seed": 0}),

@@ -472,14 +472,13 @@ def assign_groups(runs: Sequence[Run]) -> list[str]:
 Items = tuple[tuple[str, str], ...]
 
 
-def _labels(identities: Sequence[Items], n_groups: int, given: dict[Items, set[str]] | None = None) -> list[Items]:
+def _labels(identities: Sequence[Items], n_groups: int, given: dict[Items, set[str]]) -> list[Items]:
     """The shortest of the label rules of :func:`assign_groups` that still gives ``n_groups`` distinct labels.
     ``given``: per identity, the keys its runs set on their command line (a key missing there took its value from a
     recipe or a default)."""
-    given = given or {}
 
     def implicit(identity: Items, key: str) -> bool:
-        return identity in given and key not in given[identity] and key not in (*_GROUP_KEYS, "command")
+        return key not in given[identity] and key not in (*_GROUP_KEYS, "command")
 
     def sequential_only(key: str) -> bool:
         return key in SEQUENTIAL_ONLY

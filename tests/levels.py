@@ -104,10 +104,12 @@ LEVELS: dict[str, Level] = {
         test="test_chains.py::test_stage_two_follows_its_sketch_at_the_test_base",
         what="share of stage-II paths that start with their sketched region (32 chains, test base)",
         side="min",
-        bound=0.4,
-        measured=0.828125,
+        bound=0.38,
+        measured=0.71875,
         drift=0.11,
-        drift_source="0.828, 0.719 and 0.816 under AVX-512, AVX2 and the portable kernels (600-step base): 0.109 seen",
+        drift_source="0.828, 0.719 and 0.816 under an Intel Xeon's AVX-512, AVX2 and portable kernels, 0.695, 0.645 "
+        "and 0.609 under an AMD EPYC's (600-step base): the value is the Intel AVX2 one, the middle of the six, "
+        "0.110 seen from it (the bound, 4.8 sd of 256 paths above chance, sits 3 drifts below)",
         why="sampler.stage1=auto's choice for the path task rests on its base following its sketches (chance: 0.25)",
     ),
     "agent_plans_followed": Level(
@@ -160,9 +162,9 @@ LEVELS: dict[str, Level] = {
         side="min",
         bound=1,
         measured=32,  # sampler=parallel; 27 with sampler=sequential
-        drift=5,
-        drift_source="parallel 32, 27, 37 and sequential 27, 28, 29 under AVX-512, AVX2 and the portable kernels "
-        "(600-step base): 5 seen from 32",
+        drift=6,
+        drift_source="parallel 32, 27, 37 and sequential 27, 28, 29 under an Intel Xeon's AVX-512, AVX2 and portable "
+        "kernels, 38, 36, 35 and 33, 28, 31 under an AMD EPYC's (600-step base): 6 seen from 32",
         why="the relation (an update raises rewarded rows' log-probs) needs rewarded rows",
     ),
     "multi_turn_episodes": Level(

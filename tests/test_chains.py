@@ -344,9 +344,9 @@ def _two_stage_health(cfg, task, policy, chains: int, seed: int = 0):
 
 
 def test_stage_two_follows_its_sketch_at_the_test_base(path_setup):
-    # The test world (4 regions, 150 warm-start steps), seed 0: 0.74-0.78 of the stage-II paths start with the
-    # sketched region and 3-8% of the sketches are cut, depending on the base's float rounding (tests/levels.py); the
-    # warm-start corpus before issue 16 gave 0.21 and 11%.
+    # The test world (4 regions), seed 0: 0.61-0.83 of the stage-II paths start with the sketched region (chance:
+    # 0.25) and 0-6% of the sketches are cut, depending on the base's float rounding (six kernel choices on two CPUs:
+    # tests/levels.py); the warm-start corpus before issue 16 gave 0.21 and 11%.
     cfg, task, policy = path_setup
     health = _two_stage_health(cfg, task, policy, chains=32)
     assert health.followed_all is not None

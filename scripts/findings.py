@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from sesa_cli.report.tables import method_name
+from sesa_cli.report.tables import group_sampler, method_name
 
 ROOT = Path(__file__).resolve().parents[1]
 START, END = "<!-- results:findings -->", "<!-- /results:findings -->"
@@ -141,7 +141,7 @@ groups) and LTE's hinted rows; sequential is SESA."""
 def _best(rows: list[dict[str, str]], metric: str) -> dict[str, str]:
     """Of the difference rows of published methods (:data:`PUBLISHED_SAMPLERS`), the one whose ``metric`` has the
     highest mean."""
-    methods = [row for row in rows if row.get("group", "").split()[1:2] in [[s] for s in PUBLISHED_SAMPLERS]]
+    methods = [row for row in rows if group_sampler(row.get("group", "")) in PUBLISHED_SAMPLERS]
     if not methods or any(metric not in row for row in methods):
         raise PageError(f"no published method's group with a {metric} difference")
     return max(methods, key=lambda row: _cell(row[metric])[0])

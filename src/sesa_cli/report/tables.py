@@ -301,12 +301,19 @@ def markdown_table(frame: pd.DataFrame, index: bool = True) -> str:
     return "\n".join(lines)
 
 
+def group_sampler(label: str) -> str:
+    """The sampler a group label names (``[5] parallel outcome_bonus`` -> ``parallel``; "" if it names none): a
+    head-to-head label's second word."""
+    words = label.split()
+    return words[1] if len(words) > 1 else ""
+
+
 def method_name(label: str) -> str:
     """A head-to-head group's method from its label (``[5] parallel outcome_bonus found.coef=0.2``): the algo on
     i.i.d. sampling, SESA or LTE (with the algo they are combined with), and a variant of its method that the head to
     head runs beside it (LTE's importance-sampled loss, the unlikeliness reward keeping negative rewards)."""
     words = label.split()[1:]
-    sampler = words[0] if words else ""
+    sampler = group_sampler(label)
     algo = next((w for w in words[1:2] if "=" not in w), "grpo")
     variant = " (IS loss)" if "loss_context=is" in words else ""
     variant += " (negatives kept)" if any(w.endswith("negatives=keep") for w in words) else ""

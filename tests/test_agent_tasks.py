@@ -250,7 +250,8 @@ def test_transcript_is_prompt_plus_responses_and_feedbacks(task: AgentTask) -> N
         assert full == expected
         assert score.reward == pytest.approx(rewards)
         assert score.success == env.success
-        assert score.key == (",".join(env.history) or None)
+        assert score.key == env.solution_key()
+        assert score.actions == tuple(env.history)
 
 
 def test_prompt_ends_where_the_response_begins(task: AgentTask) -> None:
@@ -273,7 +274,10 @@ def test_score_is_the_open_loop_first_turn(task: AgentTask) -> None:
     score = task.score(inst, text)
     assert score.reward == pytest.approx(turn.reward)
     assert score.success == turn.success
-    assert score.key == (",".join(turn.actions) or None)
+    assert score.actions == turn.actions
+    env = task.make_env(inst)
+    env.step(text)
+    assert score.key == env.solution_key()
 
 
 def test_sketches_and_solve_prompt(task: AgentTask) -> None:

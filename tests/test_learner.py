@@ -130,7 +130,8 @@ def test_a_loss_that_reads_the_entropies_gets_them(path_setup, tmp_path, monkeyp
         trainer = _trainer(path_setup, tmp_path, loss="entropy_probe", entropy_coef=0.0, minibatches=1)
         groups, _ = trainer._draw_batch()
         inputs = trainer.learner.inputs(groups)
-        inputs.advantages[:] = 0.0  # rows a zero-at-zero loss would skip: this one must see them all
+        inputs.advantages[1:] = 0.0  # rows a zero-at-zero loss would skip: this one must see them all
+        inputs.advantages[0] = 1.0  # (a batch with no signal at all takes no step: the test below)
         trainer.learner.update(inputs)
     finally:
         algos.POLICY_LOSSES.pop("entropy_probe", None)
@@ -140,3 +141,22 @@ def test_a_loss_that_reads_the_entropies_gets_them(path_setup, tmp_path, monkeyp
     assert entropies.shape[0] == len(inputs.advantages)  # every row, none skipped
     assert not entropies.requires_grad
     assert bool((entropies >= 0).all())
+
+
+def test_a_batch_without_policy_gradient_signal_takes_no_step_on_the_bonus_alone(path_setup, tmp_path):
+    """Issue 66: every advantage 0 and no term's rows leaves the entropy bonus alone in the loss, which Adam would
+    turn into a learning-rate-sized step; the update takes none and says so. One non-zero advantage steps."""
+    trainer = _trainer(path_setup, tmp_path, entropy_coef=0.01)
+    groups, _ = trainer._draw_batch()
+    before = [p.detach().clone() for p in trainer.learner.trainable]
+    inputs = trainer.learner.inputs(groups)
+    inputs.advantages[:] = 0.0
+    stats = trainer.learner.update(inputs)
+    assert stats["optim/no_signal"] == 1.0
+    assert "optim/grad_norm" not in stats
+    assert all(torch.equal(a, p) for a, p in zip(before, trainer.learner.trainable, strict=True))
+    inputs.advantages[0] = 1.0
+    stats = trainer.learner.update(inputs)
+    assert stats["optim/no_signal"] == 0.0
+    assert stats["optim/grad_norm"] > 0
+    assert not all(torch.equal(a, p) for a, p in zip(before, trainer.learner.trainable, strict=True))

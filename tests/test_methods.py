@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from sesa_cli.algos import ADVANTAGES, POLICY_LOSSES, compute_loss
+from sesa_cli.algos import ADVANTAGES, POLICY_LOSSES, compute_advantages, compute_loss
 from sesa_cli.algos.forking import high_entropy_mask
 from sesa_cli.collapse import input_dependence
 from sesa_cli.config import AlgoConfig, ConfigError
@@ -68,6 +68,47 @@ def test_passk_on_graded_rewards_is_the_subset_maximum_counted_over_every_subset
     expected = [(sum(b for s, b in zip(subsets, best, strict=True) if i in s) / 4 - mean) / std for i in range(5)]
     out = ADVANTAGES["passk"](torch.tensor([rewards]), AlgoConfig(passk_k=k, adv_eps=0.0))
     assert out.tolist()[0] == pytest.approx(expected, rel=1e-6)  # in the rewards' float32
+
+
+def test_an_invalid_reply_among_valid_failures_gets_a_negative_advantage_under_passk() -> None:
+    # Issue 66's hand-worked group (FrozenLake 4x4, k = 2, step 2 of the lost seed): 8 rollouts, one invalid reply
+    # (reward = format penalty -0.1) among valid non-wins (0). Under max@2 every 2-subset scores 0 (a valid 0 is
+    # always its best member) and the penalty never acted; with the penalty per sample, R(S) = max(r - f) + mean(f):
+    # the invalid row's subsets score -0.05, the others -0.1/7/2 on average. By hand: E[R] = -0.1/8 = -0.0125;
+    # E[R | invalid in S] = -0.05; var = (sigma_f^2 / 2)(6/7), sigma_f^2 = 0.01/8 - 0.0125^2 = 0.00109375, so
+    # sd = sqrt(0.00046875) = 0.0216506; A_invalid = (-0.05 + 0.0125) / 0.0216506 = -1.7320508 (= -sqrt(3)),
+    # A_valid = (-0.1/14 + 0.0125) / 0.0216506 = 0.2474358 (= sqrt(3)/7: the eight sum to 0).
+    rewards = torch.tensor([[-0.1, 0, 0, 0, 0, 0, 0, 0]])
+    penalties = torch.tensor([[-0.1, 0, 0, 0, 0, 0, 0, 0]])
+    cfg = AlgoConfig(advantage="passk", passk_k=2, adv_eps=0.0)
+    assert ADVANTAGES["passk"](rewards, AlgoConfig(passk_k=2)).abs().max() < 1e-9  # the penalty inside max@2: hidden
+    out = compute_advantages(rewards, cfg, penalties=penalties)
+    assert out.tolist()[0] == pytest.approx([-math.sqrt(3)] + [math.sqrt(3) / 7] * 7, rel=1e-6)
+    assert out[0, 0] < 0
+    # GRPO reads the rewards as given: (-0.1 + 0.0125) / unbiased std, the squared deviations summing to 0.00875
+    grpo = compute_advantages(rewards, AlgoConfig(advantage="grpo", adv_eps=0.0), penalties=penalties)
+    assert grpo[0, 0] == pytest.approx(-0.0875 / math.sqrt(0.00875 / 7), rel=1e-5)
+    verl = compute_advantages(rewards, AlgoConfig(advantage="grpo_passk"), penalties=penalties)
+    assert verl[0, 0] < 0  # no best-of-group gap; GRPO's advantage of the penalty
+    assert verl[0, 1:].min() > 0
+
+
+@pytest.mark.parametrize("k", [1, 2, 3, 5])
+def test_passk_with_penalties_is_the_subset_reward_counted_over_every_subset(k: int) -> None:
+    # R(S) = max_{i in S}(r_i) + mean_{i in S} f_i over the C(6, k) subsets, r the rewards without the penalties
+    r = [0.1, 1.0, 0.0, 0.1, 1.0, 0.0]
+    f = [0.0, 0.0, -0.1, 0.0, 0.0, -0.3]
+    subsets = list(itertools.combinations(range(6), k))
+    value = [max(r[i] for i in s) + sum(f[i] for i in s) / k for s in subsets]
+    mean = sum(value) / len(value)
+    std = math.sqrt(sum((v - mean) ** 2 for v in value) / len(value))
+    holding = [[v for s, v in zip(subsets, value, strict=True) if i in s] for i in range(6)]
+    expected = [(sum(h) / len(h) - mean) / std for h in holding]
+    total = torch.tensor([[a + b for a, b in zip(r, f, strict=True)]], dtype=torch.float64)
+    out = compute_advantages(
+        total, AlgoConfig(advantage="passk", passk_k=k, adv_eps=0.0), penalties=torch.tensor([f], dtype=torch.float64)
+    )
+    assert out.tolist()[0] == pytest.approx(expected, rel=1e-9, abs=1e-12)
 
 
 def test_grpo_passk_gives_only_the_best_rollout_the_gap_to_the_second() -> None:
@@ -250,14 +291,21 @@ def test_each_method_trains_on_the_agent_tasks_of_the_head_to_head(
     # the agent recipes' sampler.parallel_rows=4 (of 8) is the chain samplers' alone: i.i.d. sampling ignores it, and
     # LTE's hinted rows need a group of more than 4
     rows = ["sampler.parallel_rows=2"] if "sampler=lte" in extra else []
-    argv = ["train", *base, f"model.cache_dir={cache_dir}", *QUICK, *rows, *extra, f"hydra.run.dir={run}"]
+    # at temperature 1.5 some replies are invalid, so a group's rewards differ (the format penalty) and a step has a
+    # policy-gradient signal to train on; at the base's own temperature a 2 x 4 batch is often all failures alike
+    hot = ["sampler.temperature=1.5"]
+    argv = ["train", *base, f"model.cache_dir={cache_dir}", *QUICK, *rows, *hot, *extra, f"hydra.run.dir={run}"]
     assert run_cli(argv, monkeypatch) == 0
     steps = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     steps = [r for r in steps if "rollout/reward_mean" in r]
     assert len(steps) == 2
-    assert all(math.isfinite(r["loss/total"]) for r in steps)
+    # a step whose batch carries no policy-gradient signal takes no optimizer step (Learner.update): every other
+    # step computed the method's loss, and some step did
+    trained = [r for r in steps if r["optim/no_signal"] == 0]
+    assert trained, "no step of the run had a non-zero advantage"
+    assert all(math.isfinite(r["loss/total"]) for r in trained)
     if metric:
-        assert all(metric in r for r in steps)
+        assert all(metric in r for r in (trained if metric.startswith("loss/") else steps))  # loss/*: the update's
 
 
 def test_help_lists_every_method(capsys, monkeypatch) -> None:

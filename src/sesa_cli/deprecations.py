@@ -76,7 +76,8 @@ def upgrade_config(config: dict[Any, Any]) -> dict[Any, Any]:
     places; a current key already present wins. Run dirs written before a rename reload under the current names.
 
     A plug-in left off (:data:`OFF_VALUES`) gets no entry; a key moved under a plug-in entry that is a switch
-    (``sampler.filters.dynamic_sampling: true``) makes the entry a mapping of settings."""
+    (``sampler.filters.dynamic_sampling: true``) makes the entry a mapping of settings. An agent task's config
+    without ``task.solution_key`` gets ``actions``, the key it was written under."""
     config = copy.deepcopy(config)
     off: list[str] = []
     for old, new in RENAMED_KEYS.items():
@@ -103,4 +104,9 @@ def upgrade_config(config: dict[Any, Any]) -> dict[Any, Any]:
             target = node
         if isinstance(target, dict):
             target.setdefault(new_leaf, value)
+    task = config.get("task")
+    if isinstance(task, dict) and "max_actions_per_turn" in task:
+        # an agent task's run written before task.solution_key (2026-12-07) keyed its episodes by their actions:
+        # reloaded (sesa eval, sesa revive, a report's labels), it keeps the key its metrics were computed with
+        task.setdefault("solution_key", "actions")
     return config

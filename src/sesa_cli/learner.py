@@ -113,12 +113,20 @@ class Learner:
     # ------------------------------------------------------------------ one update
     def update(self, inputs: LossInputs, step: int = 0) -> dict[str, float]:
         """One update on ``inputs``: ``algo.ppo_epochs`` passes of ``algo.minibatches`` optimizer steps; returns the
-        ``loss/*`` statistics (each mini-batch's metrics averaged) and ``optim/grad_norm``."""
+        ``loss/*`` statistics (each mini-batch's metrics averaged), ``optim/grad_norm`` and ``optim/no_signal``.
+        A batch with no policy-gradient signal (every advantage 0, no loss term's rows) takes no step."""
         algo = self.cfg.algo
         batch = self.scorer.batch(inputs.contexts, inputs.completions, inputs.masks)
         old, seq_weights, advantages, stats = self._off_policy_terms(inputs, batch)
-        ref = self.ref_logps(batch) if algo.kl_coef > 0 else None
         terms = self._term_rows(inputs, stats)
+        stats["optim/no_signal"] = float(not terms and not bool(advantages.any()))
+        if stats["optim/no_signal"]:
+            # No policy-gradient signal: what is left of the loss is the entropy bonus and the KL penalty, and Adam
+            # rescales any gradient to a learning-rate-sized step, so stepping would move the policy as far as a
+            # real update does, along the bonus alone (issue 66: with every advantage 0, a 0.003 entropy bonus took
+            # a Pass@k run's entropy from 1.5 nats to uniform within four steps, and its replies to invalid text).
+            return stats
+        ref = self.ref_logps(batch) if algo.kl_coef > 0 else None
         several = updates_per_batch(algo) > 1
         # the entropies: of an entropy bonus, or of a loss that reads them (algos.NEEDS_ENTROPIES)
         entropies = algo.entropy_coef > 0 or algos.needs_entropies(algo.loss)

@@ -408,6 +408,14 @@ METRIC_KEYS: tuple[MetricKey, ...] = (
         better="",
     ),
     MetricKey(
+        "optim/no_signal",
+        "1 when the step took no optimizer step: no row of its batch had a non-zero advantage and no loss term "
+        "brought rows, so its loss held only the entropy bonus and KL penalty (not stepped on alone: the optimizer "
+        "would turn them into learning-rate-sized steps); 0 otherwise.",
+        "sesa_cli.learner.Learner.update",
+        better="",
+    ),
+    MetricKey(
         "optim/grad_norm",
         "Gradient norm before clipping to optim.max_grad_norm (mean over mini-batches).",
         "sesa_cli.update.optimizer_step",
@@ -525,6 +533,28 @@ def current_name(name: str) -> str:
     return RENAMED.get(name, name)
 
 
+SOLUTION_SECTION = """## What a solution is
+
+Every count of solutions reads one key per answer, ``Score.key`` (sesa_cli.tasks.base): `distinct@{k}`,
+`distinct_correct@{k}`, `coverage@{k}`, the exact `policy/effective_solutions`, `policy/solutions_above_1pct` and
+`policy/solution_entropy` (answers with the same key are summed into one solution), `rollout/distinct*`,
+`chain/distinct` (a sketch's key), and every method that rewards or counts solutions (the outcome bonuses, the
+unlikeliness reward, SESA's `distinct_solutions` loss and found-solutions term, LTE's distinct wrong answers).
+
+* Path task: the leaf named. Countdown: the equation up to commutativity, associativity and sign moves. Math: the
+  final answer.
+* Agent tasks (FrozenLake, Sokoban, Sudoku): what the episode *did*, not what its replies typed
+  (`task.solution_key`). The default, `route`, is the states the episode went through (FrozenLake the player's cell,
+  Sokoban the player and the boxes, Sudoku the board) with every loop erased, written as the moves between them: a
+  move into a wall, a push against a blocked box or a placement that changes nothing adds nothing, and neither
+  does a detour that comes back to a state it left. `states` keeps such detours (only consecutive repeats go);
+  `actions` is every executed action as typed, the key before 2026-12-07, under which a policy rewarded for new
+  keys learned to make them by bumping into walls (docs/findings.md). A valid episode that never changed its state
+  has the key `stay`; an invalid reply none. Runs written before `task.solution_key` existed reload with `actions`,
+  the key their metrics were computed with."""
+"""docs/metrics.md's section on what a solution key is (:func:`markdown`); code points readers to it."""
+
+
 def markdown() -> str:
     """``docs/metrics.md``: the table of every key, then the renamed ones."""
     lines = [
@@ -541,6 +571,7 @@ def markdown() -> str:
         formula = f"`{entry.formula}`" if entry.formula else ""
         label = f"`{entry.label}`" if entry.label else ""
         lines.append(f"| `{entry.pattern}` | {entry.meaning} | {formula} | {label} | {entry.better} |")
+    lines += ["", *SOLUTION_SECTION.splitlines()]
     lines += ["", "Renamed keys (run dirs that hold the old names still load under the new ones):", ""]
     lines += ["| old | current |", "|---|---|"]
     lines += [f"| `{old}` | `{new}` |" for old, new in RENAMED.items()]

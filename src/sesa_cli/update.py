@@ -78,7 +78,8 @@ def loss_inputs(
     # The one definition of an off-policy row: drawn in a context other than the one it is scored in.
     off_policy = [r.context_ids != c for r, c in zip(rows, contexts, strict=True)]
     off = torch.tensor(off_policy, dtype=torch.bool, device="cpu").view(rewards.shape)
-    adv, stats = strategy.advantages(rewards, off)
+    penalties = torch.tensor([[r.score.penalty for r in g] for g in groups], dtype=torch.float32, device="cpu")
+    adv, stats = strategy.advantages(rewards, off, penalties)
     advantages = adv.flatten().tolist()
     completions = [r.completion.ids for r in rows]
     masks: list[list[bool] | None] = [r.completion.mask for r in rows]

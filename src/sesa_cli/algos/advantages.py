@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from sesa_cli.algos.registry import ADVANTAGES, get, register
+from sesa_cli.algos.registry import ADVANTAGES, PENALTY_APART, get, register
 from sesa_cli.config import AlgoConfig
 
 __all__ = [
@@ -107,11 +107,22 @@ def rloo(rewards: Tensor, cfg: AlgoConfig, on_policy: Tensor | None = None) -> T
     return rewards - torch.where(use, on_mean, leave_one_out_mean)
 
 
-def compute_advantages(rewards: Tensor, cfg: AlgoConfig, on_policy: Tensor | None = None) -> Tensor:
+def compute_advantages(
+    rewards: Tensor, cfg: AlgoConfig, on_policy: Tensor | None = None, penalties: Tensor | None = None
+) -> Tensor:
     """Advantages of the estimator ``cfg.advantage``: rewards (n_groups, group) -> advantages (n_groups, group).
-    ``on_policy`` (bool, (n_groups, group)): take the baseline from on-policy rollouts only (module docstring)."""
-    advantages: Tensor = get(ADVANTAGES, cfg.advantage, "algo.advantage")(rewards, cfg, on_policy=on_policy)
-    return advantages
+    ``on_policy`` (bool, (n_groups, group)): take the baseline from on-policy rollouts only (module docstring).
+    ``penalties`` (n_groups, group): the format penalties inside ``rewards`` (``Score.penalty``); an estimator of
+    :data:`~sesa_cli.algos.registry.PENALTY_APART` gets the rewards without them and the penalties apart, every
+    other the rewards as they are."""
+    estimator = get(ADVANTAGES, cfg.advantage, "algo.advantage")
+    if penalties is None or cfg.advantage not in PENALTY_APART:
+        advantages: Tensor = estimator(rewards, cfg, on_policy=on_policy)
+        return advantages
+    if penalties.shape != rewards.shape:
+        raise ValueError(f"penalties {tuple(penalties.shape)} must match rewards {tuple(rewards.shape)}")
+    apart: Tensor = estimator(rewards - penalties.to(rewards.dtype), cfg, on_policy=on_policy, penalties=penalties)
+    return apart
 
 
 def no_on_policy_groups(on_policy: Tensor) -> Tensor:

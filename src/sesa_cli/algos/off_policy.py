@@ -65,10 +65,13 @@ class OffPolicy:
         self.algo = algo
         self.gather = gather
 
-    def advantages(self, rewards: Tensor, off_policy: Tensor) -> tuple[Tensor, dict[str, float]]:
-        """rewards (n_groups, group) float, off_policy (n_groups, group) bool -> advantages (n_groups, group) and
-        their ``loss/*`` statistics."""
-        return compute_advantages(rewards, self.algo), {}
+    def advantages(
+        self, rewards: Tensor, off_policy: Tensor, penalties: Tensor | None = None
+    ) -> tuple[Tensor, dict[str, float]]:
+        """rewards (n_groups, group) float, off_policy (n_groups, group) bool, penalties (n_groups, group) the
+        format penalties inside the rewards (:func:`~sesa_cli.algos.advantages.compute_advantages`) -> advantages
+        (n_groups, group) and their ``loss/*`` statistics."""
+        return compute_advantages(rewards, self.algo, penalties=penalties), {}
 
     def rows(
         self,
@@ -137,10 +140,12 @@ class OnPolicyBaseline(OffPolicy):
     """``on_policy_baseline``: the group baseline from the group's on-policy rows only (the scale as the estimator
     has it); a group with none keeps the estimator's own, counted in ``loss/baseline_fallback_frac``."""
 
-    def advantages(self, rewards: Tensor, off_policy: Tensor) -> tuple[Tensor, dict[str, float]]:
+    def advantages(
+        self, rewards: Tensor, off_policy: Tensor, penalties: Tensor | None = None
+    ) -> tuple[Tensor, dict[str, float]]:
         on_policy = ~off_policy
-        paper = compute_advantages(rewards, self.algo)
-        adv = compute_advantages(rewards, self.algo, on_policy=on_policy)
+        paper = compute_advantages(rewards, self.algo, penalties=penalties)
+        adv = compute_advantages(rewards, self.algo, on_policy=on_policy, penalties=penalties)
         return adv, {
             "loss/adv_changed_frac": float((adv != paper).float().mean()),
             "loss/baseline_fallback_frac": float(no_on_policy_groups(on_policy).float().mean()),

@@ -20,6 +20,7 @@ __all__ = [
     "LR_SCHEDULES",
     "NEEDS_ENTROPIES",
     "OFF_POLICY",
+    "PENALTY_APART",
     "POLICY_LOSSES",
     "ZERO_AT_ZERO_ADVANTAGE",
     "get",
@@ -41,6 +42,11 @@ ZERO_AT_ZERO_ADVANTAGE: set[str] = set()
 whatever their log-probs, and leave the other rows' terms unchanged (declared with ``register(...,
 zero_at_zero_advantage=True)``). The trainer skips the forward pass of such rows when no KL or entropy term needs it
 (every row of a zero-std group); they still count in the aggregation."""
+PENALTY_APART: set[str] = set()
+"""The names in :data:`ADVANTAGES` whose transform of a group's rewards would hide a per-sample format penalty (a
+k-subset scored by its best member: an invalid reply among valid failures is never the best): they take the
+rewards without it and the penalties apart, ``fn(rewards, cfg, on_policy=None, penalties=None)`` (declared with
+``register(..., penalty_apart=True)``; sesa_cli.algos.passk). The others get the rewards, penalties included."""
 NEEDS_ENTROPIES: set[str] = set()
 """The names in :data:`POLICY_LOSSES` that read the policy's per-token entropies (a loss that acts on the
 high-entropy tokens only, say; declared with ``register(..., needs_entropies=True)``): the update computes them for
@@ -64,12 +70,16 @@ def register(
     *,
     zero_at_zero_advantage: bool = False,
     needs_entropies: bool = False,
+    penalty_apart: bool = False,
 ) -> Callable[[F], F]:
     """Decorator adding a function to ``registry`` under ``name``; a name already taken raises ``ValueError``.
     ``zero_at_zero_advantage`` and ``needs_entropies`` (policy losses only) declare the properties of
-    :data:`ZERO_AT_ZERO_ADVANTAGE` and :data:`NEEDS_ENTROPIES`."""
+    :data:`ZERO_AT_ZERO_ADVANTAGE` and :data:`NEEDS_ENTROPIES`, ``penalty_apart`` (advantages only) that of
+    :data:`PENALTY_APART`."""
     if (zero_at_zero_advantage or needs_entropies) and registry is not POLICY_LOSSES:
         raise ValueError("zero_at_zero_advantage and needs_entropies describe policy losses only")
+    if penalty_apart and registry is not ADVANTAGES:
+        raise ValueError("penalty_apart describes advantages only")
 
     def decorator(fn: F) -> F:
         if name in registry:
@@ -79,6 +89,8 @@ def register(
             ZERO_AT_ZERO_ADVANTAGE.add(name)
         if needs_entropies:
             NEEDS_ENTROPIES.add(name)
+        if penalty_apart:
+            PENALTY_APART.add(name)
         return fn
 
     return decorator

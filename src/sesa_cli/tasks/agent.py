@@ -39,7 +39,7 @@ from __future__ import annotations
 import hashlib
 import random
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, ClassVar
 
@@ -51,6 +51,31 @@ from sesa_cli.tasks.ragen import RagenTask
 COMPACT_LAYOUT = "\n:?!|"
 """The characters of the compact layout: line breaks, ``:`` (a turn follows), ``?`` (plans follow), ``!`` (the
 episode that carries out this plan follows), the stop."""
+
+
+SOLUTION_KEYS = ("route", "states", "actions")
+"""The values of ``task.solution_key`` (:class:`AgentTaskConfig`)."""
+NO_MOVE = "stay"
+"""The solution key of a valid episode that never changed its state (every move into a wall, say)."""
+
+
+def erase_loops(path: Sequence[tuple[Hashable, str]], start: Hashable) -> list[tuple[Hashable, str]]:
+    """The loop-erased ``path``: (state, move into it) steps from ``start``, cut back to a state's first visit
+    whenever the walk returns to it (chronological loop erasure, as in Lawler's loop-erased random walk). Every step
+    kept is one the episode took (the last visit of a state is followed by a real move), so the route is a walk of
+    the environment's own transitions."""
+    route: list[tuple[Hashable, str]] = []
+    place: dict[Hashable, int] = {start: 0}  # state -> its index in [start, *route's states]
+    for state, move in path:
+        at = place.get(state)
+        if at is None:
+            route.append((state, move))
+            place[state] = len(route)
+            continue
+        for gone, _ in route[at:]:
+            del place[gone]
+        del route[at:]
+    return route
 
 
 @dataclass
@@ -79,6 +104,14 @@ class AgentTaskConfig(TaskConfig):
     format_penalty: float = -0.1
     """The reward of an invalid reply (unparseable, empty, an unknown action, too many actions, extra text), which
     also ends the episode (RAGEN: -0.1, and RAGEN plays on)."""
+    solution_key: str = "route"
+    """What makes two episodes "the same solution" (``Score.key``: distinct@k, the exact policy metrics, the bonuses
+    and the loss rules that count solutions, a sketch's identity in chain health). ``route``: the states the episode
+    went through with every loop erased (a move that changes nothing, and a detour that comes back to a state it
+    left, add nothing: two routes differ only where they visit different states); ``states``: the states with
+    consecutive repeats removed (a move that changes nothing adds nothing, a detour that returns is a new solution);
+    ``actions``: the executed actions as typed (a move into a wall is a new solution: the key before 2026-12-07,
+    which a policy rewarded for new keys learned to game; docs/metrics.md, "What a solution is")."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -93,6 +126,8 @@ class AgentTaskConfig(TaskConfig):
             raise ConfigError(f"task.warm_start_plan_lines={self.warm_start_plan_lines} must be in [0, 1)")
         if self.format_penalty > 0:
             raise ConfigError(f"task.format_penalty={self.format_penalty} must be <= 0 (it is a penalty)")
+        if self.solution_key not in SOLUTION_KEYS:
+            raise ConfigError(f"task.solution_key={self.solution_key!r}; valid: {', '.join(SOLUTION_KEYS)}")
 
 
 def derive_seed(*parts: Any) -> int:
@@ -119,7 +154,12 @@ class Env(ABC):
         self.done = False
         self.success = False
         self.history: list[str] = []
-        """Every executed action, in order (the episode's solution key)."""
+        """Every executed action, in order (``Score.actions``)."""
+        self.start: Hashable = None
+        """The state the episode started in (recorded by its first action)."""
+        self.path: list[tuple[Hashable, str]] = []
+        """Every change of state: (the state after it, :meth:`move_name` of the action that made it), in order; an
+        action that left the state as it was adds nothing (the episode's solution key, :meth:`solution_key`)."""
         self.total_reward = 0.0
         """Sum of the turn rewards so far (format penalties included)."""
         self.invalid = False
@@ -133,6 +173,17 @@ class Env(ABC):
     @abstractmethod
     def render(self) -> str:
         """The current state as text in the task's style."""
+
+    @abstractmethod
+    def state(self) -> Hashable:
+        """Everything that decides what the next action does (a grid world's player and boxes, a board): equal
+        states are the same situation, whatever led to it."""
+
+    def move_name(self, action: str, before: Hashable, after: Hashable) -> str:
+        """How a solution key writes the change of state ``before`` -> ``after`` that ``action`` made: by default
+        the action (a deterministic environment's action and state decide the next state, so the moves of a key
+        decide its states). A slippery world names the move that happened instead of the one intended."""
+        return action
 
     # ---------------------------------------------------------------- the shared part
     @property
@@ -153,26 +204,52 @@ class Env(ABC):
         reward = 0.0
         executed: list[str] = []
         for action in actions[: self.actions_left]:
-            step_reward, over, solved = self.apply(action)
             executed.append(action)
-            reward += step_reward
-            if over:
-                self.done, self.success = True, solved
+            reward += self.execute(action)
+            if self.done:
                 break
         self.actions_used += len(executed)
-        self.history.extend(executed)
         if self.actions_left <= 0 or self.turns >= self.cfg.max_turns:
             self.done = True  # truncated: out of actions or turns, not solved
         feedback = "" if self.done else self.task.feedback(self, reward)
         self.total_reward += reward
         return Turn(feedback, reward, self.done, self.success, tuple(executed), True)
 
+    def execute(self, action: str) -> float:
+        """Run one canonical action (the episode's budget is the caller's): its reward; records it in
+        :attr:`history` and, when it changed the state, in :attr:`path`; ends the episode when the action does."""
+        before = self.state()
+        if not self.history:
+            self.start = before
+        reward, over, solved = self.apply(action)
+        self.history.append(action)
+        after = self.state()
+        if after != before:
+            self.path.append((after, self.move_name(action, before, after)))
+        if over:
+            self.done, self.success = True, solved
+        return reward
+
+    def solution_key(self) -> str:
+        """What the episode did, as ``task.solution_key`` reads it (:class:`AgentTaskConfig`): the moves of its
+        loop-erased route (``route``), of every change of state (``states``), or every executed action
+        (``actions``), joined by ","; :data:`NO_MOVE` for an episode whose state never changed."""
+        how = self.cfg.solution_key
+        if how == "actions":
+            moves = list(self.history)
+        else:
+            steps = erase_loops(self.path, self.start) if how == "route" else self.path
+            moves = [move for _, move in steps]
+        return ",".join(moves) or NO_MOVE
+
     def score(self) -> Score:
         """The episode's verdict: reward = sum of turn rewards (RAGEN's ``use_turn_scores=False``, credited to the
-        whole trajectory), success = solved, key = the executed actions joined by ",", None when a reply was
-        invalid (``eval/valid``: the share of episodes of valid replies only, as ``policy/valid_mass``)."""
-        key = None if self.invalid else ",".join(self.history) or None
-        return Score(reward=self.total_reward, success=self.success, key=key)
+        whole trajectory), success = solved, key = :meth:`solution_key`, None when a reply was invalid
+        (``eval/valid``: the share of episodes of valid replies only, as ``policy/valid_mass``), actions = the
+        executed actions, penalty = the format penalty an invalid reply paid."""
+        key = None if self.invalid else self.solution_key()
+        penalty = self.cfg.format_penalty if self.invalid else 0.0
+        return Score(self.total_reward, self.success, key, actions=tuple(self.history), penalty=penalty)
 
 
 class AgentTask(RagenTask):
@@ -299,6 +376,7 @@ class AgentTask(RagenTask):
             del fields["sketch_max_actions"]  # the default: the bases cached before the field existed stay valid
         if not self.cfg.warm_start_plan_lines:
             del fields["warm_start_plan_lines"]  # likewise
+        del fields["solution_key"]  # how episodes are counted, not what the corpus holds
         # The corpus is played on seed 0's training instances whatever the run's seed, so every seed of a sweep
         # starts from the same cached base (as runs of a pretrained model do).
         # v5 for the chat style: its header names the per-turn action limit (docs/tasks.md, "What a valid reply is"); compact corpora are unchanged
@@ -336,7 +414,7 @@ class AgentTask(RagenTask):
     def transcript(self, inst: Any, responses: Sequence[str]) -> tuple[str, Score]:
         """The runner's exact text ``prompt + sum_t(response_t + feedback_t)`` (stopping when done) and its Score.
 
-        Score: reward = sum of turn rewards, success = solved, key = executed actions joined by ",".
+        Score: reward = sum of turn rewards, success = solved, key = what the episode did (``Env.solution_key``).
         """
         text, score = self.play(inst, responses)
         return self.prompt(inst) + text, score
@@ -359,8 +437,18 @@ class AgentTask(RagenTask):
         return self.layout.plan(sketch, self.sketch_max_actions)
 
     def sketch_key(self, inst: Any, sketch: str) -> str | None:
+        """What the plan does played blind from the start (its actions until the episode would end or its budget is
+        spent), keyed as an episode is (``task.solution_key``): plans that differ only by moves that change nothing
+        are one sketch."""
         actions = self.plan_actions(sketch)
-        return None if actions is None else ",".join(actions)
+        if actions is None:
+            return None
+        env = self.make_env(inst)
+        for action in actions[: self.cfg.max_actions]:
+            env.execute(action)
+            if env.done:
+                break
+        return env.solution_key()
 
     def sketch_response(self, inst: Any, sketch: str) -> str | None:
         """The first turn that plays the plan (its first ``max_actions_per_turn`` actions)."""
@@ -371,7 +459,7 @@ class AgentTask(RagenTask):
         """The episode executed the plan: its first actions are the plan's (all of them, or as many as were played
         before the episode ended)."""
         plan = self.plan_actions(sketch)
-        played = score.key.split(",") if score.key else []
+        played = list(score.actions)
         n = min(len(plan or []), len(played))
         return plan is not None and n > 0 and played[:n] == plan[:n]
 

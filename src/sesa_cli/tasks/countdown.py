@@ -245,9 +245,10 @@ class CountdownTask(RagenTask):
         """RAGEN's reward (1 / 0.1 / 0, or format_penalty without an answer); success = reward 1; key = canonical
         equation (None if it does not parse)."""
         expr = self.answer(completion)
-        reward = ragen_reward(expr, inst.nums, inst.target) if expr is not None else self.cfg.format_penalty
-        key = safe_arith.canonical(expr) if expr is not None else None
-        return Score(reward=reward, success=reward == SCORE, key=key)
+        if expr is None:
+            return Score(self.cfg.format_penalty, False, None, penalty=self.cfg.format_penalty)
+        reward = ragen_reward(expr, inst.nums, inst.target)
+        return Score(reward=reward, success=reward == SCORE, key=safe_arith.canonical(expr))
 
     def target_keys(self, inst: CountdownInstance) -> frozenset[str] | None:
         """Keys of every correct equation: exhaustive over all trees for up to 4 numbers (~10 ms, cached); None

@@ -26,7 +26,7 @@ from __future__ import annotations
 import copy
 import random
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -115,6 +115,7 @@ Moves = list[list[tuple[int, float, bool]]]
 """A map's deterministic transitions: ``moves[state][action] = (next state, reward, terminated)``."""
 
 _MOVES = {"Left": (0, -1), "Down": (1, 0), "Right": (0, 1), "Up": (-1, 0)}
+_NAMES = {delta: name for name, delta in _MOVES.items()}
 
 
 def shortest_path(board: Sequence[Sequence[str]], start: tuple[int, int]) -> list[str] | None:
@@ -206,6 +207,16 @@ class FrozenLakeEnv(Env):
             self._s = int(state)
         r, c = self.position
         return float(reward), bool(terminated), self.inst.desc[r][c] == "G"
+
+    def state(self) -> int:
+        """The player's cell (gymnasium's ``row * ncol + col``): the map is the instance's."""
+        return self._s
+
+    def move_name(self, action: str, before: Hashable, after: Hashable) -> str:
+        """The direction the player moved (on slippery ice, not always the one intended)."""
+        ncol = len(self.inst.desc[0])
+        (r0, c0), (r1, c1) = divmod(int(before), ncol), divmod(int(after), ncol)  # type: ignore[call-overload]
+        return _NAMES.get((r1 - r0, c1 - c0), action)
 
     def render(self) -> str:
         """The state as text; a function of the map and the player's cell, so drawn once per task (a bounded cache:

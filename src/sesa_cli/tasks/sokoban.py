@@ -247,6 +247,10 @@ class SokobanEnv(Env):
             reward += 10.0
         return reward, solved, solved
 
+    def state(self) -> tuple[Cell, frozenset[Cell]]:
+        """The player's cell and the boxes' (walls, floor and targets are the instance's)."""
+        return self.player, self.boxes
+
     def render(self) -> str:
         def symbol(r: int, c: int) -> str:
             cell = (r, c)

@@ -271,6 +271,10 @@ class SudokuEnv(Env):
         n = len(self.board)
         return [v for v in range(1, n + 1) if not conflicts(self.board, r, c, v)]
 
+    def state(self) -> tuple[tuple[int, ...], ...]:
+        """The board (0 = an empty cell)."""
+        return tuple(tuple(row) for row in self.board)
+
     def render(self) -> str:
         if not self.task.chat:
             return "\n".join("".join(str(v) if v else "." for v in row) for row in self.board)

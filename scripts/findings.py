@@ -147,6 +147,22 @@ def _best(rows: list[dict[str, str]], metric: str) -> dict[str, str]:
     return max(methods, key=lambda row: _cell(row[metric])[0])
 
 
+MARK = "†"
+"""What the page's tables put after an exact figure whose walk pruned too much (sesa_cli.intervals.EXACT_MARK): no
+answer rests on it."""
+
+
+def _lost(tables_: list[list[dict[str, str]]], label: str) -> str:
+    """The ``runs lost`` cell of the group numbered as ``label`` in the section's headline table ("" for none, or a
+    page written before runs lost were counted)."""
+    number = label.split(" ", 1)[0]
+    for rows in tables_:
+        for row in rows:
+            if row.get("group", "").split(" ", 1)[0] == number and row.get("runs lost", "0") != "0":
+                return row["runs lost"]
+    return ""
+
+
 def _cell(cell: str) -> tuple[float, float, float]:
     """(mean, low, high) of a ``mean [low, high]`` cell."""
     m = CELL.match(cell)
@@ -179,6 +195,7 @@ def findings(text: str, rows: Sequence[Row] = ROWS) -> list[str]:
             wanted = [t for _, t in parsed if t and "n" in t[0]]
         else:  # the differences to the baseline
             wanted = [t for before, t in parsed if before.startswith("Difference to")]
+            baseline = next((b for b, _ in parsed if b.startswith("Difference to")), "").removeprefix("Difference to ")
         if not wanted:
             raise PageError(f"claim {row.claim}: no {'headline' if row.level else 'difference'} table")
         if row.best:
@@ -196,7 +213,15 @@ def findings(text: str, rows: Sequence[Row] = ROWS) -> list[str]:
             if metric not in group:
                 raise PageError(f"claim {row.claim}: no {metric} column")
             cell = group[metric]
+            if cell.endswith(MARK):  # an exact figure of a walk that pruned too much: no answer rests on it
+                answers.append(f"{name} not read ({MARK}: the exact walk cut more than 0.05 of a run's mass)")
+                continue
             answers.append(f"{name} {cell}" if row.level else f"{name} {phrase(cell)}: {cell}")
+        headlines = [t for _, t in parsed if t and "n" in t[0]]
+        lost = _lost(headlines, group["group"])  # a mean that holds broken runs says how many
+        answers += [lost] if lost else []
+        lost = "" if row.level else _lost(headlines, baseline)
+        answers += [f"baseline {lost}"] if lost else []
         lines.append(f"| [{row.claim}](docs/results.md#{slug(heading)}) | {question} | {'; '.join(answers)} |")
     return lines
 

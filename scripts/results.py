@@ -48,10 +48,11 @@ import yaml
 
 from sesa_cli.config import ConfigError
 from sesa_cli.metric_keys import find, key
+from sesa_cli.report.columns import with_pruned
 from sesa_cli.report.document import Report, analyse, write_report
 from sesa_cli.report.runs import METRICS_JSONL, parse_overrides
 from sesa_cli.report.stats import METHOD, difference_interval, format_interval, mean_interval
-from sesa_cli.report.tables import at_k_values, difference_table, headline_table, markdown_table, method_name
+from sesa_cli.report.tables import at_k_values, markdown_table, method_name
 from sesa_cli.runs import git_commit, read_metrics
 
 CLAIMS_FILE = Path(__file__).with_name("claims.yaml")
@@ -516,6 +517,8 @@ def write_groups(report: Report, path: Path) -> None:
     page's tables label the groups."""
     rows = report.groups[report.groups["metric"].isin(report.headline)]
     table = rows[["group", "metric", "n_seeds", "final_mean", "final_low", "final_high"]].copy()
+    lost = report.lost()
+    table["lost"] = table["group"].map(lambda g: lost[g][0])
     table["group"] = table["group"].map(report.labels)
     table.to_csv(path, index=False)
 
@@ -559,6 +562,7 @@ def head_to_head_figure(figures: Path) -> Path | None:
                 continue
             px, py = rows.loc[x], rows.loc[HEAD_TO_HEAD["success"]]
             color, marker = style[method_name(group)]
+            lost = int(py.get("lost", 0))  # a section written before runs lost were counted has none
             ax.errorbar(
                 [px["final_mean"]],
                 [py["final_mean"]],
@@ -566,11 +570,15 @@ def head_to_head_figure(figures: Path) -> Path | None:
                 yerr=[[py["final_mean"] - py["final_low"]], [py["final_high"] - py["final_mean"]]],
                 color=color,
                 marker=marker,
+                mfc="none" if lost else color,  # hollow: the group lost runs (their values are in its mean)
                 ms=9 if marker == "*" else 6,
                 capsize=2,
                 lw=0.8,
                 alpha=0.85,
             )
+            if lost:
+                ax.annotate(f"{lost}/{int(py['n_seeds'])} lost", (px["final_mean"], py["final_mean"]), fontsize=7,
+                            xytext=(4, -9), textcoords="offset points", color=color)  # fmt: skip
         ax.set_xlabel(textwrap.fill(DIVERSITY_LABELS.get(x, x), 32))  # a panel's width: labels side by side stay apart
         ax.set_ylabel(f"{HEAD_TO_HEAD['success']} (final)" if i == 0 else "")
         ax.set_title(title, fontsize=9)
@@ -632,9 +640,9 @@ def _claim_section(session: Session, claim: Claim, runs: list[Path], figures: Pa
     out = session.root / "reports" / claim.key
     files = write_report(report, out)
     lines += [f"{report.intro()} Full report: `{shown(out / 'report.html', session.root)}`.", ""]
-    lines += [markdown_table(headline_table(report.groups, report.headline, report.labels), index=False), ""]
-    if report.compare is not None and not report.compare.empty:
-        difference = difference_table(report.compare, report.headline, report.labels)
+    lines += [markdown_table(report.headline_frame(), index=False), ""]
+    difference = report.difference_frame()
+    if difference is not None:
         lines += [f"{report.difference_title()}:", "", markdown_table(difference, index=False), ""]
     if claim.gains and report.baseline is not None:
         lines += gains_table(report)
@@ -653,7 +661,7 @@ def _claim_section(session: Session, claim: Claim, runs: list[Path], figures: Pa
 def use_headline(report: Report, metrics: Sequence[str]) -> None:
     """Make those of ``metrics`` the runs logged the report's headline (none logged, or none given: keep its own)."""
     logged = set(report.per_run["metric"])
-    report.headline = [m for m in metrics if m in logged] or report.headline
+    report.headline = with_pruned([m for m in metrics if m in logged] or report.headline, logged)
 
 
 def gains_table(report: Report, metric: str = "eval/success") -> list[str]:

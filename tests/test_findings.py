@@ -117,3 +117,27 @@ def test_a_best_row_names_the_published_method_with_the_highest_mean_difference(
     assert "| best: LTE − GRPO | d higher: +1.20 [0.30, 2.10] |" in line
     with pytest.raises(findings.PageError, match="no published method's group with a eval/pass@16"):
         findings.findings(H2H_PAGE, (findings.Row("IX", "?", 0, (("eval/success", "s"),), best="eval/pass@16"),))
+
+
+def test_no_answer_rests_on_a_marked_exact_figure_and_runs_lost_are_said():
+    page = """# Results
+
+## IV. The agent task: FrozenLake
+
+| group | n | runs lost | eval/success | policy/effective_solutions | policy/pruned_mass |
+|---|---|---|---|---|---|
+| [1] parallel | 5 | 1 of 5 runs lost | 0.859 [0.819, 0.898] | 1.20 [1.10, 1.30] | 0.002 [0.001, 0.003] |
+| [2] sequential (!) | 5 | 0 | 0.893 [0.877, 0.910] | 2.10 [1.90, 2.30] † | 0.200 [0.010, 0.390] |
+
+Difference to [1] parallel (group − baseline, final values, paired by seed):
+
+| group | eval/success | policy/effective_solutions | policy/pruned_mass |
+|---|---|---|---|
+| [2] sequential | +0.0346 [-0.0150, 0.0842] | +0.90 [0.70, 1.10] † | +0.198 [0.009, 0.388] |
+"""
+    rows = (findings.Row("IV", "q", 2, (("eval/success", "success"), findings.EXACT_DIVERSITY)),)
+    (line,) = findings.findings(page, rows)[2:]
+    assert "success no clear difference: +0.0346 [-0.0150, 0.0842]" in line
+    assert "winning episodes (exact policy) not read (†" in line
+    assert "higher" not in line
+    assert line.endswith("; baseline 1 of 5 runs lost |")

@@ -81,7 +81,7 @@ def test_report_leads_with_the_answer(built: ReportFiles) -> None:
     ]
     assert order == sorted(order)
     headline = markdown[markdown.index("## Headline") : markdown.index("## Plots")]
-    assert "| group | n | policy/effective_solutions | policy/target_mass | eval/success |" in headline
+    assert "| group | n | runs lost | policy/effective_solutions | policy/target_mass | eval/success |" in headline
     assert ENTROPY not in headline
     assert "time/" not in headline
     html = built["html"].read_text()
@@ -123,7 +123,11 @@ def test_console_tables_fit_80_columns(built: ReportFiles, sweep: Path, tmp_path
 
     report = analyse([built["summary"].parent.parent / "multirun" / "10-00-00"])
     tables = console_tables(report)
-    assert tables[0] == ("groups", ["#", "group", "seeds"], [["[1]", "parallel", "2"], ["[2]", "sequential", "2"]])
+    assert tables[0] == (
+        "groups",
+        ["#", "group", "seeds", "lost"],
+        [["[1]", "parallel", "2", "0"], ["[2]", "sequential", "2", "0"]],
+    )
     title, headers, _rows = tables[1]
     assert title == "policy/effective_solutions (final)"
     assert headers == ["#", "mean", "95% interval", "− [1]", "95% interval"]
@@ -782,9 +786,9 @@ def test_the_cpu_each_group_ran_on_is_named_where_groups_differ(tmp_path: Path) 
     report = analyse(runs)
     assert "cpu per group: parallel: Xeon A; sequential: Xeon B" in report.notes
     assert "kernels per group: parallel: AVX512; sequential: AVX2" in report.notes
-    from sesa_cli.report.document import runs_table
+    from sesa_cli.report.environment import runs_table
 
-    assert list(runs_table(report)["cpu"]) == ["Xeon A (AVX512)"] * 2 + ["Xeon B (AVX2)"] * 2
+    assert list(runs_table(report.runs, report.labels)["cpu"]) == ["Xeon A (AVX512)"] * 2 + ["Xeon B (AVX2)"] * 2
 
 
 def test_best_values_follow_each_metrics_declared_direction() -> None:

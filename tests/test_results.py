@@ -215,7 +215,7 @@ def test_page_from_a_fake_sweep(tmp_path: Path) -> None:
     assert "Difference to [1] parallel" in section
     assert section.count("| [") == 4 + 3
     assert "step=last" in section
-    assert "| group | n | eval/success |" in text[text.index("## IV.") :]
+    assert "| group | n | runs lost | eval/success |" in text[text.index("## IV.") :]
     # IV, V and VI in the paper's form: the fabricated eval/success is (0.1 + slope * step + 0.01 * seed) / 2, slope 0.03
     # (parallel) or 0.05 (sequential), 10 steps: both start at 0.0525 (seeds 0, 1), gain 0.15 and 0.25, and
     # 0.25 / 0.15 - 1 = +67%

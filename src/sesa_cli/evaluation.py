@@ -78,7 +78,8 @@ def rollout_stats(rows: Sequence[Rollout]) -> dict[str, float]:
 
 def summarize(task: Task, groups: Sequence[Sequence[Rollout]], prefix: str = "eval/") -> dict[str, float]:
     """Average over instances of the per-instance metrics of its n samples (n = len of each group): the
-    :func:`rollout_stats` and the @k metrics at k = 1, 2, 4, ..., n; grader timeouts are counted over all samples."""
+    :func:`rollout_stats`, Cover@τ (:func:`sesa_cli.metrics.cover_at`) and the @k metrics at k = 1, 2, 4, ..., n
+    (every k: :func:`success_counts`); grader timeouts are counted over all samples."""
     n = len(groups[0])
     ks = M.power_of_two_ks(n)
     per = []
@@ -88,6 +89,8 @@ def summarize(task: Task, groups: Sequence[Sequence[Rollout]], prefix: str = "ev
         c = sum(correct)
         stats = rollout_stats(group)
         targets = task.target_keys(group[0].inst)
+        for tau in M.COVER_TAUS:
+            stats[f"cover@{tau:g}"] = M.cover_at([c], [n], tau)  # the mean over instances is the share
         for k in ks:
             stats[f"pass@{k}"] = M.pass_at_k(n, c, k)
             stats[f"distinct@{k}"] = M.distinct_at_k(keys, k)
@@ -96,6 +99,17 @@ def summarize(task: Task, groups: Sequence[Sequence[Rollout]], prefix: str = "ev
                 stats[f"coverage@{k}"] = M.coverage_at_k(keys, targets, k)
         per.append(stats)
     return {prefix + key: value for key, value in M.mean_over_pools(per).items()}
+
+
+def success_counts(step: int, groups: Sequence[Sequence[Rollout]]) -> dict[str, Any]:
+    """One ``eval_counts.jsonl`` line: per instance, how many of its samples succeeded (``correct``) out of how many
+    (``samples``). pass@k for *every* k up to n follows from it exactly (:func:`sesa_cli.metrics.pass_at_k`: the
+    report's pass@k curve), where the evaluation row holds k = 1, 2, 4, ..., n."""
+    return {
+        "step": step,
+        "samples": [len(g) for g in groups],
+        "correct": [sum(r.score.success for r in g) for g in groups],
+    }
 
 
 def greedy_summary(
@@ -193,7 +207,13 @@ class Evaluation:
         self.plain = ParallelSampler(sampler_cfg, task, policy, dtype)  # the plain prompt, whatever draws
         self.sampler: Sampler = sampler if sampler is not None else self.plain
         self.greedy = ParallelSampler(sampler_cfg, task, policy, dtype, greedy=True)
-        self.exact = ExactPolicy(self.plain, self.instances[: protocol.policy_instances], rows=max_rows or 256)
+        self.exact = ExactPolicy(
+            self.plain,
+            self.instances[: protocol.policy_instances],
+            rows=max_rows or 256,
+            min_prob=protocol.walk_min_prob,
+            max_branches=protocol.walk_branches,
+        )
         self.sampler_name = "parallel" if self.sampler is self.plain else sampler_cfg.name
         self.temperature = sampler_cfg.temperature
 

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -124,6 +125,61 @@ def is_missing(value: object) -> bool:
 GAP_LIMIT = 3.0
 """``policy/sampled_gap`` above this many standard deviations: the sampled success and the exact policy disagree
 (the report marks the run; about 0.3% of agreeing evaluations pass it by chance)."""
+
+
+PRUNED_LIMIT = 0.05
+"""The most ``policy/pruned_mass`` (the probability the exact episode walk cut unexpanded, averaged over the walked
+instances) at which an exact figure is read as the policy's value. Above it the walk saw too little of the policy:
+every display shows the exact mass figures as the interval they lie in, ``[value, value + pruned]``
+(:data:`BOUNDED`), marks every other ``policy/*`` figure with :data:`EXACT_MARK` (it describes the walked part of
+the policy only), fails the sampled-gap check (:func:`gap_fails`: an interval that wide tests nothing) and a report
+bases no sentence on them (sesa_cli.report.marks). The default walk keeps the default recipes under it at their
+last step (``eval.walk_branches``; docs/metrics.md, "Exact figures and pruned mass")."""
+PRUNED = "policy/pruned_mass"
+BOUNDED = ("policy/target_mass", "policy/valid_mass")
+"""The exact figures that are probabilities of the walked episodes: the true value lies in [value, value + pruned]."""
+EXACT_MARK = "†"
+"""What an exact figure over :data:`PRUNED_LIMIT` carries in every table that shows it."""
+UNCHECKED = ("policy/pruned_mass", "policy/sampled_gap")
+"""The ``policy/*`` keys that say how far the others can be trusted: never marked themselves."""
+
+
+def over_pruned(row: Mapping[str, Any]) -> float | None:
+    """``row``'s ``policy/pruned_mass`` where it is above :data:`PRUNED_LIMIT` (its exact figures then cover too
+    little of the policy), else None."""
+    pruned = row.get(PRUNED)
+    return float(pruned) if isinstance(pruned, (int, float)) and pruned > PRUNED_LIMIT else None
+
+
+def exact_text(key: str, value: float, row: Mapping[str, Any], shown: Callable[[float], str]) -> str:
+    """``value`` of metric ``key`` as a table shows it, ``shown`` formatting a number: as it is, unless ``row`` (the
+    evaluation ``value`` is from) walked too little of the policy (:func:`over_pruned`): then a mass figure is the
+    interval it lies in (:data:`BOUNDED`), the sampled gap says its check fails, and any other ``policy/*`` figure
+    carries :data:`EXACT_MARK`."""
+    pruned = over_pruned(row)
+    if pruned is None or not key.startswith("policy/") or key == PRUNED:
+        return shown(value)
+    if key in BOUNDED:
+        return f"[{shown(value)}, {shown(min(1.0, value + pruned))}]"
+    if key == "policy/sampled_gap":
+        return f"{shown(value)} (fails: untestable)"
+    return f"{shown(value)} {EXACT_MARK}"
+
+
+def pruned_note(pruned: float) -> str:
+    """The line under a table whose exact figures walked too little of the policy (:func:`exact_text`)."""
+    return (
+        f"{EXACT_MARK} the exact walk cut {pruned:.3g} of the policy's mass (more than {PRUNED_LIMIT:g}): the mass "
+        "figures are shown as the interval they lie in, the other policy/* figures describe the walked part only, "
+        'and the sampled-gap check cannot pass (docs/metrics.md, "Exact figures and pruned mass")'
+    )
+
+
+def gap_fails(gap: float, pruned: float) -> bool:
+    """The sampled-gap check (``policy/sampled_gap``, ``policy/pruned_mass``): it fails where the sampled success
+    lies more than :data:`GAP_LIMIT` standard deviations from the exact interval, and where the interval is too wide
+    to test (pruned mass above :data:`PRUNED_LIMIT`): a pass there would say nothing."""
+    return gap > GAP_LIMIT or pruned > PRUNED_LIMIT
 
 
 def sampled_gap(success: Sequence[Sequence[bool]], target_mass: Sequence[float], pruned: Sequence[float]) -> float:

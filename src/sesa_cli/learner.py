@@ -136,6 +136,7 @@ class Learner:
         n = batch.response_mask.shape[0]
         sums: dict[str, list[float]] = {}
         norms: list[float] = []
+        skipped = 0  # mini-batches whose loss was not finite (each skips its optimizer step)
         self.model.train()
         for _epoch in range(algo.ppo_epochs):
             # the run's generator lives on the host (the sampler draws from it too): the order is drawn there
@@ -170,6 +171,7 @@ class Learner:
                     loss = loss + term.settings.coef * term_loss
                     m.update(term_metrics)
                 if not self._finite(loss, step):
+                    skipped += 1
                     continue
                 o = self.cfg.optim
                 norms.append(optimizer_step(loss, self.optimizer, self.trainable, self.dist, o.max_grad_norm,
@@ -178,6 +180,7 @@ class Learner:
                 for k, v in m.items():
                     sums.setdefault(k, []).append(v)
         self.model.eval()
+        stats["optim/nonfinite_losses"] = float(skipped)
         # A statistic of the whole batch (the importance weights of its solution rows) is not replaced by the mean
         # of compute_loss's per-mini-batch values of it.
         stats.update({f"loss/{k}": float(np.mean(v)) for k, v in sums.items() if f"loss/{k}" not in stats})

@@ -207,6 +207,17 @@ METRIC_KEYS: tuple[MetricKey, ...] = (
         f"{_M}.coverage_at_k",
     ),
     MetricKey(
+        "eval/cover@0.5",
+        "Cover@0.5 (arXiv 2510.08325): share of validation instances solved by at least half of their samples; beside "
+        "pass@k, it does not reward a policy that solves a prompt by guessing among few answers.",
+        f"{_M}.cover_at",
+    ),
+    MetricKey(
+        "eval/cover@0.8",
+        "Cover@0.8: share of validation instances solved by at least 0.8 of their samples.",
+        f"{_M}.cover_at",
+    ),
+    MetricKey(
         "eval/greedy_success",
         "Success of one greedy answer per instance (verl's do_sample=False).",
         "sesa_cli.evaluation.greedy_summary",
@@ -236,7 +247,8 @@ METRIC_KEYS: tuple[MetricKey, ...] = (
         "policy/sampled_gap",
         "How far eval/exact_instances_success lies from the exact success probability of those instances "
         "([policy/target_mass, + policy/pruned_mass]), in standard deviations of the sampled share; above 3 the exact "
-        "metrics do not describe what the policy samples (the report marks the run).",
+        "metrics do not describe what the policy samples (the report marks the run). The check also fails where "
+        "policy/pruned_mass is above 0.05: the interval is then too wide to test (sesa_cli.intervals.gap_fails).",
         "sesa_cli.intervals.sampled_gap",
         better="lower",
     ),
@@ -274,9 +286,12 @@ METRIC_KEYS: tuple[MetricKey, ...] = (
     ),
     MetricKey(
         "policy/pruned_mass",
-        "Agent tasks walked episode by episode: probability of the branches cut below the walk's threshold "
-        "(policy/valid_mass is exact up to it).",
+        "Agent tasks walked episode by episode: probability of the branches the walk cut unexpanded (below "
+        "eval.walk_min_prob, or beyond eval.walk_branches live at once); the exact mass figures lie in [value, value + "
+        "it]. Above 0.05 every exact figure is shown as that interval or marked, never bare, and the sampled-gap check "
+        "fails (sesa_cli.intervals.PRUNED_LIMIT).",
         "sesa_cli.rollout.episode_tree",
+        "pi pruned",
         better="lower",
     ),
     MetricKey(
@@ -416,6 +431,13 @@ METRIC_KEYS: tuple[MetricKey, ...] = (
         better="",
     ),
     MetricKey(
+        "optim/nonfinite_losses",
+        "Mini-batches of the step whose loss was not finite: each skipped its optimizer step (train.max_nonfinite "
+        "in a row stop the run). A run with any is counted lost by the report (sesa_cli.report.marks).",
+        "sesa_cli.learner.Learner.update",
+        better="lower",
+    ),
+    MetricKey(
         "optim/grad_norm",
         "Gradient norm before clipping to optim.max_grad_norm (mean over mini-batches).",
         "sesa_cli.update.optimizer_step",
@@ -553,6 +575,24 @@ unlikeliness reward, SESA's `distinct_solutions` loss and found-solutions term, 
   has the key `stay`; an invalid reply none. Runs written before `task.solution_key` existed reload with `actions`,
   the key their metrics were computed with."""
 """docs/metrics.md's section on what a solution key is (:func:`markdown`); code points readers to it."""
+PRUNED_SECTION = """## Exact figures and pruned mass
+
+An agent task's exact `policy/*` figures come from a walk over every episode the policy can play, cut where a
+branch is less probable than `eval.walk_min_prob` (1e-4) or beyond the `eval.walk_branches` (32) most probable
+branches live at once; `policy/pruned_mass` is the probability it cut. The true success probability lies in
+[`policy/target_mass`, `policy/target_mass` + `policy/pruned_mass`], the true valid mass likewise, and the other
+figures (effective solutions, solutions above 1%, solution entropy) describe the walked part of the policy only.
+So `policy/pruned_mass` stands beside the exact figures in every table that shows them (the run's final table, the
+live view, `sesa eval`, every report table and docs/results.md), and above 0.05 (`sesa_cli.intervals.PRUNED_LIMIT`)
+an exact figure is never shown bare: the mass figures as the interval they lie in, the others marked †. The
+sampled-gap check (`policy/sampled_gap` against 3 standard deviations) fails there too: an interval that wide tests
+nothing, so a pass would say nothing. A report bases no verdict on a marked figure: it marks the run, and its
+sentence rests on a sampled metric instead.
+
+Where it costs: the warm-started base spreads its mass over millions of episodes, so the walk cuts nearly all of it
+at step 0 (its figures are marked, as they should be); a trained policy concentrates. The default recipes at their
+last step stay under the bound with the default walk (docs/measurements.md, "The exact walk's budget")."""
+"""docs/metrics.md's section on the exact walk's pruned mass (:func:`markdown`)."""
 
 
 def markdown() -> str:
@@ -571,7 +611,7 @@ def markdown() -> str:
         formula = f"`{entry.formula}`" if entry.formula else ""
         label = f"`{entry.label}`" if entry.label else ""
         lines.append(f"| `{entry.pattern}` | {entry.meaning} | {formula} | {label} | {entry.better} |")
-    lines += ["", *SOLUTION_SECTION.splitlines()]
+    lines += ["", *SOLUTION_SECTION.splitlines(), "", *PRUNED_SECTION.splitlines()]
     lines += ["", "Renamed keys (run dirs that hold the old names still load under the new ones):", ""]
     lines += ["| old | current |", "|---|---|"]
     lines += [f"| `{old}` | `{new}` |" for old, new in RENAMED.items()]

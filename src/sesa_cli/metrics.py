@@ -54,6 +54,7 @@ from sesa_cli.intervals import mean_interval
 __all__ = [
     "ChainHealth",
     "chain_health",
+    "cover_at",
     "coverage_at_k",
     "distinct_at_k",
     "distinct_correct_at_k",
@@ -120,6 +121,32 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     i = np.arange(n - c + 1, n + 1, dtype=np.float64)
     log_fail = float(np.sum(np.log1p(-k / i)))
     return min(1.0, max(0.0, -math.expm1(log_fail)))
+
+
+COVER_TAUS = (0.5, 0.8)
+"""The τ of Cover@τ the evaluation reports (``eval/cover@0.5``, ``eval/cover@0.8``)."""
+
+
+def cover_at(correct: Sequence[int], samples: Sequence[int], tau: float) -> float:
+    """Cover@τ (arXiv 2510.08325): the share of prompts solved in at least a fraction ``tau`` of their samples,
+    (1/P) Σ_p 1[c_p / n_p >= τ], with ``correct[p]`` = c_p of ``samples[p]`` = n_p. Beside pass@k, which rewards a
+    method that guesses (on a task of few answers, k guesses solve a prompt the policy does not know), Cover@τ asks
+    that the policy solve the prompt reliably.
+
+    Raises:
+        ValueError: for no prompts, lengths that differ, τ outside (0, 1], or c_p outside [0, n_p], n_p < 1.
+    """
+    if not correct or len(correct) != len(samples):
+        raise ValueError(f"cover@tau needs one count per prompt, got {len(correct)} counts and {len(samples)} sizes")
+    if not 0 < tau <= 1:
+        raise ValueError(f"cover@tau needs 0 < tau <= 1, got {tau}")
+    hits = 0
+    for c, n in zip(correct, samples, strict=True):
+        c, n = as_int(c, "correct"), as_int(n, "samples")
+        if n < 1 or not 0 <= c <= n:
+            raise ValueError(f"cover@tau needs 0 <= c <= n and n >= 1, got c={c}, n={n}")
+        hits += c >= tau * n
+    return hits / len(correct)
 
 
 def power_of_two_ks(n: int) -> list[int]:

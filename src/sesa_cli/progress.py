@@ -34,6 +34,7 @@ from rich.text import Text
 from typing_extensions import Self
 
 from sesa_cli import metric_keys
+from sesa_cli.intervals import exact_text
 
 log = logging.getLogger("sesa")
 console = Console()
@@ -51,6 +52,7 @@ LIVE = [
     for name in (
         "policy/target_mass",
         "policy/effective_solutions",
+        "policy/pruned_mass",
         "rollout/reward_mean",
         "rollout/success",
         "rollout/coverage",
@@ -90,8 +92,9 @@ def _parts(row: dict[str, Any], markup: bool = True, stale: int | None = None) -
 
 
 def _value(key: str, row: dict[str, Any], stale: int | None) -> str:
-    """``row[key]`` as shown live, with the step it is from where ``stale`` says a ``policy/*`` value is old."""
-    text = f"{row[key]:.3g}"
+    """``row[key]`` as shown live, with the step it is from where ``stale`` says a ``policy/*`` value is old; an exact
+    figure of a walk that pruned too much is a bound or marked (:func:`sesa_cli.intervals.exact_text`)."""
+    text = exact_text(key, row[key], row, lambda v: f"{v:.3g}")
     return f"{text} (step {stale})" if stale is not None and key.startswith("policy/") else text
 
 

@@ -9,6 +9,8 @@ Layout::
     <run_dir>/metrics.csv            the same, as a table (rewritten at every checkpoint and at the end)
     <run_dir>/policy_probs.jsonl     per evaluation, the exact probability of each target and likely solution
                                      (tasks that enumerate their solutions; sesa_cli.exact.ExactPolicy)
+    <run_dir>/eval_counts.jsonl      per evaluation, each instance's successful samples of how many
+                                     (sesa_cli.evaluation.success_counts: the report's pass@k at every k)
     <run_dir>/samples/step_N.jsonl   rollouts of step N
     <run_dir>/checkpoints/step_N/    HF model dir + tokenizer + optimizer.pt + trainer_state.json
 
@@ -53,6 +55,12 @@ def json_text(data: dict[str, Any], indent: int | None = 2) -> str:
         return [clean(v) for v in value] if isinstance(value, (list, tuple)) else _jsonable(value)
 
     return json.dumps(clean(data), indent=indent, allow_nan=False)
+
+
+EVAL_COUNTS = "eval_counts.jsonl"
+"""Per evaluation, each instance's successful samples (RunDir.log_eval_counts)."""
+STEP_RECORDS = ("metrics.jsonl", "policy_probs.jsonl", EVAL_COUNTS)
+"""The run dir's files of rows by step: a resumed run keeps those up to its checkpoint (commands.rundir)."""
 
 
 class RunDir:
@@ -122,7 +130,15 @@ class RunDir:
     def log_policy_probs(self, record: dict[str, Any]) -> None:
         """Append one evaluation's solution probabilities (``{"step": ..., "instances": [...]}``) to
         policy_probs.jsonl."""
-        path = self.path / "policy_probs.jsonl"
+        self._append("policy_probs.jsonl", record)
+
+    def log_eval_counts(self, record: dict[str, Any]) -> None:
+        """Append one evaluation's success counts (``{"step": ..., "samples": [...], "correct": [...]}``,
+        sesa_cli.evaluation.success_counts) to eval_counts.jsonl."""
+        self._append(EVAL_COUNTS, record)
+
+    def _append(self, name: str, record: dict[str, Any]) -> None:
+        path = self.path / name
         with self.writing(path), path.open("a") as f:
             f.write(json.dumps(record) + "\n")
 
@@ -190,6 +206,9 @@ class ReplicaRunDir(RunDir):
         pass
 
     def log_policy_probs(self, record: dict[str, Any]) -> None:
+        pass
+
+    def log_eval_counts(self, record: dict[str, Any]) -> None:
         pass
 
     def write_csv(self) -> None:
@@ -301,6 +320,21 @@ def metric_lines(path: Path) -> list[tuple[str, dict[str, Any]]]:
 def read_metrics(path: Path) -> list[dict[str, Any]]:
     """Rows of a metrics.jsonl (:func:`metric_lines`)."""
     return [row for _, row in metric_lines(path)]
+
+
+def read_eval_counts(path: Path) -> list[dict[str, Any]]:
+    """Rows of an eval_counts.jsonl (:func:`metric_lines`), each with one count of successes ``correct[i]`` out of
+    ``samples[i]`` per instance; a row whose lists are not counts of the same length, with no count above its
+    size, is a one-line ConfigError naming the file and line."""
+    rows = []
+    for number, (_, row) in enumerate(metric_lines(path), start=1):
+        checked(row, f"{path}:{number}", {"samples": "counts", "correct": "counts"})
+        if len(row["samples"]) != len(row["correct"]) or any(
+            c > n or n < 1 for c, n in zip(row["correct"], row["samples"], strict=True)
+        ):
+            raise ConfigError(f"{path}:{number}: 'correct' and 'samples' are not per-instance counts out of sizes")
+        rows.append(row)
+    return rows
 
 
 def read_json_object(path: Path) -> dict[str, Any]:

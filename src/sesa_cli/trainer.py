@@ -22,7 +22,7 @@ from sesa_cli import metrics as M
 from sesa_cli.collapse import CollapseMonitor, input_dependence
 from sesa_cli.config import TrainConfig
 from sesa_cli.distributed import SingleProcess
-from sesa_cli.evaluation import Evaluation, rollout_stats, sample_records
+from sesa_cli.evaluation import Evaluation, rollout_stats, sample_records, success_counts
 from sesa_cli.exact import PolicySnapshot
 from sesa_cli.learner import Learner, NonFiniteLossError
 from sesa_cli.models.policy import Policy
@@ -192,6 +192,7 @@ class Trainer:
         result = self.evaluation.run(self.step, self.policy_snapshot() if self.exact.available else None)
         if result.policy_record is not None:
             self.run.log_policy_probs(result.policy_record)
+        self.run.log_eval_counts(success_counts(self.step, result.groups))
         return result.row
 
     # ------------------------------------------------------------------ checkpoints

@@ -16,6 +16,7 @@ from rich.table import Table
 
 from sesa_cli.commands.sweep import clear_records, resume_command, summary
 from sesa_cli.config import SEQUENTIAL_ONLY
+from sesa_cli.intervals import exact_text, over_pruned, pruned_note
 from sesa_cli.metric_keys import key
 from sesa_cli.paths import hydra_value, sesa_program
 from sesa_cli.progress import console
@@ -43,11 +44,13 @@ HEADLINE = tuple(
     for name in (
         "eval/success", "eval/pass@{k}", "eval/coverage@{k}", "eval/distinct_correct@{k}", "eval/greedy_success",
         "eval/valid", "eval/entropy", "eval/turns", "policy/target_mass", "policy/effective_solutions",
-        "policy/solution_entropy", "policy/coverage@{k}",
+        "policy/solution_entropy", "policy/coverage@{k}", "policy/pruned_mass", "policy/sampled_gap",
     )
 )  # fmt: skip
 """The summary's metrics, in this order, where a row has them (an ``@{k}`` family at its largest k); every other key
-is in metrics.jsonl (training) or metrics.json (eval)."""
+is in metrics.jsonl (training) or metrics.json (eval). The exact ``policy/*`` figures come with the mass the walk
+pruned and the sampled-gap check, and are shown as bounds or marked where it pruned too much
+(:func:`sesa_cli.intervals.exact_text`)."""
 
 
 def _headline(row: dict[str, Any]) -> list[str]:
@@ -75,6 +78,15 @@ def _value(value: Any) -> str:
     return number(value)
 
 
+def _exact(name: str, row: dict[str, Any]) -> str:
+    """``row[name]`` as the summary shows it: a ``policy/*`` figure as a bound or marked where ``row``'s walk pruned
+    too much (:func:`sesa_cli.intervals.exact_text`)."""
+    value = row.get(name)
+    if not isinstance(value, float) or not math.isfinite(value):
+        return _value(value)
+    return exact_text(name, value, row, number)
+
+
 def base_row(rows: list[dict[str, Any]], start: int) -> dict[str, Any] | None:
     """The evaluation a run started from: the last evaluation row at or before step ``start`` (the step-0 base of a
     fresh run, the checkpoint's figures of a revived one), or None when there was none (``train.eval_before=false``)."""
@@ -100,11 +112,14 @@ def train_summary(command: str, final: dict[str, Any], base: dict[str, Any] | No
         table.add_column(f"{start} (step {first})", justify="right")
     table.add_column(f"trained (step {step})", justify="right")
     for name in _headline(final):
-        cells = [name, *([_value(base.get(name))] if base is not None else []), _value(final[name])]
+        cells = [name, *([_exact(name, base)] if base is not None else []), _exact(name, final)]
         table.add_row(*cells)
     if "collapse/flag" in final:
         table.add_row("collapse/flag", *(["-"] if base is not None else []), _value(final["collapse/flag"]))
     console.print(table)
+    pruned = [p for p in (over_pruned(final), None if base is None else over_pruned(base)) if p is not None]
+    if pruned:
+        console.print(pruned_note(pruned[0]), soft_wrap=True, markup=False, highlight=False)
     console.print(f"eval/*, policy/*: {protocol}; every metric is in metrics.jsonl", soft_wrap=True, markup=False,
                   highlight=False)  # fmt: skip
     console.print(f"run dir: {shown_path(run_dir)}", soft_wrap=True, markup=False, highlight=False)

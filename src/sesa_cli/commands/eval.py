@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ from sesa_cli.commands.ending import number
 from sesa_cli.commands.schemas import register_configs
 from sesa_cli.commands.sweep import run_command
 from sesa_cli.config import EvalConfig, conf_dir
+from sesa_cli.intervals import exact_text, over_pruned, pruned_note
 
 log = logging.getLogger("sesa.eval")
 register_configs()
@@ -51,7 +53,7 @@ def run(cfg: EvalConfig, run_dir: Path, overrides: list[str] | None = None) -> d
 
     from sesa_cli.commands.ending import eval_ending
     from sesa_cli.commands.registered import check_registered
-    from sesa_cli.evaluation import Evaluation, sample_records
+    from sesa_cli.evaluation import Evaluation, sample_records, success_counts
     from sesa_cli.models.loading import load_checkpoint, load_policy
     from sesa_cli.progress import console, phase
     from sesa_cli.rollout.samplers import make_sampler
@@ -77,6 +79,7 @@ def run(cfg: EvalConfig, run_dir: Path, overrides: list[str] | None = None) -> d
         result = evaluation.run(step)
     if result.policy_record is not None:
         run.log_policy_probs(result.policy_record)
+    run.log_eval_counts(success_counts(step, result.groups))
     metrics: dict[str, Any] = dict(result.row)
     metrics.update({"eval/samples": n, "eval/instances": len(instances), "ckpt": str(ckpt) if ckpt else None})
     groups = result.groups
@@ -92,8 +95,12 @@ def run(cfg: EvalConfig, run_dir: Path, overrides: list[str] | None = None) -> d
     table.add_column("value", justify="right")
     for key, value in metrics.items():
         if key.startswith(("eval/", "policy/")):
-            table.add_row(key, number(value))
+            exact = isinstance(value, float) and math.isfinite(value)
+            table.add_row(key, exact_text(key, value, metrics, number) if exact else number(value))
     console.print(table)
+    pruned = over_pruned(metrics)
+    if pruned is not None:
+        console.print(pruned_note(pruned), soft_wrap=True, markup=False, highlight=False)
     if health is not None:
         console.print(chain_table(health))
     run.mark_ended("finished")

@@ -293,18 +293,18 @@ def config_differences(found: dict[str, Any], wanted: dict[str, Any]) -> list[st
 
 def resume_point(run_dir: Path) -> Path | None:
     """The checkpoint a resumed run continues from: the run dir's last complete one (None: it has none, the run
-    starts over). The records written after it (metrics and policy_probs rows of later steps, samples of later
+    starts over). The records written after it (metrics, policy_probs and eval_counts rows of later steps, samples of later
     steps, unfinished ``.tmp`` checkpoints) are removed, so the resumed run's files read as one uninterrupted run."""
     import shutil
 
-    from sesa_cli.runs import CHECKPOINT_RE, check_checkpoint, list_checkpoints
+    from sesa_cli.runs import CHECKPOINT_RE, STEP_RECORDS, check_checkpoint, list_checkpoints
 
     ckpts = list_checkpoints(run_dir)
     ckpt = ckpts[-1][1] if ckpts else None
     step = int(check_checkpoint(ckpt, training=True)["step"]) if ckpt is not None else 0
     for tmp in (run_dir / "checkpoints").glob("*.tmp"):
         shutil.rmtree(tmp, ignore_errors=True)
-    for name in ("metrics.jsonl", "policy_probs.jsonl"):
+    for name in STEP_RECORDS:
         _keep_rows(run_dir / name, step if ckpt is not None else -1)
     for dump in (run_dir / "samples").glob("step_*.jsonl"):
         m = CHECKPOINT_RE.match(dump.stem)

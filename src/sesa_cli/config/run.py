@@ -94,8 +94,18 @@ class EvalProtocolConfig:
     play (about 0.3 s of one core per non-slippery FrozenLake map at the tiny base), so the default keeps an
     evaluation's walk to a fixed set of 8 maps; the path task has one instance."""
 
+    walk_min_prob: float = 1e-4
+    """An agent task's exact walk (``policy/*`` on FrozenLake and Sokoban) expands no branch less probable than this;
+    the mass it cuts is ``policy/pruned_mass``."""
+    walk_branches: int = 32
+    """At most this many branches of the walk live at once, the most probable (0 = no cap); the rest is pruned. The
+    walk's cost is its rows: branches x the columns of a turn's feedback (sesa_cli.exact.ExactPolicy)."""
+
     def __post_init__(self) -> None:
         problems = at_least(self, "eval", 1, "samples")
+        problems += at_least(self, "eval", 0, "walk_branches")
+        if not 0 <= self.walk_min_prob < 1:
+            problems.append(f"eval.walk_min_prob={self.walk_min_prob} must be in [0, 1)")
         if self.instances is not None and self.instances < 1:
             problems.append(f"eval.instances={self.instances} must be >= 1 (or null: the task's own count)")
         if self.policy_instances is not None and self.policy_instances < 1:

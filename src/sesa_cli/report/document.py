@@ -19,6 +19,15 @@ import pandas as pd
 from sesa_cli.config import ConfigError
 from sesa_cli.metric_keys import family
 from sesa_cli.metric_keys import key as metric_key
+from sesa_cli.report.columns import (
+    add_group_columns,
+    cost_ratios,
+    lost_counts,
+    lost_text,
+    mark_exact_cells,
+    with_pruned,
+)
+from sesa_cli.report.environment import environment_notes, runs_table
 from sesa_cli.report.heatmap import CAPTION as HEATMAP_CAPTION
 from sesa_cli.report.heatmap import FLOOR, draw_heatmaps, pick_runs
 from sesa_cli.report.marks import MARK, Mark, run_marks
@@ -124,7 +133,19 @@ class Report:
         return {g: f"{label} {MARK}" if g in marked else label for g, label in self.labels.items()}
 
     def headline_frame(self) -> pd.DataFrame:
-        return headline_table(self.groups, self.headline, self.marked_labels())
+        """The headline table, with each group's runs lost, cost and marked exact cells (sesa_cli.report.columns)."""
+        table = headline_table(self.groups, self.headline, self.marked_labels())
+        exact = self.exact_marked(list(self.labels))
+        return add_group_columns(table, list(self.labels), self.lost(), cost_ratios(self.runs, self.baseline), exact)
+
+    def lost(self) -> dict[str, tuple[int, int]]:
+        """Per group: (runs lost, runs) (:func:`sesa_cli.report.columns.lost_counts`)."""
+        return lost_counts(self.runs, self.marks)
+
+    def lost_sentence(self) -> str | None:
+        """The groups that lost runs, one clause each (``[3] parallel passk: 1 of 5 runs lost``), None when none did."""
+        clauses = [f"{self.labels[g]}: {lost_text(k, n)}" for g, (k, n) in self.lost().items() if k]
+        return f"Runs lost (ended broken, kept in the means): {'; '.join(clauses)}." if clauses else None
 
     def exact_marked(self, groups: Sequence[str]) -> list[str]:
         """Those of ``groups`` with a run whose exact metrics do not describe its samples."""
@@ -133,13 +154,20 @@ class Report:
     def difference_frame(self) -> pd.DataFrame | None:
         if self.compare is None or self.compare.empty:
             return None
-        return difference_table(self.compare, self.headline, self.labels)
+        table = difference_table(self.compare, self.headline, self.labels)
+        marked = self.exact_marked(list(dict.fromkeys(self.compare["group"])))
+        return mark_exact_cells(table, [i for i, g in enumerate(dict.fromkeys(self.compare["group"])) if g in marked])
 
     def answer(self) -> str | None:
         """One sentence: which compared group kept more solutions (:data:`SOLUTIONS`' first metric the groups
         logged, named in it), with the final means and the difference's interval; None when no groups are compared.
         Where a compared group's exact metrics do not describe its samples (:meth:`exact_marked`), the sentence rests
-        on the first sampled metric instead, and says why."""
+        on the first sampled metric instead, and says why. The groups that lost runs follow (:meth:`lost_sentence`)."""
+        verdict = self._answer()
+        lost = self.lost_sentence()
+        return " ".join(s for s in (verdict, lost) if s) or None
+
+    def _answer(self) -> str | None:
         if self.baseline is None or self.compare is None or self.compare.empty:
             return None
         compared = [self.baseline, *self.compare["group"].unique()]
@@ -279,43 +307,6 @@ def resolve_compare(spec: Sequence[str | int], runs: Sequence[Run]) -> list[str]
     return chosen
 
 
-def environment_notes(runs: Sequence[Run]) -> list[str]:
-    """A note per group whose runs ran with different thread counts or package versions (their numbers may differ
-    for that alone), one for groups that differ from each other, and one for runs that did not record them."""
-    notes = []
-    by_group: dict[str, list[Run]] = {}
-    for run in runs:
-        by_group.setdefault(run.group, []).append(run)
-    seen: dict[str, set[str]] = {}
-    for members in by_group.values():
-        keys = sorted({k for run in members for k in run.environment})
-        for key in keys:
-            values: dict[str, list[str]] = {}
-            for run in members:
-                if key in run.environment:
-                    values.setdefault(run.environment[key], []).append(run.seed or run.name)
-            seen.setdefault(key, set()).update(values)
-            if len(values) > 1:
-                detail = "; ".join(f"{v}: seed {', '.join(s)}" for v, s in values.items())
-                notes.append(f"warning: the runs of {short_label(members[0])} differ in {key} ({detail})")
-    across = [k for k, v in seen.items() if len(v) > 1]
-    if len(by_group) > 1 and across and not notes:
-        notes.append(f"warning: groups differ in {', '.join(across)} (see the runs table)")
-    for key in (k for k in across if k in CPU_KEYS):  # float results differ across CPUs: each group's, named
-        values = {short_label(members[0]): sorted({r.environment.get(key, "?") for r in members})
-                  for members in by_group.values()}  # fmt: skip
-        notes.append(f"{key} per group: " + "; ".join(f"{g}: {', '.join(v)}" for g, v in values.items()))
-    missing = [run for run in runs if not run.environment]
-    if missing and len(missing) < len(runs):
-        notes.append(f"{len(missing)} of {len(runs)} runs did not record their thread count and package versions")
-    return notes
-
-
-CPU_KEYS = ("cpu", "vector extensions", "kernels")
-"""The environment keys (``Run.environment``) that describe the CPU: shown in their own column, and per group where
-groups differ in them."""
-
-
 def analyse(runs: Sequence[str | Path], compare: Sequence[str | int] = (), metrics: Sequence[str] = ()) -> Report:
     """Load, group and summarise runs; resolve ``compare`` (default: :func:`default_compare`)."""
     loaded, notes = load_runs(runs)
@@ -327,7 +318,7 @@ def analyse(runs: Sequence[str | Path], compare: Sequence[str | int] = (), metri
     unknown = [m for m in metrics if m not in present]
     if unknown:
         raise ConfigError(f"metrics: no run logged {', '.join(unknown)}; logged: {', '.join(present)}")
-    headline = list(metrics) or headline_metrics(present) or present[:4]
+    headline = with_pruned(list(metrics) or headline_metrics(present) or present[:4], present)
     chosen = resolve_compare(compare, loaded) if compare else default_compare(loaded)
     table = compare_groups(per_run, chosen[0], chosen[1:]) if chosen else None
     for group in order:
@@ -382,7 +373,7 @@ def _markdown(report: Report) -> str:
         "",
         "## Runs",
         "",
-        markdown_table(runs_table(report), index=False),
+        markdown_table(runs_table(report.runs, report.labels), index=False),
         "",
     ]
     return "\n".join(parts)
@@ -448,7 +439,7 @@ def _html(report: Report) -> str:
         table(best_table(report.groups, labels=report.labels)),
         "</details>",
         "<details><summary>Runs</summary>",
-        table(runs_table(report), index=False),
+        table(runs_table(report.runs, report.labels), index=False),
         "</details>",
         "</body></html>",
     ]
@@ -457,31 +448,6 @@ def _html(report: Report) -> str:
 
 def _marked_caption(report: Report) -> str:
     return f" {MARK}: a run of the group is marked in the notes above." if report.marks else ""
-
-
-def runs_table(report: Report) -> pd.DataFrame:
-    """One row per run: its group, seed, command, how far it got, where it ran from, threads and versions."""
-    rows = []
-    for run in report.runs:
-        env = run.environment
-        rows.append(
-            {
-                "group": report.labels[run.group],
-                "seed": run.seed if run.seed is not None else "",
-                "command": run.info.get("command", ""),
-                "last step": int(run.metrics.index.max()),
-                "revived at": "" if run.parent_step is None else run.parent_step,
-                "threads": env.get("torch threads", ""),
-                "versions": " ".join(f"{k} {v}" for k, v in env.items() if k not in ("torch threads", *CPU_KEYS)),
-                "cpu": f"{env['cpu']} ({env.get('kernels', '?')})" if "cpu" in env else "",
-                "run": str(run.path),
-            }
-        )
-    frame = pd.DataFrame(rows)
-    empty = [
-        c for c in ("seed", "command", "revived at", "threads", "versions", "cpu") if not frame[c].astype(bool).any()
-    ]
-    return frame.drop(columns=empty)
 
 
 def build_report(
@@ -553,11 +519,15 @@ def console_tables(report: Report) -> list[tuple[str, list[str], list[list[str]]
     difference to the baseline where groups are compared."""
     numbered = {g: label.partition(" ")[0] for g, label in report.labels.items()}
     marked = report.marked_labels()
+    lost = report.lost()
     out = [
         (
             "groups",
-            ["#", "group", "seeds"],
-            [[numbered[g], label.partition(" ")[2], str(_n(report, g))] for g, label in marked.items()],
+            ["#", "group", "seeds", "lost"],
+            [
+                [numbered[g], label.partition(" ")[2], str(_n(report, g)), str(lost[g][0])]
+                for g, label in marked.items()
+            ],
         )
     ]
     groups = report.groups.set_index(["group", "metric"])

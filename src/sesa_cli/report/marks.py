@@ -1,12 +1,17 @@
 """Why a report must not take a run's final numbers at face value: marks on runs, and on their groups (docs/metrics.md).
 
-Two kinds:
+Three kinds:
 
 * **exact** — the run's exact ``policy/*`` metrics cover little of what it samples: at its last evaluation the
-  sampled success on the exact-policy instances lies more than :data:`sesa_cli.intervals.GAP_LIMIT` standard
-  deviations from the exact success probability (``policy/sampled_gap``), or ``policy/valid_mass`` is below
-  :data:`VALID_MASS_LOW` (most of the policy's episodes are not what the exact metrics enumerate). A group with such
-  a run does not get a verdict on the exact metrics (:meth:`sesa_cli.report.document.Report.answer`).
+  walk cut more than :data:`sesa_cli.intervals.PRUNED_LIMIT` of the policy's mass (its figures are bounds, and the
+  sampled-gap check cannot pass), the sampled success on the exact-policy instances lies more than
+  :data:`sesa_cli.intervals.GAP_LIMIT` standard deviations from the exact success probability
+  (``policy/sampled_gap``), or ``policy/valid_mass`` is below :data:`VALID_MASS_LOW` (most of the policy's episodes
+  are not what the exact metrics enumerate). A group with such a run does not get a verdict on the exact metrics
+  (:meth:`sesa_cli.report.document.Report.answer`), and its exact cells carry :data:`sesa_cli.intervals.EXACT_MARK`.
+* **lost** — the run ended broken (:func:`lost_reasons`): its final success is below the base model's, under half
+  of its final replies are valid, or its loss went non-finite. It is a result of its method, not an accident of the
+  report: it stays in its group's mean, and every table and headline counts it (``1 of 5 runs lost``).
 * **status** — the run did not end as a finished run of its group: it is still training (a live process holds its
   dir), it was killed (no end recorded and no live holder, fewer steps than it was set to), failed or was
   interrupted (``run.json``), or it has fewer steps than another run of its group. Its last values are mid-run
@@ -22,7 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from sesa_cli import run_lock
-from sesa_cli.intervals import GAP_LIMIT
+from sesa_cli.intervals import GAP_LIMIT, PRUNED, PRUNED_LIMIT
 from sesa_cli.metric_keys import key
 from sesa_cli.report.runs import Run
 from sesa_cli.runs import ended_badly
@@ -65,6 +70,12 @@ def _final(run: Run, metric: str) -> float:
 def exact_marks(run: Run) -> list[str]:
     """Why the run's exact metrics do not describe its sampled behaviour, if they do not (see the module)."""
     out = []
+    pruned = _final(run, PRUNED)
+    if pruned > PRUNED_LIMIT:
+        out.append(
+            f"its exact walk cut {pruned:.3f} of the policy's mass (more than {PRUNED_LIMIT:g}): its exact figures "
+            "describe part of the policy, and its sampled-gap check cannot pass"
+        )
     gap = _final(run, SAMPLED_GAP)
     if gap > GAP_LIMIT:
         out.append(
@@ -77,6 +88,38 @@ def exact_marks(run: Run) -> list[str]:
         out.append(
             f"policy/valid_mass is {valid:.3f}: its exact metrics cover under {VALID_MASS_LOW:.0%} of its episodes"
         )
+    return out
+
+
+VALID_LOW = 0.5
+"""A run whose final ``eval/valid`` (the share of its evaluation replies that are valid) is below this is lost."""
+SUCCESS = key("eval/success")
+VALID = key("eval/valid")
+NONFINITE = key("optim/nonfinite_losses")
+
+
+def base_success(run: Run) -> float:
+    """``eval/success`` of the model the run's lineage started from: its first evaluation row, a revived run's
+    parent's step 0 included (NaN when it was never evaluated there)."""
+    if SUCCESS not in run.metrics.columns:
+        return math.nan
+    values = run.metrics[SUCCESS].dropna()
+    return float(values.iloc[0]) if len(values) and int(values.index[0]) == int(run.metrics.index.min()) else math.nan
+
+
+def lost_reasons(run: Run) -> list[str]:
+    """Why the run ended broken, if it did: final success below its base model's (:func:`base_success`), fewer than
+    :data:`VALID_LOW` of its final replies valid, or a non-finite loss (logged, or the run stopped for it)."""
+    out = []
+    final, base = _final(run, SUCCESS), base_success(run)
+    if final < base:
+        out.append(f"success {final:.3f} below the base model's {base:.3f}")
+    valid = _final(run, VALID)
+    if valid < VALID_LOW:
+        out.append(f"valid replies {valid:.2f} at the end")
+    skipped = run.own[NONFINITE].fillna(0).sum() if NONFINITE in run.own.columns else 0
+    if skipped > 0 or "non-finite loss" in str(run.info.get("reason") or ""):
+        out.append("a non-finite loss")
     return out
 
 
@@ -117,5 +160,6 @@ def run_marks(runs: Sequence[Run]) -> list[Mark]:
     for run in runs:
         name = run.seed or run.name
         marks += [Mark(run.group, name, "exact", text) for text in exact_marks(run)]
+        marks += [Mark(run.group, name, "lost", "lost: " + "; ".join(why)) for why in [lost_reasons(run)] if why]
         marks += [Mark(run.group, name, "status", text) for text in status_marks(run, last[run.group])]
     return marks

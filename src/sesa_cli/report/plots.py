@@ -29,6 +29,8 @@ import pandas as pd
 
 from sesa_cli.metric_keys import family
 from sesa_cli.metric_keys import key as K
+from sesa_cli.metrics import pass_at_k
+from sesa_cli.report.marks import lost_reasons
 from sesa_cli.report.runs import Run, short_label
 
 COLLAPSE_FLAG = K("collapse/flag")
@@ -403,30 +405,28 @@ def make_plots(runs: Sequence[Run], out_dir: Path) -> tuple[dict[str, Path], dic
     tradeoff = _tradeoff(layout, longest, out_dir)
     if tradeoff is not None:
         written["tradeoff"] = tradeoff
-    ks = at_k_values(metrics, family("eval/pass@{k}"))
-    if not ks:
+    curves = pass_at_k_finals(layout)
+    if curves is None:
         skipped["pass_at_k"] = "no run logged eval/pass@k"
         return written, skipped
+    ks = sorted({k for frame in curves.values() for k in frame.index})
     fig, axes, ncol, caption = figure(1, len(layout.groups), longest, BAND, _size(1))
     ax = axes[0]
-    for group, members in layout.groups.items():
-        finals = {}
-        for run in members:
-            # Final value per k: the last own step that logged it (the same "final" as in summary.csv).
-            own = run.own
-            columns = [K("eval/pass@{k}", k=k) for k in ks if K("eval/pass@{k}", k=k) in own.columns]
-            last = own[columns].apply(lambda s: s.dropna().iloc[-1] if s.notna().any() else np.nan)
-            finals[str(run.path)] = pd.Series(last.to_numpy(), index=[int(c.rpartition("@")[2]) for c in columns])
-        frame = pd.DataFrame(finals).reindex(ks)
+    every = all(len(frame.index) == frame.index.max() for frame in curves.values())
+    for group, frame in curves.items():
         if frame.notna().any().any():
-            _draw_band(ax, frame, layout.colors[group], "-", "o", clip=(0.0, 1.0))  # pass@k is a probability
+            marker = "" if every else "o"
+            _draw_band(ax, frame, layout.colors[group], "-", marker, clip=(0.0, 1.0))  # pass@k is a probability
     ax.set_xscale("log", base=2)
-    ax.set_xticks(ks, [str(k) for k in ks])
+    ticks = [k for k in ks if k & (k - 1) == 0 or k == ks[-1]]
+    ax.set_xticks(ticks, [str(k) for k in ticks])
     ax.minorticks_off()
     ax.set_xlabel("k (samples per prompt)")
     ax.set_ylabel("pass@k")
     ax.grid(alpha=0.3)
-    fig.suptitle("pass@k of the final evaluation")
+    fig.suptitle(
+        "pass@k of the final evaluation" + (", every k (unbiased, from each instance's counts)" if every else "")
+    )
     _legend(fig, layout, {"eval"}, ncol, caption)
     written["pass_at_k"] = out_dir / "pass_at_k.png"
     fig.savefig(written["pass_at_k"], dpi=DPI)
@@ -442,17 +442,20 @@ def _tradeoff(layout: Layout, longest: int, out_dir: Path) -> Path | None:
     with the 95% bootstrap interval of each as error bars), numbered as the report's tables number the groups; None
     (nothing written) for fewer than two groups or runs without both metrics."""
     points = {}
+    lost: dict[str, int] = {}
     for group, members in layout.groups.items():
         finals = [[run.own[m].dropna().iloc[-1] for m in TRADEOFF] for run in members if _logged(run, TRADEOFF)]
         if finals:
             points[group] = [mean_interval([f[i] for f in finals]) for i in range(len(TRADEOFF))]
+            lost[group] = sum(bool(lost_reasons(run)) for run in members)
     if len(points) < 2:
         return None
     fig, axes, ncol, caption = figure(
         1,
         len(layout.groups),
         longest,
-        f"point: mean over seeds; bars: {LEVEL:.0%} bootstrap interval of each mean; [n]: the group's number in the tables",
+        f"point: mean over seeds; bars: {LEVEL:.0%} bootstrap interval of each mean; [n]: the group's number in the tables;"
+        " hollow: the group lost runs (ended broken; their values are in the mean)",
         _size(1),
     )
     ax = axes[0]
@@ -460,8 +463,10 @@ def _tradeoff(layout: Layout, longest: int, out_dir: Path) -> Path | None:
         color = layout.colors[group]
         xerr = [[x[0] - x[1]], [x[2] - x[0]]] if not np.isnan(x[1]) else None
         yerr = [[y[0] - y[1]], [y[2] - y[0]]] if not np.isnan(y[1]) else None
-        ax.errorbar([x[0]], [y[0]], xerr=xerr, yerr=yerr, color=color, marker="o", ms=5, capsize=2, lw=1.2)
-        ax.annotate(f"[{number}]", (x[0], y[0]), textcoords="offset points", xytext=(4, 4), fontsize=8, color=color)
+        face = "none" if lost[group] else color
+        ax.errorbar([x[0]], [y[0]], xerr=xerr, yerr=yerr, color=color, mfc=face, marker="o", ms=5, capsize=2, lw=1.2)
+        text = f"[{number}]" + (f" {lost[group]} lost" if lost[group] else "")
+        ax.annotate(text, (x[0], y[0]), textcoords="offset points", xytext=(4, 4), fontsize=8, color=color)
     ax.set_xlabel("effective solutions (exact, final)")
     ax.set_ylabel("target mass (exact, final)")
     ax.grid(alpha=0.3)
@@ -470,6 +475,44 @@ def _tradeoff(layout: Layout, longest: int, out_dir: Path) -> Path | None:
     path = out_dir / "tradeoff.png"
     fig.savefig(path, dpi=DPI)
     return path
+
+
+def pass_at_k_finals(layout: Layout) -> dict[str, pd.DataFrame] | None:
+    """Per group, the final evaluation's pass@k of each run (a column per run, a row per k): at every k from 1 to
+    the fewest samples an instance had, from the per-instance success counts (eval_counts.jsonl, the unbiased
+    estimator of :func:`sesa_cli.metrics.pass_at_k` averaged over instances) where every run of the report wrote
+    them, else at the k its evaluation rows logged (1, 2, 4, ..., n). None when no run has either."""
+    runs = [run for members in layout.groups.values() for run in members]
+    counts = {str(run.path): run.final_counts for run in runs}
+    if all(c is not None for c in counts.values()):
+        out = {}
+        for group, members in layout.groups.items():
+            finals = {}
+            for run in members:
+                pair = counts[str(run.path)]
+                assert pair is not None  # every run has counts on this branch
+                samples, correct = pair
+                top = min(samples)
+                finals[str(run.path)] = pd.Series(
+                    [np.mean([pass_at_k(n, c, k) for n, c in zip(samples, correct, strict=True)])
+                     for k in range(1, top + 1)], index=range(1, top + 1))  # fmt: skip
+            out[group] = pd.DataFrame(finals)
+        return out
+    metrics = sorted({m for run in runs for m in run.metrics.columns})
+    ks = at_k_values(metrics, family("eval/pass@{k}"))
+    if not ks:
+        return None
+    out = {}
+    for group, members in layout.groups.items():
+        finals = {}
+        for run in members:
+            # Final value per k: the last own step that logged it (the same "final" as in summary.csv).
+            own = run.own
+            columns = [K("eval/pass@{k}", k=k) for k in ks if K("eval/pass@{k}", k=k) in own.columns]
+            last = own[columns].apply(lambda s: s.dropna().iloc[-1] if s.notna().any() else np.nan)
+            finals[str(run.path)] = pd.Series(last.to_numpy(), index=[int(c.rpartition("@")[2]) for c in columns])
+        out[group] = pd.DataFrame(finals).reindex(ks)
+    return out
 
 
 def _logged(run: Run, metrics: Sequence[str]) -> bool:

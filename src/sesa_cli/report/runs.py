@@ -21,7 +21,14 @@ import pandas as pd
 from sesa_cli.config import PLUGIN_MAPPINGS, SEQUENTIAL_ONLY, ConfigError
 from sesa_cli.deprecations import rename_overrides, upgrade_config
 from sesa_cli.metric_keys import RENAMED, key
-from sesa_cli.runs import read_json_object, read_metrics, read_run_info, read_yaml  # one reader each: one-line errors
+from sesa_cli.runs import (  # one reader each: one-line errors
+    EVAL_COUNTS,
+    read_eval_counts,
+    read_json_object,
+    read_metrics,
+    read_run_info,
+    read_yaml,
+)
 
 METRICS_JSONL = "metrics.jsonl"
 METRICS_JSON = "metrics.json"
@@ -106,6 +113,13 @@ class Run:
     def inherited(self) -> pd.DataFrame:
         """The parent's rows a revived run starts with (empty for other runs)."""
         return self.metrics[self.inherited_mask].drop(columns=[REVIVE_PARENT], errors="ignore")
+
+    @functools.cached_property
+    def final_counts(self) -> tuple[list[int], list[int]] | None:
+        """(samples, correct) per instance of the run's last evaluation in eval_counts.jsonl
+        (sesa_cli.evaluation.success_counts), None for a run that wrote none (before 2026-12-07)."""
+        rows = read_eval_counts(self.path / EVAL_COUNTS)
+        return (list(rows[-1]["samples"]), list(rows[-1]["correct"])) if rows else None
 
     @property
     def parent_step(self) -> int | None:

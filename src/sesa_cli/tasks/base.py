@@ -47,6 +47,9 @@ class Score:
     """Solution key: equal keys mean "the same solution" (distinct@k, the exact policy metrics, every bonus that
     counts solutions). None if unparseable / invalid. A multi-turn task keys an episode by what it did, the states
     it went through (``task.solution_key``, sesa_cli.tasks.agent), not by what its replies typed."""
+    grader_timeout: bool = False
+    """The grader gave up on this completion within its work budget (math-verify, sesa_cli/tasks/math.py): it is
+    scored as wrong, and counted (``rollout/grader_timeouts``, ``eval/grader_timeouts``) rather than hidden."""
     actions: tuple[str, ...] = ()
     """Multi-turn tasks: the actions the episode executed, in order, whether or not they changed its state (what a
     stage-II episode is checked against its sketch with); () elsewhere."""
@@ -54,9 +57,6 @@ class Score:
     """The part of ``reward`` that penalises the reply's form (the task's ``format_penalty`` when the reply is
     invalid or unreadable, else 0): a transform over a group's rewards that would hide it (a subset's best member,
     sesa_cli.algos.passk) keeps it per sample."""
-    grader_timeout: bool = False
-    """The grader gave up on this completion within its work budget (math-verify, sesa_cli/tasks/math.py): it is
-    scored as wrong, and counted (``rollout/grader_timeouts``, ``eval/grader_timeouts``) rather than hidden."""
 
 
 @dataclass(frozen=True)

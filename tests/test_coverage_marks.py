@@ -157,3 +157,31 @@ def test_the_pass_at_k_curve_from_counts_holds_every_k_and_agrees_with_the_logge
     assert math.isclose(frame.iloc[0, 0], (0 + 3 / 16 + 1) / 3)
     files = write_report(report, tmp_path / "report")
     assert "pass_at_k" in files["plots"]
+
+
+# ------------------------------------------------------------------------------------------ cost
+def _compute(train_flops: int) -> dict[str, object]:
+    """A run.json compute block (sesa_cli.compute) whose training cost is ``train_flops``: sampling a third of it,
+    the update the rest."""
+    phase = {"seconds": 1.0, "forward_tokens": 10, "backward_tokens": 0, "sampled_tokens": 0}
+    return {
+        "phases": {
+            "sample": {**phase, "forward_flops": train_flops // 3, "backward_flops": 0, "sampled_tokens": 10},
+            "update": {**phase, "forward_flops": 0, "backward_flops": train_flops - train_flops // 3},
+        },
+        "sampled_tokens": 10,
+        "scored_tokens": 10,
+        "train_flops": train_flops,
+        "from_step": 0,
+        "processes": 1,
+    }
+
+
+def test_each_group_shows_its_training_cost_relative_to_the_baseline(tmp_path: Path) -> None:
+    sweep = write_multirun(tmp_path / "sweep", seeds=(0, 1))
+    assert "cost" not in analyse([sweep]).headline_frame().columns  # runs written before compute was recorded
+    for job, flops in enumerate((100, 140, 150, 150)):  # parallel seeds 0, 1; sequential seeds 0, 1
+        info = json.loads((sweep / str(job) / "run.json").read_text())
+        (sweep / str(job) / "run.json").write_text(json.dumps({**info, "compute": _compute(flops * 10**9)}))
+    headline = analyse([sweep]).headline_frame()
+    assert list(headline["cost"]) == ["1.00x", "1.25x"]  # 150 / 120: the sequential group's mean over GRPO's

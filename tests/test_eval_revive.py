@@ -77,6 +77,12 @@ def test_eval_writes_samples_and_metrics(parent_run, tmp_path, monkeypatch):
     rows = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
     assert len(rows) == 16
     assert {"context", "completion", "reward", "success", "key"} <= set(rows[0])
+    # the evaluation's compute (sesa_cli.compute): the 16 draws' tokens, the greedy answers' and no training
+    compute = json.loads((out / "run.json").read_text())["compute"]
+    assert list(compute["phases"]) == ["eval"]
+    assert compute["phases"]["eval"]["sampled_tokens"] >= sum(r["tokens"] for r in rows)
+    assert compute["phases"]["eval"]["forward_flops"] > 0
+    assert (compute["sampled_tokens"], compute["train_flops"]) == (0, 0)
     config = (out / "config.yaml").read_text()
     assert "regions: 4" in config  # the parent's (test-sized) world was reloaded, not the default one
     assert "target_seed: 3" in config

@@ -76,3 +76,16 @@ def test_stopped_and_revived_equals_uninterrupted(tmp_path, monkeypatch, tiny_ov
     opt_a = torch.load(whole / final / "optimizer.pt", weights_only=True)["state"]
     opt_b = torch.load(revived / final / "optimizer.pt", weights_only=True)["state"]
     assert all(torch.equal(opt_a[i]["exp_avg_sq"], opt_b[i]["exp_avg_sq"]) for i in opt_a)
+
+    # The compute on record: the revived run carries its checkpoint's counts, so what training spent (sampling and
+    # update: tokens and FLOPs) is the uninterrupted run's; its own evaluation of the start is one evaluation more.
+    compute_a, compute_b = (json.loads((run / "run.json").read_text())["compute"] for run in (whole, revived))
+    for key in ("sampled_tokens", "scored_tokens", "train_flops", "from_step"):
+        assert compute_a[key] == compute_b[key], key
+    for phase in ("sample", "update"):
+        a_phase, b_phase = compute_a["phases"][phase], compute_b["phases"][phase]
+        assert {k: v for k, v in a_phase.items() if k != "seconds"} == {
+            k: v for k, v in b_phase.items() if k != "seconds"
+        }
+    assert compute_a["train_flops"] > 0
+    assert compute_b["phases"]["eval"]["forward_flops"] > compute_a["phases"]["eval"]["forward_flops"]

@@ -215,6 +215,7 @@ def test_a_signal_saves_a_checkpoint_and_marks_the_run_interrupted(tmp_path, tin
     assert err.strip().splitlines()[-1] == f"sesa train: interrupted ({sig.name})"
     info = json.loads((run / "run.json").read_text())
     assert (info["status"], info["reason"], info["exit_code"]) == ("interrupted", sig.name, 128 + sig)
+    assert info["compute"]["train_flops"] > 0  # what the run spent until it stopped (sesa_cli.compute)
     assert not _tmp_files(run)
     assert not (run / ".sesa.lock").exists()
     steps = _train_steps(run)
@@ -234,6 +235,13 @@ def test_a_signal_saves_a_checkpoint_and_marks_the_run_interrupted(tmp_path, tin
 def _rows(run: Path) -> list[dict]:
     """metrics.jsonl rows without timings (wall-clock)."""
     return [{k: v for k, v in r.items() if not k.startswith("time/")} for r in _lines(run / "metrics.jsonl")]
+
+
+def _counts(run: Path) -> dict:
+    """run.json's compute block without its seconds (wall-clock)."""
+    block = json.loads((run / "run.json").read_text())["compute"]
+    phases = {name: {k: v for k, v in cost.items() if k != "seconds"} for name, cost in block["phases"].items()}
+    return {**block, "phases": phases}
 
 
 @pytest.mark.e2e
@@ -269,7 +277,10 @@ def test_a_stopped_run_rerun_with_its_command_equals_the_uninterrupted_run(tmp_p
     assert info["status"] == "finished"
     assert info["resumed"] == [first_stop, 6]
 
-    assert _rows(stopped) == _rows(whole)
+    assert _rows(stopped) == _rows(whole)  # compute/* included: what training spent by each step
+    # the compute on record: every phase's tokens and FLOPs those of the run never stopped (the seconds are its own)
+    assert _counts(stopped) == _counts(whole)
+    assert _counts(whole)["train_flops"] > 0
     final = "checkpoints/step_000010"
     a, b = load_file(whole / final / "model.safetensors"), load_file(stopped / final / "model.safetensors")
     assert a.keys() == b.keys()
@@ -382,6 +393,7 @@ def test_a_checkpoint_write_that_fails_is_one_line_and_leaves_no_tmp(tmp_path, m
     assert line.startswith("sesa train: error: ")
     info = json.loads((run / "run.json").read_text())
     assert (info["status"], info["exit_code"]) == ("failed", 2)
+    assert info["compute"]["phases"]["update"]["backward_flops"] > 0  # what the failed run spent (sesa_cli.compute)
     assert not _tmp_files(run)
     assert not _checkpoint_steps(run)
 

@@ -10,7 +10,8 @@ training step (with a sequential sampler, the chain, not the plain-prompt policy
 i.i.d. from the plain prompt (or by the sampler ``sesa eval`` was given), ``policy/`` the plain-prompt policy itself,
 computed exactly, ``estimate/`` a plug-in estimate of a ``policy/`` quantity from drawn samples (named so: it is
 not exact), ``chain/`` the chains of a sequential sampler, ``loss/`` the update's objective and its
-off-policy handling, ``optim/`` the optimizer step, ``train/`` the training procedure, ``time/`` wall time.
+off-policy handling, ``optim/`` the optimizer step, ``train/`` the training procedure, ``compute/`` what training has spent so far
+(sesa_cli.compute), ``time/`` wall time.
 
 Torch-free: the report and ``sesa --help`` import it.
 """
@@ -460,6 +461,29 @@ METRIC_KEYS: tuple[MetricKey, ...] = (
         better="lower",
     ),
     MetricKey("revive/parent", "1 on the rows a revived run copied from its parent's history.", better=""),
+    # --------------------------------------------------------------------------------------------------- compute
+    MetricKey(
+        "compute/train_flops",
+        "FLOPs training has spent up to this step (cumulative; a resumed or revived run continues its checkpoint's): "
+        "the sampling forwards, the update's forwards and its backward (2x the forwards with gradient); evaluations "
+        "and exact-policy scoring excluded. Counted from the model's shapes; run.json's compute block has the phases.",
+        "sesa_cli.compute.ComputeLedger.train_flops",
+        better="",
+    ),
+    MetricKey(
+        "compute/sampled_tokens",
+        "Tokens the policy sampled in training draws up to this step (cumulative; sketches, chain items, a refilling "
+        "filter's extra rounds included; teacher-forced feedback excluded).",
+        "sesa_cli.compute.ComputeLedger.sampled_tokens",
+        better="",
+    ),
+    MetricKey(
+        "compute/scored_tokens",
+        "Token positions the update ran forward and backward up to this step (cumulative; padding included where the "
+        "scoring pass computes it: model.padding_free=false).",
+        "sesa_cli.compute.ComputeLedger.scored_tokens",
+        better="",
+    ),
     # ------------------------------------------------------------------------------------------------------ time
     MetricKey("time/sample_s", "Seconds spent drawing the step's rollouts.", better="lower"),
     MetricKey("time/update_s", "Seconds spent in the update.", better="lower"),

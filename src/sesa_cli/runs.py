@@ -4,7 +4,8 @@ Layout::
 
     <run_dir>/config.yaml            resolved config
     <run_dir>/run.json               run id, command, parent checkpoint, overrides, start time, git commit, torch
-                                     thread count and package versions
+                                     thread count and package versions; at the end its compute by phase
+                                     (tokens, FLOPs, seconds: sesa_cli.compute)
     <run_dir>/metrics.jsonl          one JSON object per step (training rows and evaluation rows), each with "step"
     <run_dir>/metrics.csv            the same, as a table (rewritten at every checkpoint and at the end)
     <run_dir>/policy_probs.jsonl     per evaluation, the exact probability of each target and likely solution
@@ -33,6 +34,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from sesa_cli.compute import check_block
 from sesa_cli.config import ConfigError, cut, first_line
 from sesa_cli.paths import writing
 
@@ -113,6 +115,16 @@ class RunDir:
         if status != "finished":
             info.update(reason=reason, exit_code=exit_code)
         atomic_write_text(path, json.dumps(info, indent=2))
+
+    def add_run_info(self, **fields: Any) -> None:
+        """Add ``fields`` to run.json, keeping what it holds (the run's ``compute`` as it ends: sesa_cli.compute); a
+        damaged run.json is replaced, as :meth:`mark_ended` replaces it."""
+        path = self.path / "run.json"
+        try:
+            info = read_run_info(path) if path.is_file() else {}
+        except ConfigError:
+            info = {}
+        atomic_write_text(path, json.dumps({**info, **fields}, indent=2))
 
     # ---------------------------------------------------------------- metrics
     def log_metrics(self, row: dict[str, Any]) -> None:
@@ -202,6 +214,9 @@ class ReplicaRunDir(RunDir):
     def write_run_info(self, command: str, overrides: list[str], parent: str | None = None, **extra: Any) -> None:
         pass
 
+    def add_run_info(self, **fields: Any) -> None:
+        pass
+
     def log_metrics(self, row: dict[str, Any]) -> None:
         pass
 
@@ -286,13 +301,18 @@ RUN_INFO = {
     "id": "text", "command": "text", "status": "text", "reason": "text", "exit_code": "integer",
     "overrides": "texts", "resumed": "counts", "parent": "text", "parent_step": "count", "parent_run": "text",
     "kl_reference": "object", "loggers": "object", "versions": "object", "torch_threads": "count",
+    "compute": "object",
 }  # fmt: skip
 """What a run.json holds (RunDir.write_run_info, mark_ended), by kind: every key optional (older runs lack some)."""
 
 
 def read_run_info(path: Path) -> dict[str, Any]:
-    """A run's run.json, every value of :data:`RUN_INFO` checked (a one-line ConfigError naming the key)."""
-    return checked(read_json_object(path), str(path), {}, RUN_INFO)
+    """A run's run.json, every value of :data:`RUN_INFO` checked (a one-line ConfigError naming the key), its
+    ``compute`` block to its counts (sesa_cli.compute.check_block)."""
+    info = checked(read_json_object(path), str(path), {}, RUN_INFO)
+    if info.get("compute") is not None:
+        check_block(info["compute"], str(path))
+    return info
 
 
 def metric_lines(path: Path) -> list[tuple[str, dict[str, Any]]]:
@@ -402,7 +422,7 @@ def read_trainer_state(ckpt: Path, training: bool = False) -> dict[str, Any]:
     """A checkpoint's trainer_state.json, checked: ``step`` always; what a resumed trainer reads when ``training``."""
     path = ckpt / "trainer_state.json"
     required = {"step": "count", **({"next_instance": "count", "collapse": "object"} if training else {})}
-    optional = {"found_targets": "texts", "found_solutions": "list", "config": "object"}
+    optional = {"found_targets": "texts", "found_solutions": "list", "config": "object", "compute": "object"}
     return checked(read_json_object(path), str(path), required, optional)
 
 

@@ -20,6 +20,7 @@ import torch
 
 from sesa_cli import metrics as M
 from sesa_cli.collapse import CollapseMonitor, input_dependence
+from sesa_cli.compute import ComputeLedger
 from sesa_cli.config import TrainConfig
 from sesa_cli.distributed import SingleProcess
 from sesa_cli.evaluation import Evaluation, rollout_stats, sample_records, success_counts
@@ -100,6 +101,8 @@ class Trainer:
         """False while a step is under way (sampling to its checkpoint): the state is not one a checkpoint can hold."""
         self.saved_step: int | None = None
         """The step of the last checkpoint this trainer wrote or loaded."""
+        self.compute = ComputeLedger(self.dist.world)
+        """Tokens, FLOPs and seconds by phase (sesa_cli.compute): carried by checkpoints, in run.json at the end."""
         self._last_groups: list[list[Rollout]] = []  # the latest step's rollouts, for sample dumps
 
     # ------------------------------------------------------------------ sampling
@@ -129,7 +132,8 @@ class Trainer:
     # ------------------------------------------------------------------ one step
     def train_step(self) -> dict[str, Any]:
         t0 = time.perf_counter()
-        groups, resample_rounds = self._draw_batch()
+        with self.compute.phase("sample"):
+            groups, resample_rounds = self._draw_batch()
         t_sample = time.perf_counter() - t0
         rows = [r for g in groups for r in g]
         keys = [r.score.key for r in rows]
@@ -157,14 +161,19 @@ class Trainer:
             row["train/kept_groups"] = len(trained)
         row["optim/lr"] = self.learner.lr(self.step)
         t1 = time.perf_counter()
-        row.update(self.learner.step(trained, self.step))
+        with self.compute.phase("update"):
+            row.update(self.learner.step(trained, self.step))
         t_update = time.perf_counter() - t1
         self.step += 1
+        row["compute/train_flops"] = self.compute.train_flops
+        row["compute/sampled_tokens"] = self.compute.sampled_tokens
+        row["compute/scored_tokens"] = self.compute.scored_tokens
         every = self.cfg.train.policy_every
         if self.exact.fixed and every and self.step % every == 0:
             # the policy after this step's update: the weights its checkpoint would hold
             t2 = time.perf_counter()
-            row.update(self.policy_snapshot().summary(self.cfg.eval.samples))
+            with self.compute.phase("policy"):
+                row.update(self.policy_snapshot().summary(self.cfg.eval.samples))
             row["time/policy_s"] = time.perf_counter() - t2
         row = self.dist.mean_metrics(row)
         flagged = self.monitor.update(self.step, row)
@@ -189,7 +198,8 @@ class Trainer:
         ``policy_probs.jsonl`` with the probability of every target and of every solution with p >= 0.001."""
         if not self.dist.is_main:  # the replicas are identical: rank 0 evaluates for all
             return {"step": self.step}
-        result = self.evaluation.run(self.step, self.policy_snapshot() if self.exact.available else None)
+        with self.compute.phase("eval"):
+            result = self.evaluation.run(self.step, self.policy_snapshot() if self.exact.available else None)
         if result.policy_record is not None:
             self.run.log_policy_probs(result.policy_record)
         self.run.log_eval_counts(success_counts(self.step, result.groups))
@@ -204,7 +214,7 @@ class Trainer:
         # A failed write (a full disk, a read-only or vanished dir, a second Ctrl-C) removes the partial step_N.tmp
         # and says in one line what happened (RunDir.writing).
         final = self.run.checkpoint_dir(self.step)
-        with self.run.writing(final, cleanup=final.with_name(final.name + ".tmp")):
+        with self.compute.phase("checkpoint"), self.run.writing(final, cleanup=final.with_name(final.name + ".tmp")):
             tmp = self.run.begin_checkpoint(self.step)
             self.model.save_pretrained(tmp)
             self.policy.tokenizer.save_pretrained(tmp)
@@ -218,6 +228,7 @@ class Trainer:
                 "collapse": self.monitor.state_dict(),
                 "collapsed": self.monitor.collapsed,
                 "config": asdict(self.cfg),
+                "compute": self.compute.state_dict(),
             }
             (tmp / "trainer_state.json").write_text(json.dumps(state, indent=2, default=str))
             final = self.run.commit_checkpoint(tmp, self.step)
@@ -238,6 +249,10 @@ class Trainer:
         terms = state.get("terms", {"found": state["found_solutions"]} if "found_solutions" in state else {})
         self.learner.load_state_dict(terms)
         self.monitor.load_state_dict(state["collapse"])
+        if "compute" in state:
+            self.compute.load_state_dict(state["compute"], str(ckpt / "trainer_state.json"))
+        else:  # a checkpoint from before runs counted their compute: the counts cover this run's steps only
+            self.compute.from_step = self.step
         if restore_optimizer:
             opt_state = torch.load(ckpt / "optimizer.pt", map_location="cpu", weights_only=True)
             self.learner.optimizer.load_state_dict(opt_state)
@@ -248,7 +263,22 @@ class Trainer:
     # ------------------------------------------------------------------ the loop
     def fit(self, on_step: StepHook | None = None, phase: PhaseHook | None = None) -> dict[str, Any]:
         """Train until train.steps; returns the last training row merged with the final evaluation. ``phase(label)``
-        wraps each evaluation and checkpoint (the command shows them as they run)."""
+        wraps each evaluation and checkpoint (the command shows them as they run). However the run ends (finished,
+        failed, interrupted), run.json records its compute (:meth:`record_compute`)."""
+        try:
+            final = self._fit(on_step, phase)
+        except BaseException:
+            with contextlib.suppress(Exception):  # the error under way is what the user must see, not this one
+                self.record_compute()
+            raise
+        self.record_compute()
+        return final
+
+    def record_compute(self) -> None:
+        """run.json's ``compute``: the ledger's counts so far (sesa_cli.compute.ComputeLedger.block)."""
+        self.run.add_run_info(compute=self.compute.block())
+
+    def _fit(self, on_step: StepHook | None, phase: PhaseHook | None) -> dict[str, Any]:
         tc = self.cfg.train
         phase = phase or _no_phase
         last: dict[str, Any] = {}

@@ -53,6 +53,7 @@ def run(cfg: EvalConfig, run_dir: Path, overrides: list[str] | None = None) -> d
 
     from sesa_cli.commands.ending import eval_ending
     from sesa_cli.commands.registered import check_registered
+    from sesa_cli.compute import ComputeLedger
     from sesa_cli.evaluation import Evaluation, sample_records, success_counts
     from sesa_cli.models.loading import load_checkpoint, load_policy
     from sesa_cli.progress import console, phase
@@ -75,7 +76,8 @@ def run(cfg: EvalConfig, run_dir: Path, overrides: list[str] | None = None) -> d
     evaluation = Evaluation(task, policy, cfg.sampler, cfg.eval, cfg.seed, cfg.model.dtype, cfg.model.max_batch_rows,
                             sampler=sampler)  # fmt: skip
     instances, n = evaluation.instances, evaluation.samples
-    with phase(f"evaluation ({len(instances)} instances x {n} samples)"):
+    ledger = ComputeLedger()  # the evaluation's tokens, FLOPs and seconds, in run.json (sesa_cli.compute)
+    with phase(f"evaluation ({len(instances)} instances x {n} samples)"), ledger.phase("eval"):
         result = evaluation.run(step)
     if result.policy_record is not None:
         run.log_policy_probs(result.policy_record)
@@ -103,6 +105,7 @@ def run(cfg: EvalConfig, run_dir: Path, overrides: list[str] | None = None) -> d
         console.print(pruned_note(pruned), soft_wrap=True, markup=False, highlight=False)
     if health is not None:
         console.print(chain_table(health))
+    run.add_run_info(compute=ledger.block())
     run.mark_ended("finished")
     log.info("wrote %s and %s", run.path / "metrics.json", run.path / "samples.jsonl")
     eval_ending(run.path, ckpt, cfg.sampler.name == "sequential")

@@ -7,7 +7,7 @@ that covers too little of the policy (issue 66).
   what the method did with that seed); the count beside the mean says the mean holds it, so that a method losing one
   seed in five reads as that, not as a wide interval.
 * **cost** (:func:`cost_ratios`): the group's mean training compute, ``train_flops`` from each run's run.json
-  (its ``compute`` block), relative to the baseline group's: what the group spent to learn, sampling and update, with
+  (sesa_cli.compute.run_cost), relative to the baseline group's: what the group spent to learn, sampling and update, with
   the evaluations and exact walks left out (every method pays those alike).
 * **pruned mass** (:func:`with_pruned`): ``policy/pruned_mass`` is a column of every table that shows an exact
   ``policy/*`` figure, right after them; a group with a run whose walk pruned more than
@@ -24,6 +24,7 @@ from collections.abc import Collection, Mapping, Sequence
 
 import pandas as pd
 
+from sesa_cli.compute import run_cost
 from sesa_cli.intervals import EXACT_MARK, PRUNED, UNCHECKED
 from sesa_cli.report.marks import Mark
 from sesa_cli.report.runs import Run
@@ -50,11 +51,11 @@ def lost_text(lost: int, runs: int) -> str:
 
 
 def train_flops(run: Run) -> float:
-    """The run's training compute from its run.json (``compute.train_flops``), NaN for a run that did not record it
-    (written before 2026-12-07, or a ``sesa eval``)."""
-    compute = run.info.get("compute")
-    value = compute.get("train_flops") if isinstance(compute, Mapping) else None
-    return float(value) if isinstance(value, (int, float)) and value > 0 else math.nan
+    """The run's training compute from its run.json (:func:`sesa_cli.compute.run_cost`'s ``train_flops``), NaN for a
+    run that did not record it (written before 2026-12-07, or a ``sesa eval``, which trains nothing)."""
+    cost = run_cost(run.info)
+    value = None if cost is None else cost["train_flops"]
+    return value if value else math.nan
 
 
 def cost_ratios(runs: Sequence[Run], baseline: str | None) -> dict[str, float]:

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 import torch
 from transformers import PreTrainedModel
 
+from sesa_cli import compute
 from sesa_cli.models.special import banned_mask, masked_logps
 from sesa_cli.rollout.backends import make_backend
 from sesa_cli.rollout.rollouts import Completion
@@ -81,6 +82,7 @@ class Session:
         self.physical_pos = torch.zeros(batch, dtype=torch.long, device=engine.device)  # real tokens per physical row
         self.last_logits: torch.Tensor | None = None  # (batch, vocab): next-token logits of every logical row
         self.tokens: list[list[int]] = [[] for _ in range(batch)]  # every real token of each row, in order
+        self.width = 0  # columns of the cache (holes included): the keys a chunk attends to besides its own
 
     @property
     def pos(self) -> torch.Tensor:
@@ -105,6 +107,9 @@ class Session:
                 picked = hidden[torch.arange(ids.shape[0], device=ids.device), last]
             logits: torch.Tensor = eng.backend.logits(picked).float()
         self.physical_pos = self.physical_pos + mask.sum(1)
+        rows, new = ids.shape
+        compute.count_forward(eng.shape, rows, new, self.width, rows)
+        self.width += new
         return logits
 
     def extend(self, rows: Sequence[Sequence[int]]) -> None:
@@ -193,6 +198,7 @@ class Session:
             tok_l = [int(t) for t in host[0]]
             logp_l, ent_l = host[1], host[2]
             run_l, is_stop, ended = ([v != 0 for v in row] for row in host[3:])
+            compute.count_sampled(sum(run_l))
             feeds: list[list[int]] = [[] for _ in range(b)]
             done: list[int] = []  # rows whose chain is complete: they stop running
             fresh: list[int] = []  # rows that begin their next item: their token count starts again
@@ -324,6 +330,7 @@ class Engine:
     ) -> None:
         self.model = model
         self.backend = make_backend(model, backend)
+        self.shape = compute.model_shape(model)  # what a forward costs (sesa_cli.compute: a run's compute on record)
         self.pad_id = pad_id
         self.device = next(model.parameters()).device
         self.dtype = dtype

@@ -19,6 +19,7 @@ import torch
 from torch.utils.checkpoint import checkpoint
 from transformers import PreTrainedModel
 
+from sesa_cli import compute
 from sesa_cli.models.special import banned_mask, masked_logps
 
 CHECKPOINT_LOGITS = 1 << 22
@@ -294,6 +295,8 @@ def packed_hidden(model: PreTrainedModel, batch: ScoringBatch) -> tuple[torch.Te
         attention_mask=None if allowed is None else _model_mask(model, allowed.to(dev)),
         use_cache=False,
     ).last_hidden_state  # (bins, width, hidden)
+    bins, width = packed.input_ids.shape
+    compute.count_forward(compute.model_shape(model), bins, width, 0, 0, hidden.requires_grad)
     return hidden.reshape(-1, hidden.shape[-1]), packed.index.to(dev)
 
 
@@ -326,6 +329,7 @@ def completion_logps(
             if not bool(live.any()):  # nothing to train on: every position, so the result stays in the graph
                 live = torch.ones_like(live)
             at = live.nonzero(as_tuple=True)
+            compute.count_forward(compute.model_shape(model), 0, 0, 0, at[0].numel(), flat.requires_grad)
             # (positions, hidden), in chunks of as many positions as a padded chunk holds
             lp, en = _head_logps(
                 lm_head,
@@ -341,6 +345,8 @@ def completion_logps(
         hidden = model.get_decoder()(
             input_ids=batch.input_ids.to(dev), attention_mask=batch.attention_mask.to(dev), use_cache=False
         ).last_hidden_state  # (batch, seq, hidden)
+        rows, seq = batch.input_ids.shape
+        compute.count_forward(compute.model_shape(model), rows, seq, 0, idx.numel(), hidden.requires_grad)
         picked = hidden.gather(1, idx[..., None].expand(-1, -1, hidden.shape[-1]))  # (batch, T, hidden)
         return _head_logps(lm_head, picked, targets, temperature, banned, response_mask, chunk)
 

@@ -799,7 +799,16 @@ def _preamble(session: Session, notes: Sequence[str], took: str) -> list[str]:
         "on a 2-core machine that may have been shared; each section says its own: where two sweeps ran at once, "
         "each counts half of those minutes)."
     )
-    lines = ["# Results", "", generated, "", compute, ""]
+    reading = (
+        "Reading the tables (since 2026-12-07): an agent task's solutions are what its episodes did, the states they "
+        'went through with loops erased (a move into a wall adds nothing: docs/metrics.md, "What a solution is"); '
+        "*runs lost* counts the runs of a group that ended broken (success below the base model's, valid replies "
+        "under half, a non-finite loss), which stay in its mean; *cost* is the group's training compute (sampling and "
+        "update FLOPs, run.json) relative to its baseline's; `policy/pruned_mass` is the mass the exact walk cut, and "
+        'an exact figure over 0.05 of it is marked †, no answer resting on it (docs/metrics.md, "Exact figures and '
+        'pruned mass").'
+    )
+    lines = ["# Results", "", generated, "", compute, "", reading, ""]
     if session.smoke:
         smoke = "**Smoke run** (`--smoke`: a small world and a few steps): these numbers check the machinery only."
         lines += [smoke, ""]

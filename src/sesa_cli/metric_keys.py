@@ -610,8 +610,10 @@ So `policy/pruned_mass` stands beside the exact figures in every table that show
 live view, `sesa eval`, every report table and docs/results.md), and above 0.05 (`sesa_cli.intervals.PRUNED_LIMIT`)
 an exact figure is never shown bare: the mass figures as the interval they lie in, the others marked †. The
 sampled-gap check (`policy/sampled_gap` against 3 standard deviations) fails there too: an interval that wide tests
-nothing, so a pass would say nothing. A report bases no verdict on a marked figure: it marks the run, and its
-sentence rests on a sampled metric instead.
+nothing, so a pass would say nothing. A report's tables are means over seeds: there a group's exact cells carry †
+where any of its runs' exact figures do not describe its policy (its walk cut more than 0.05, its sampled success
+lies more than 3 standard deviations from its exact interval, or under half of its mass is valid; the notes name
+the run and the reason), and the report bases no verdict on them: its sentence rests on a sampled metric instead.
 
 Where it costs: the warm-started base spreads its mass over millions of episodes, so the walk cuts nearly all of it
 at step 0 (its figures are marked, as they should be); a trained policy concentrates. The default recipes at their

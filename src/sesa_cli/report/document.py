@@ -17,6 +17,7 @@ from typing import TypedDict
 import pandas as pd
 
 from sesa_cli.config import ConfigError
+from sesa_cli.intervals import EXACT_MARK
 from sesa_cli.metric_keys import family
 from sesa_cli.metric_keys import key as metric_key
 from sesa_cli.report.columns import (
@@ -447,7 +448,11 @@ def _html(report: Report) -> str:
 
 
 def _marked_caption(report: Report) -> str:
-    return f" {MARK}: a run of the group is marked in the notes above." if report.marks else ""
+    if not report.marks:
+        return ""
+    exact = any(m.kind == "exact" for m in report.marks)
+    why = f" {EXACT_MARK}: its exact figures do not describe its policy; no verdict rests on them." if exact else ""
+    return f" {MARK}: a run of the group is marked in the notes above.{why}"
 
 
 def build_report(

@@ -8,9 +8,10 @@ Two kinds of instance, one class each:
   masking the sampler applies (:meth:`sesa_cli.rollout.engine.Engine.completion_logps`: the prompt runs once and
   spellings that begin alike share their forward rows until they part).
 * :class:`EpisodeWalk`: an agent task whose environment is deterministic and whose responses can be listed
-  (``AgentTask.turn_responses``) has no fixed solution list: a solution is an episode's action sequence, and every
-  episode the policy can play is walked (sesa_cli.rollout.episode_tree, branches below ``min_prob`` pruned); which
-  solutions exist depends on the weights, and so does the mass the walk cut (``pruned_mass``).
+  (``AgentTask.turn_responses``) has no fixed solution list: a solution is what an episode did (its key, the states
+  it went through: ``task.solution_key``), and every episode the policy can play is walked
+  (sesa_cli.rollout.episode_tree, branches below ``min_prob`` pruned); which solutions exist depends on the
+  weights, and so does the mass the walk cut (``pruned_mass``).
 
 :meth:`ExactPolicy.snapshot` scores the current weights once and returns a :class:`PolicySnapshot`, immutable: its
 metrics (:meth:`PolicySnapshot.summary`) and its ``policy_probs.jsonl`` line (:meth:`PolicySnapshot.record`) read
@@ -162,7 +163,7 @@ class EpisodeWalk:
         self.prompt = sampler.encode_prompt(sampler.task.prompt(inst))
 
     def score(self) -> InstanceProbs:
-        """The probability of every action sequence played to its end under the current weights."""
+        """The probability of every solution (episodes played to their end, by key) under the current weights."""
         task = self.sampler.task
         assert isinstance(task, AgentTask)  # ExactPolicy walks agent tasks only
         with torch.no_grad():

@@ -3,7 +3,7 @@
 Where an environment is deterministic and one turn's valid replies can be listed
 (:meth:`sesa_cli.tasks.agent.AgentTask.turn_responses`: non-slippery FrozenLake and Sokoban in the compact style; the
 rule of a valid reply is sesa_cli.tasks.layouts's, and the list is every reply it accepts),
-the probability that one plain-prompt episode executes the action sequence a is
+the probability that one plain-prompt episode plays the action sequence a is
 
     π(a | x) = Σ over the response sequences r_1..r_T whose play executes a of  Π_t π(r_t | x, r_1, o_1, ..., r_{t-1},
                o_{t-1})
@@ -14,8 +14,9 @@ every spelling of a response in tokens (``Policy.spellings``: the tiny model can
 walks that tree token by token with one KV cache per live branch (sesa_cli.rollout.engine.Session): at every node the
 model's next-token distribution (at the sampling temperature, the never-sampled ids masked exactly as the engine masks
 them) is split over the tokens that continue a well-formed response; a completed response is played on the episode's
-environment and its feedback fed; an episode that ends contributes its probability to its action sequence (its
-solution key, ``Score.key``). The rest of the mass is accounted for, never dropped silently:
+environment and its feedback fed; an episode that ends contributes its probability to its solution key
+(``Score.key``: what the episode did, the states it went through, ``task.solution_key``; action sequences that
+differ by moves that change nothing share a key, and their probabilities add up). The rest of the mass is accounted for, never dropped silently:
 
 * ``other``: mass on text outside the listed responses (a malformed or over-long reply, text after its actions, a
   reply cut at max_new_tokens): an invalid reply, which ends its episode unsolved, so this mass is failure and
@@ -48,7 +49,7 @@ class EpisodeTree:
     """The outcome of :func:`episode_tree` on one instance."""
 
     probs: dict[str, float] = field(default_factory=dict)
-    """Solution key (the executed actions joined by ",") -> probability that one plain-prompt episode, all of whose
+    """Solution key (``Score.key``: the episode's route) -> probability that one plain-prompt episode, all of whose
     responses are listed ones, executes it (summed over the response texts that do)."""
     success: dict[str, bool] = field(default_factory=dict)
     """Solution key -> whether that episode solves the instance."""

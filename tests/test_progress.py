@@ -313,6 +313,33 @@ def test_the_periodic_metrics_are_a_short_table_within_80_columns():
     assert "loss/" not in text
 
 
+def test_the_training_rate_leaves_out_its_evaluations_and_shows_them_apart(monkeypatch):
+    # issue 67: a SmolLM2 run's live view showed 596 s/step, its evaluations counted as steps
+    import io
+
+    from rich.console import Console
+
+    from sesa_cli import progress
+
+    monkeypatch.setattr(progress, "console", Console(file=io.StringIO(), width=80, color_system=None))
+    display = progress.Display()
+    train = display.begin("train", total=10)
+    train.started -= 100  # 100 s in, 5 steps done ...
+    display.update(train, completed=5)
+    evaluation = display.begin("evaluation (step 4)")
+    evaluation.started -= 80  # ... of which an evaluation took 80 s
+    display.end(evaluation)
+    checkpoint = display.begin("checkpoint (step 4)")
+    checkpoint.started -= 4
+    display.end(checkpoint)
+    head, optional = train.clock()
+    assert optional[0] == "3.2 s/step"  # (100 - 80 - 4) s / 5 steps, not 20 s/step
+    assert optional[1:] == ["eval 1:20", "checkpoint 0:04"]
+    assert "ETA 1:40" in head  # 5 steps to go at the pace so far, evaluations included
+    assert "eval 1:20" in train.line(width=120)
+    display.end(train)
+
+
 def test_nested_activities_print_one_progress_line_at_a_time(monkeypatch):
     import io
 

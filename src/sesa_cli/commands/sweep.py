@@ -41,17 +41,26 @@ from sesa_cli import run_lock
 from sesa_cli.commands import interrupt
 from sesa_cli.commands.common import drop_empty_run_dir, user_errors
 from sesa_cli.commands.compose import compose
-from sesa_cli.commands.rundir import check_report_dir, discard_staged, existing_run, stage_report, wanted_config
+from sesa_cli.commands.rundir import (
+    check_report_dir,
+    discard_staged,
+    existing_run,
+    resume_plan,
+    stage_report,
+    wanted_config,
+)
 from sesa_cli.config import ConfigError, cut, first_line
 from sesa_cli.paths import hydra_value, os_reason, sesa_program
-from sesa_cli.runs import atomic_write_text, read_metrics, read_yaml
+from sesa_cli.runs import atomic_write_text, read_metrics
+from sesa_cli.yaml_files import read_yaml
 
 T = TypeVar("T")
 
 RESOLVER = "sesa_job_dir"
 """The OmegaConf resolver ``hydra.sweep.subdir`` goes through (conf/hydra/default.yaml)."""
 RECORDS = ".sesa-jobs"
-"""The sweep dir's record of how each job ended (``<num>.json``) and, once the sweep is stopped, ``STOP``."""
+"""The sweep dir's record of how each job ended: per run of the sweep's command (its session, :data:`SESSION`),
+``<session>/<num>.json`` and, once the sweep is stopped, ``<session>/STOP``."""
 COMMANDS = ("train", "revive", "eval", "diversity-report")
 
 _claims: dict[str, JobClaim] = {}
@@ -140,6 +149,8 @@ def _claim_job(command: str, num: int, sweep_dir: Path, job_dir: Path, root: Any
                                  sweep_job=True)  # fmt: skip
             claim.outcome = "finished" if state == "finished" else "own"
             claim.resumes = state == "resume"
+            if claim.resumes:
+                resume_plan(job_dir)  # a resume it would refuse fails the job now, before Hydra writes into its dir
         if claim.outcome == "own":
             run_lock.record(job_dir, command, overrides)
             if command == "diversity-report":

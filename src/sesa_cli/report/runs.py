@@ -21,7 +21,8 @@ import pandas as pd
 from sesa_cli.config import PLUGIN_MAPPINGS, SEQUENTIAL_ONLY, ConfigError
 from sesa_cli.deprecations import rename_overrides, upgrade_config
 from sesa_cli.metric_keys import RENAMED, key
-from sesa_cli.runs import read_json_object, read_metrics, read_run_info, read_yaml  # one reader each: one-line errors
+from sesa_cli.runs import read_json_object, read_metrics, read_run_info  # one reader each: one-line errors
+from sesa_cli.yaml_files import read_yaml
 
 METRICS_JSONL = "metrics.jsonl"
 METRICS_JSON = "metrics.json"

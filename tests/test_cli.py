@@ -270,6 +270,18 @@ def test_a_recipes_setting_that_a_size_no_longer_fits_names_the_recipe(monkeypat
     assert "set by the recipe" not in capsys.readouterr().err
 
 
+def test_a_number_too_long_to_read_in_a_config_file_names_the_file_and_key(monkeypatch, capsys, tmp_path):
+    # issue 67 case 10: a 10 MB integer in a recipe said Python's int limit, naming no file or key
+    recipe = tmp_path / "mine" / "experiment" / "big.yaml"
+    recipe.parent.mkdir(parents=True)
+    recipe.write_text("# @package _global_\ntrain:\n  steps: " + "9" * 10_000_000 + "\n")
+    assert run_cli(["train", "--config-dir", str(tmp_path / "mine"), "experiment=big"], monkeypatch) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"sesa train: error: {recipe}: train.steps is a number of 10,000,000 digits, longer than can be read (at "
+        "most 4,300)"
+    )
+
+
 def test_config_dir_adds_a_config_dir_as_hydra_documents_it(monkeypatch, capsys, tmp_path):
     # issue 50 case 10: `--config-dir DIR` was refused ("experiment=small is not a experiment option") because sesa's
     # own compositions (the validation, the run dir) did not see it; it is the hydra.searchpath entry it stands for

@@ -155,6 +155,18 @@ def foreign_files(run_dir: Path) -> list[str]:
     return [] if marks else names
 
 
+def foreign_problem(run_dir: Path, where: str) -> str | None:
+    """The refusal of a run dir (named ``where``) that holds files no sesa command wrote (:func:`foreign_files`)."""
+    foreign = foreign_files(run_dir)
+    if not foreign:
+        return None
+    shown = ", ".join(cut(name, 40) for name in foreign[:3]) + (", ..." if len(foreign) > 3 else "")
+    return (
+        f"{where} holds files sesa did not write ({shown}); a command writes config.yaml, run.json and its log into "
+        "its dir: choose a new or empty directory"
+    )
+
+
 def held_files(run_dir: Path) -> list[str]:
     return [name for name in RUN_FILES if (run_dir / name).exists()]
 
@@ -186,13 +198,9 @@ def existing_run(command: str, run_dir: Path, resolved: str | None, where: str, 
         reports = report_files(run_dir)
         if reports:
             raise DirTaken(f"{where} holds a report ({reports[0]}); choose a new directory")
-        foreign = foreign_files(run_dir)
-        if foreign:  # the user's own files: a run would write over config.yaml or train.log, and mix with the rest
-            shown = ", ".join(cut(name, 40) for name in foreign[:3]) + (", ..." if len(foreign) > 3 else "")
-            raise DirTaken(
-                f"{where} holds files sesa did not write ({shown}); a command writes config.yaml, run.json and its "
-                "log into its dir: choose a new or empty directory"
-            )
+        problem = foreign_problem(run_dir, where)
+        if problem:  # the user's own files: a run would write over config.yaml or train.log, and mix with the rest
+            raise DirTaken(problem)
         return "none"
     refuse = f"{where} already holds a run ({held[0]})"
     info = _run_info(run_dir)

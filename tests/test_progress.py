@@ -145,9 +145,14 @@ def test_a_failed_run_is_marked_and_commands_that_take_it_say_so(tmp_path, monke
     assert code == 2
     assert len(err) == 1, err
     assert not run.exists()  # nothing but bookkeeping in it: removed (commands.common.drop_empty_run_dir)
-    # a run dir that holds something else (here a note of the user's) stays, marked as failed
+    # a dir of the user's own files is refused before anything is written (issue 67), the note kept
     run.mkdir()
     (run / "notes.txt").write_text("kept\n")
+    assert run_cli(argv, monkeypatch) == 2
+    assert "holds files sesa did not write (notes.txt)" in capsys.readouterr().err
+    assert sorted(p.name for p in run.iterdir()) == ["notes.txt"]
+    # a run dir that holds something else (an earlier attempt's .hydra/, and a note of the user's) stays, failed
+    (run / ".hydra").mkdir()
     assert run_cli(argv, monkeypatch) == 2
     capsys.readouterr()
     assert (run / "notes.txt").read_text() == "kept\n"

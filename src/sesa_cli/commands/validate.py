@@ -88,7 +88,8 @@ def output_dir_problem(
 
     if existing == path and held_files(path):
         return None  # a run's dir: what it holds is checked once the command holds its lock (sesa_cli.commands.rundir)
-    if existing == path and not multirun:  # the user's own files: refused before the probe below writes there
+    if existing == path and not multirun and config_name != "diversity_report":  # (a report's: check_report_dir)
+        # the user's own files: refused before the probe below writes there
         problem = foreign_problem(path, f"{key}={path}")
         if problem:
             return problem

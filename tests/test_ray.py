@@ -88,6 +88,7 @@ def test_one_ctrl_c_stops_a_ray_sweep_at_its_jobs_next_checkpoint_and_leaves_no_
                                                                                           path_setup):  # fmt: skip
     # issue 67 case 6: Ray's workers block SIGINT, so the Ctrl-C the sweep forwarded never reached its jobs, which
     # trained to their end; the jobs now see the sweep's stop mark at their next step boundary
+    import shutil
     import signal
     import tempfile
     import time
@@ -122,3 +123,4 @@ def test_one_ctrl_c_stops_a_ray_sweep_at_its_jobs_next_checkpoint_and_leaves_no_
     while _processes_naming(str(temp)):
         assert time.monotonic() < end, _processes_naming(str(temp))
         time.sleep(0.5)
+    shutil.rmtree(temp, ignore_errors=True)  # Ray's session files (only once no process holds them)

@@ -8,9 +8,9 @@ Prints each wall-time goal of issue 32 beside the figure it was set against, mea
   temporary directory and run from there) and today's, one after the other on the same machine, so the ratio holds
   where the seconds do not. Each run's own final ``eval/success`` is printed too, so a faster run that learns less
   shows;
-* the wall time of ``nox -s results``' sweeps as docs/results.md records it (``Compute: the sweeps under ... took``): the
-  sweeps take an hour or more, so this bench reads the figure of the last ``nox -s results`` rather than rerunning
-  them.
+* the wall time of ``nox -s results``' sweeps as docs/results.md records it (``Compute: the sections' sweeps took
+  ...``, read by scripts/findings.py, which keeps every page quoting it equal to it): the sweeps take hours, so this
+  bench reads the figure of the last ``nox -s results`` rather than rerunning them.
 
 The ratio goals (two-stage step against the parallel one, sesa's step against TRL's) are printed by bench/rollout.py
 and bench/trl_compare.py, measured against their peer in the same run.
@@ -19,6 +19,7 @@ and bench/trl_compare.py, measured against their peer in the same run.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import re
@@ -27,6 +28,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from types import ModuleType
 
 from docs_block import write_block
 
@@ -48,7 +50,6 @@ def minutes(seconds: float) -> str:
 
 
 UNITS = {"h": 3600, "min": 60, "s": 1}
-TOOK = r"((?:\d+ h ?)?(?:\d+ min ?)?(?:\d+ s)?) of wall time"
 
 
 def seconds(text: str) -> float:
@@ -56,30 +57,26 @@ def seconds(text: str) -> float:
     return float(sum(int(n) * UNITS[u] for n, u in re.findall(r"(\d+) (h|min|s)\b", text)))
 
 
-def parse_took(text: str) -> float | None:
-    """The wall time of every sweep behind docs/results.md, in seconds; None when the page records none.
+def _findings() -> ModuleType:
+    """scripts/findings.py, whose reader of the results page's wall time every page quoting it goes through."""
+    name = "sesa_scripts.findings"  # the name tests/scripts.py loads it under: one module, loaded once
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / "findings.py")
+        assert spec is not None
+        assert spec.loader is not None
+        sys.modules[name] = importlib.util.module_from_spec(spec)  # its dataclasses look their module up there
+        spec.loader.exec_module(sys.modules[name])
+    return sys.modules[name]
 
-    The page's preamble gives the sweeps under the root it was last written from (``Compute: the sweeps under
-    `<root>` took 41 min of wall time``); a claim section keeps its own line (``... made at commit 3f30d56 (...); its
-    sweeps took 37 min of wall time; written <date> at commit <c>``), and a section whose runs were made at another
-    commit than the last-written section's came from another root (``--claims V`` run elsewhere earlier), so its
-    sweeps are not in the preamble's figure: the preamble's figure plus those sections' figures. (Sections of one
-    root share sweeps, e.g. claim I's collapse runs are claim II's baseline, so their own figures are not summed.)"""
-    top = re.search(r"the sweeps (?:under `[^`]*` )?took " + TOOK, text)
-    sections = re.findall(
-        r"made at commit ([^(]*?) \([^;]*\); its sweeps took " + TOOK + r"; written ([^.]*?) at commit", text
-    )
-    if not top and not sections:
+
+def results_time(text: str) -> str | None:
+    """The wall time of the sweeps behind docs/results.md as the page records it (``3 h 34 min``: the sum of its
+    sections' own figures, written by scripts/results.py); None when the page records none."""
+    findings = _findings()
+    try:
+        return str(findings.results_time(text))
+    except findings.PageError:
         return None
-    if not top:
-        return sum(seconds(took) for _, took, _ in sections)
-    if not sections:
-        return seconds(top.group(1))
-    # A section whose runs were made at several commits (a sweep that went on across a commit) names them all; it
-    # came from the newest section's root when it shares one of the newest section's commits.
-    newest = set(max(sections, key=lambda s: s[2])[0].split(", "))
-    elsewhere = [took for made, took, _ in sections if not newest & set(made.split(", "))]
-    return seconds(top.group(1)) + sum(seconds(took) for took in elsewhere)
 
 
 def default_run(extra: list[str], source: Path | None = None) -> tuple[float, float | None]:
@@ -107,12 +104,13 @@ def checkout(commit: str, into: Path) -> Path:
     return into
 
 
-def goal_row(what: str, goal_s: float, before: str, today_s: float, note: str = "") -> str:
-    """Print one wall-time goal beside its before-figure and today's, and return it as a row of the page's table."""
+def goal_row(what: str, goal_s: float, before: str, today_s: float, note: str = "", shown: str | None = None) -> str:
+    """Print one wall-time goal beside its before-figure and today's, and return it as a row of the page's table
+    (``shown``: today's figure as the row shows it, by default :func:`minutes` of ``today_s``)."""
     verdict = "holds" if today_s <= goal_s else "not met"
     extra = f", {note}" if note else ""
     print(f"{what}: {minutes(today_s)} (goal <= {minutes(goal_s)}: {verdict}; before issue 32: {before}){extra}")
-    today = minutes(today_s) + (f" ({note})" if note else "")
+    today = (shown or minutes(today_s)) + (f" ({note})" if note else "")
     return f"| {what} <= {minutes(goal_s)} | {before} | {today} | {verdict} |"
 
 
@@ -141,12 +139,13 @@ def main() -> None:
         goal_row(f"`{cmd}` from an empty cache", DEFAULT_GOAL_S, before, took, note),
     ]
     results = Path(args.results)
-    swept = parse_took(results.read_text()) if results.is_file() else None
+    swept = results_time(results.read_text()) if results.is_file() else None
     if swept is None:
         print(f"{results}: no sweep wall time recorded")
-    else:
+    else:  # the page's own figure, in the span scripts/findings.py keeps equal to it
+        findings = _findings()
         lines.append(goal_row(f"`nox -s results`' sweeps (as {results.name} records them)", RESULTS_GOAL_S,
-                              RESULTS_BEFORE, swept))  # fmt: skip
+                              RESULTS_BEFORE, seconds(swept), shown=findings.TIME_START + swept + findings.TIME_END))  # fmt: skip
     if args.page:
         write_block(Path(args.page), "time_to_result", lines)
 

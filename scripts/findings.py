@@ -2,8 +2,10 @@
 answer in a phrase with the mean and 95% interval over seeds that docs/results.md gives, negatives included.
 
 ``python scripts/findings.py`` rewrites the block between ``<!-- results:findings -->`` and
-``<!-- /results:findings -->`` of README.md; ``--check`` only says whether the block is current (exit 1 if not).
-``nox -s results`` runs it after writing docs/results.md, and tests/test_findings.py keeps the README equal to it.
+``<!-- /results:findings -->`` of README.md, and the page's wall time (:func:`results_time`) between every
+``<!-- results:time -->`` and ``<!-- /results:time -->`` of the pages that quote it (:data:`TIME_PAGES`); ``--check``
+only says whether they are current (exit 1 if not). ``nox -s results`` runs it after writing docs/results.md, and
+tests/test_findings.py keeps the pages equal to it.
 
 Which group and metrics answer each claim is :data:`ROWS` (by the group numbers docs/results.md lists: the claims'
 sweeps in scripts/claims.yaml fix their order). A phrase follows the interval alone: *higher* where the whole 95%
@@ -24,6 +26,10 @@ from sesa_cli.report.tables import group_sampler, method_name
 
 ROOT = Path(__file__).resolve().parents[1]
 START, END = "<!-- results:findings -->", "<!-- /results:findings -->"
+TIME_START, TIME_END = "<!-- results:time -->", "<!-- /results:time -->"
+TIME_PAGES = ("README.md", "docs/usage.md", "docs/measurements.md")
+"""The pages that quote how long the results page's sweeps took: one figure, :func:`results_time`'s (issue 67: four
+hand-written figures in four places)."""
 
 
 @dataclass(frozen=True)
@@ -240,25 +246,48 @@ def rewrite(readme: str, page: str) -> str:
     return head + block(page) + tail
 
 
+def results_time(page: str) -> str:
+    """The wall time of docs/results.md's sweeps as the page records it (``Compute: the sections' sweeps took 3 h 34
+    min of wall time in all``: scripts/results.py sums its sections' own times)."""
+    m = re.search(r"Compute: the sections' sweeps took (.+?) of wall time in all", page)
+    if m is None:
+        raise PageError("docs/results.md records no wall time of its sweeps ('Compute: the sections' sweeps took')")
+    return m.group(1)
+
+
+def rewrite_times(text: str, page: str, name: str = "the page") -> str:
+    """``text`` with every ``<!-- results:time -->...<!-- /results:time -->`` holding :func:`results_time`."""
+    if TIME_START not in text:
+        raise PageError(f"{name} has no {TIME_START}...{TIME_END} span")
+    figure = results_time(page)
+    return re.sub(re.escape(TIME_START) + r".*?" + re.escape(TIME_END), lambda m: TIME_START + figure + TIME_END,
+                  text)  # fmt: skip
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python scripts/findings.py", description=__doc__.split("\n")[0])
     parser.add_argument("--check", action="store_true", help="exit 1 if README.md's table is not current")
     parser.add_argument("--readme", type=Path, default=ROOT / "README.md")
     parser.add_argument("--results", type=Path, default=ROOT / "docs" / "results.md")
     args = parser.parse_args(argv)
-    readme = args.readme.read_text(encoding="utf-8")
+    page = args.results.read_text(encoding="utf-8")
+    paths = [args.readme, *(ROOT / name for name in TIME_PAGES if ROOT / name != args.readme)]
+    texts = {path: path.read_text(encoding="utf-8") for path in paths}
     try:
-        new = rewrite(readme, args.results.read_text(encoding="utf-8"))
+        new = {path: rewrite_times(text, page, str(path)) for path, text in texts.items()}
+        new[args.readme] = rewrite(new[args.readme], page)
     except PageError as exc:
         print(f"scripts/findings.py: {exc}", file=sys.stderr)
         return 2
+    stale = [path for path in paths if new[path] != texts[path]]
     if args.check:
-        if new != readme:
-            print(f"{args.readme}: its findings table is not the one {args.results} gives; run scripts/findings.py")
-            return 1
-        return 0
-    args.readme.write_text(new, encoding="utf-8")
-    print(f"wrote the findings table into {args.readme}")
+        for path in stale:
+            print(f"{path}: its findings table or results time is not what {args.results} gives; run "
+                  "scripts/findings.py")  # fmt: skip
+        return 1 if stale else 0
+    for path in stale:
+        path.write_text(new[path], encoding="utf-8")
+        print(f"wrote the findings table and the results time into {path}")
     return 0
 
 

@@ -219,12 +219,15 @@ def test_a_sequential_run_names_its_parallel_baseline_and_the_report(monkeypatch
             "eval.instances=2", "algo.train_sketches=true", "sampler.parallel_rows=2", f"hydra.run.dir={seq}"]  # fmt: skip
     assert run_cli(argv, monkeypatch) == 0
     lines = [line.strip() for line in capsys.readouterr().out.splitlines()]
-    at = lines.index("# its parallel baseline: the same settings with sampler=parallel")
+    # issue 67: the settings sampler=parallel reads are kept; the sequential-only ones are named, not dropped silently
+    at = lines.index("# its parallel baseline: the same settings with sampler=parallel (without algo.train_sketches=true "
+                     "sampler.parallel_rows=2: sampler=parallel does not read them)")  # fmt: skip
     train, report = lines[at + 1], lines[at + 3]
     assert lines[at + 2] == "# then compare the two runs"
     words = shlex.split(train)[2:]
     assert "sampler=parallel" in words
-    assert not any(w.startswith("sampler.") for w in words)
+    assert "sampler.group_size=4" in words
+    assert not any(w.startswith(("sampler.parallel_rows", "algo.train_sketches")) for w in words)
     assert f"model.cache_dir={cache_dir}" in words
     assert run_cli(["train", *words], monkeypatch) == 0
     parallel = Path(f"{seq}-parallel")
@@ -235,6 +238,63 @@ def test_a_sequential_run_names_its_parallel_baseline_and_the_report(monkeypatch
     assert (tmp_path / "report" / "groups.csv").is_file()
     # a parallel run's ending names no baseline
     assert "# its parallel baseline" not in capsys.readouterr().out
+
+
+def test_the_parallel_baseline_keeps_every_setting_parallel_sampling_reads(tmp_path):
+    """Issue 67 case 11: the baseline the ending prints for ``sesa train sampler.group_size=6 sampler.temperature=0.7
+    ...`` composes to group size 6 and temperature 0.7 under sampler=parallel (it once ran at 8 and 1.0), keeps a
+    batch filter and every other group's setting, and names the sequential-only settings it leaves out."""
+    import shlex
+
+    from sesa_cli.commands.compose import compose
+    from sesa_cli.commands.ending import parallel_baseline
+    from sesa_cli.commands.validate import validate_argv
+    from sesa_cli.config import to_object
+
+    overrides = ["task=path", "sampler.group_size=6", "sampler.temperature=0.7", "sampler.stage1=solution",
+                 "+sampler.filters.reward_variance.top_p=0.5", "algo.is_clip=3", "train.steps=7",
+                 "hydra.run.dir=elsewhere"]  # fmt: skip
+    train, report, dropped = parallel_baseline(tmp_path / "run", overrides)
+    words = shlex.split(train)[2:]
+    assert dropped == ["sampler.stage1=solution", "algo.is_clip=3"]
+    assert validate_argv("train", words) is None  # it runs as printed (sequential-only keys would be refused)
+    args = [w for w in words if not w.startswith("hydra.")]
+    cfg = to_object(compose("train", args))
+    assert (cfg.sampler.name, cfg.sampler.group_size, cfg.sampler.temperature) == ("parallel", 6, 0.7)
+    assert dict(cfg.sampler.filters) == {"reward_variance": {"top_p": 0.5}}
+    assert (cfg.task.name, cfg.train.steps) == ("path", 7)
+    assert f"hydra.run.dir={tmp_path / 'run'}-parallel" in words
+    assert shlex.split(report)[2] == f"runs=[{tmp_path / 'run'},{tmp_path / 'run'}-parallel]"
+
+
+def test_a_recipes_setting_that_a_size_no_longer_fits_names_the_recipe(monkeypatch, capsys):
+    # issue 67 case 12: the default run's recipe sets sampler.parallel_rows=4 (half of 8); with sampler.group_size=4
+    # the refusal says so and what to add, and what it suggests runs
+    from sesa_cli.commands.validate import validate_argv
+
+    assert run_cli(["train", "sampler.group_size=4"], monkeypatch) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (
+        "sesa train: error: sampler.parallel_rows=4 must be in [0, sampler.group_size - 1] = [0, 3]: at least one row "
+        "of a group is sequential; sampler.parallel_rows=4 is set by the recipe task_model/train=frozenlake_tiny: add "
+        "sampler.parallel_rows=N with N in [0, 3] to the command line, e.g. sampler.parallel_rows=2"
+    )
+    assert validate_argv("train", ["sampler.group_size=4", "sampler.parallel_rows=2"]) is None
+    # a value typed on the command line is the user's own: no recipe is named
+    assert run_cli(["train", "sampler.group_size=4", "sampler.parallel_rows=4"], monkeypatch) == 2
+    assert "set by the recipe" not in capsys.readouterr().err
+
+
+def test_a_number_too_long_to_read_in_a_config_file_names_the_file_and_key(monkeypatch, capsys, tmp_path):
+    # issue 67 case 10: a 10 MB integer in a recipe said Python's int limit, naming no file or key
+    recipe = tmp_path / "mine" / "experiment" / "big.yaml"
+    recipe.parent.mkdir(parents=True)
+    recipe.write_text("# @package _global_\ntrain:\n  steps: " + "9" * 10_000_000 + "\n")
+    assert run_cli(["train", "--config-dir", str(tmp_path / "mine"), "experiment=big"], monkeypatch) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"sesa train: error: {recipe}: train.steps is a number of 10,000,000 digits, longer than can be read (at "
+        "most 4,300)"
+    )
 
 
 def test_config_dir_adds_a_config_dir_as_hydra_documents_it(monkeypatch, capsys, tmp_path):

@@ -77,6 +77,18 @@ def nothing(run: Path) -> None:
     pass
 
 
+def flip(rel: str, at: float = 0.75) -> Callable[[Path], None]:
+    """One bit of ``rel`` flipped at ``at`` of its length (inside a tensor's data: the file still parses and loads)."""
+
+    def damage(run: Path) -> None:
+        path = run / rel
+        data = bytearray(path.read_bytes())
+        data[int(len(data) * at)] ^= 0x01
+        path.write_bytes(bytes(data))
+
+    return damage
+
+
 # (id, argv with {run} {ckpt} {out} placeholders, damage, the line must contain this, formatted the same way)
 CASES = [
     ("safetensors-truncated", ["eval", "ckpt={run}"], truncate(f"{CKPT}/model.safetensors", 1000),
@@ -202,6 +214,39 @@ CASES = [
      "…(131,072 characters)…"),
     ("override-with-a-nul-byte", ["train", "task=pa\x00th"], nothing,
      "task=pa\\x00th: the value holds a NUL byte (\\x00), which no name, path or number can hold"),
+    # issue 67: seeds every generator takes, checked before any model work (numpy's traceback came after the load)
+    ("train-seed-negative", ["train", "task=path", "seed=-1"], nothing,
+     "seed=-1 must be in [0, 4294967295] (2**32 - 1: the seeds numpy's generator takes)"),
+    ("eval-seed-too-large", ["eval", "ckpt={run}", "seed=4294967296"], nothing, "seed=4294967296 must be in [0, "),
+    ("revive-seed-negative", ["revive", "ckpt={run}", "seed=-1"], nothing, "seed=-1 must be in [0, 4294967295]"),
+    ("sweep-job-seed-too-large", ["train", "-m", "task=path", "seed=0,4294967296"], nothing,
+     "seed=4294967296 must be in [0, 4294967295]"),
+    # issue 67: every file of a checkpoint carries its sha256 (manifest.json), checked before any model work: a
+    # flipped bit that still parses and loads is refused, naming the file
+    ("eval-weights-flipped", ["eval", "ckpt={run}"], flip(f"{CKPT}/model.safetensors"),
+     "{ckpt}/model.safetensors is damaged: its sha256 differs from the one recorded when the checkpoint was written"),
+    ("revive-weights-flipped", ["revive", "ckpt={run}", "more_steps=1"], flip(f"{CKPT}/model.safetensors"),
+     "{ckpt}/model.safetensors is damaged: its sha256 differs"),
+    ("revive-optimizer-flipped", ["revive", "ckpt={run}", "more_steps=1"], flip(f"{CKPT}/optimizer.pt"),
+     "{ckpt}/optimizer.pt is damaged: its sha256 differs"),
+    ("eval-tokenizer-flipped", ["eval", "ckpt={run}"], sed(f"{CKPT}/tokenizer.json", '"version": "1.0"', '"version": "1.1"'),
+     "{ckpt}/tokenizer.json is damaged: its sha256 differs"),
+    # issue 67: messages that say what is wrong and where
+    ("metrics-nul-byte-in-a-string", ["revive", "ckpt={run}", "more_steps=1"], sed("metrics.jsonl", '"step"', '"st\x00ep"'),
+     "{run}/metrics.jsonl:1 is not valid JSON (a NUL byte (\\x00) at column 5: the file is damaged)"),
+    ("report-nul-byte", ["diversity-report", "runs=[{run}]"], sed("metrics.jsonl", '"step": 1', '"step": \x001'),
+     "/metrics.jsonl:2 is not valid JSON (a NUL byte (\\x00) at column 10: the file is damaged)"),
+    ("run-config-a-long-number", ["eval", "ckpt={run}"], sed("config.yaml", "steps: 2", "steps: " + "9" * 10**7),
+     "{run}/config.yaml: train.steps is a number of 10,000,000 digits, longer than can be read (at most 4,300)"),
+    ("task-a-path", ["train", "task=../../etc/passwd"], nothing,
+     "task=../../etc/passwd is not a task option; choose one of: countdown, frozenlake, math, path, "),
+    ("run-dir-non-ascii-unquoted", ["train", "task=path", "hydra.run.dir={run}/../été"], nothing,
+     "/été: Hydra's override grammar reads characters other than ASCII only inside quotes; quote the value: "),
+    # issue 67: the working directory is no run dir (a run's files would land among the user's)
+    ("run-dir-dot", ["train", "task=path", "hydra.run.dir=."], nothing,
+     "hydra.run.dir=. is the working directory; a command writes config.yaml, run.json and more into its dir"),
+    ("run-dir-empty", ["eval", "ckpt={run}", "hydra.run.dir="], nothing,
+     "hydra.run.dir= (empty) is the working directory"),
 ]  # fmt: skip
 
 

@@ -18,7 +18,9 @@ DOCS = [
     *sorted((ROOT / "docs").glob("*.md")),
     *sorted((ROOT / "conf" / "experiment").glob("*.yaml")),
 ]
-LINE = re.compile(r"^\s*(?:#\s*)?(?:OMP_NUM_THREADS=\d+ )?sesa (train|eval|revive|diversity-report)\b(.*)$")
+LINE = re.compile(
+    r"^\s*(?:#\s*)?(?:OMP_NUM_THREADS=\d+ )?(?:\.venv/bin/)?sesa (train|eval|revive|diversity-report)\b(.*)$"
+)
 SPAN = re.compile(r"`sesa (train|eval|revive|diversity-report)\b([^`]*)`")
 # placeholders a reader fills in ([overrides], task=T, <run>, $C, ...)
 PLACEHOLDER = re.compile(r"[<>\[$]|\.\.\.|=(?:PATH|RUN_DIR|CHECKPOINT|[A-Z])\b|ckpt=$")
@@ -102,3 +104,92 @@ def test_shown_command_validates(page, command, args, tmp_path, monkeypatch):
     module = command.replace("-", "_")
     problem = validate_argv(module, [*args, f"hydra.run.dir={tmp_path / 'run'}", f"hydra.sweep.dir={tmp_path / 'm'}"])
     assert problem is None, f"{page}: sesa {command} {' '.join(args)}: {problem}"
+
+
+# ------------------------------------------------------------------------------ issue 67: what the docs show
+PROMPT = re.compile(r"^\$ ((?:[A-Z_]+=\S+ )*)(?:\.venv/bin/)?sesa (train|eval|revive|diversity-report)\b(.*)$")
+ERROR = re.compile(r"^sesa (train|eval|revive|diversity-report): error: ")
+
+
+def shown_messages() -> list[tuple[str, dict[str, str], list[str], str]]:
+    """(page, environment, argv, the line shown) of every ``$ sesa ...`` in a code block of README.md or docs/ that
+    is followed by the one-line error it prints."""
+    out = []
+    for path in DOCS:
+        if path.suffix != ".md":
+            continue
+        lines = path.read_text().splitlines()
+        for line, after in zip(lines, [*lines[1:], ""], strict=True):
+            m = PROMPT.match(line)
+            if m and ERROR.match(after):
+                env = dict(word.split("=", 1) for word in m.group(1).split())
+                out.append((path.relative_to(ROOT).as_posix(), env, [m.group(2), *shlex.split(m.group(3))], after))
+    return out
+
+
+MESSAGES = shown_messages()
+
+
+def test_the_docs_show_error_messages():
+    assert len(MESSAGES) >= 8
+    assert {page for page, *_ in MESSAGES} >= {"docs/usage.md", "docs/real-models.md"}
+
+
+@pytest.mark.parametrize(
+    ("page", "env", "argv", "shown"), MESSAGES, ids=[f"{m[0]}:{' '.join(m[2])}" for m in MESSAGES]
+)
+def test_a_message_the_docs_show_is_the_one_the_program_prints(page, env, argv, shown, monkeypatch, capsys):
+    """The error a page shows after a command is the line that command prints (``...`` in it stands for the rest of a
+    list), so a renamed option or a new sampler cannot leave a page showing an old message (issue 67: usage.md listed
+    samplers "parallel, sequential" where the program said "lte, parallel, sequential")."""
+    import os
+    import subprocess
+    import sys
+
+    import torch
+
+    from tests.conftest import run_cli
+
+    if "built without CUDA" in shown and torch.version.cuda is not None:
+        pytest.skip("the page shows what a CPU build of torch says; this torch is built with CUDA")
+    if env:  # an environment the library reads at import: a process of its own
+        done = subprocess.run([sys.executable, "-m", "sesa_cli", *argv], capture_output=True, text=True, timeout=300,
+                              env={**os.environ, **env}, check=False)  # fmt: skip
+        code, err = done.returncode, done.stderr
+    else:
+        code, err = run_cli(argv, monkeypatch), capsys.readouterr().err
+    lines = err.strip().splitlines()
+    assert code == 2, err[-2000:]
+    assert len(lines) == 1, lines
+    pattern = re.escape(shown).replace(re.escape("..."), ".*")
+    assert re.fullmatch(pattern, lines[0]), f"{page} shows:\n{shown}\nthe program prints:\n{lines[0]}"
+
+
+def test_the_readme_says_where_torchs_cpu_build_comes_from():
+    """Issue 67 case 15: on stock PyPI a Linux ``torch==2.13.0`` is the CUDA build; the README names PyTorch's own CPU
+    index for that pin, the pin of its first command and of every nox session."""
+    readme = (ROOT / "README.md").read_text()
+    pins = set(re.findall(r"pip install (torch==[\d.]+)", readme))
+    nox_pin = re.search(r'^TORCH = "(torch==[\d.]+)"', (ROOT / "noxfile.py").read_text(), flags=re.MULTILINE)
+    assert nox_pin is not None
+    assert pins == {nox_pin.group(1)}
+    assert f"pip install {nox_pin.group(1)} --index-url https://download.pytorch.org/whl/cpu" in readme
+
+
+def test_the_usage_pages_commands_call_sesa_as_the_readmes_set_up_installs_it():
+    """Issue 67 case 13: docs/usage.md's workflow used a bare ``sesa`` ("command not found" after the README's set-up,
+    which never activates .venv) where the README uses ``.venv/bin/sesa``: every command line of a code block of both
+    calls it so, and quotes a ``runs=[...]`` list for the shell."""
+    for page in (ROOT / "README.md", ROOT / "docs" / "usage.md"):
+        in_code, found = False, []
+        for line in page.read_text().splitlines():
+            if line.startswith("```"):
+                in_code = not in_code
+                continue
+            words = line.strip().lstrip("$ ").split()
+            if in_code and words and words[0].endswith("sesa") and len(words) > 1 and words[1] in ("train", "eval",
+                                                                                                    "revive", "diversity-report"):  # fmt: skip
+                found.append(line)
+                assert words[0] == ".venv/bin/sesa", f"{page.name}: {line}"
+                assert not re.search(r"(?<!')runs=\[", line), f"{page.name}: {line}"
+        assert found, page

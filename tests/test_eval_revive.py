@@ -321,6 +321,7 @@ def test_a_checkpoint_trained_in_bfloat16_revives_on_the_cpu(parent_run, tmp_pat
     from the checkpoint's weights."""
     from safetensors.torch import load_file, save_file
 
+    from sesa_cli.manifest import write_manifest
     from sesa_cli.models.loading import load_pretrained_dir
     from sesa_cli.models.reference import describe
 
@@ -345,6 +346,7 @@ def test_a_checkpoint_trained_in_bfloat16_revives_on_the_cpu(parent_run, tmp_pat
     config = (run / "config.yaml").read_text()
     assert "  dtype: float32\n" in config
     (run / "config.yaml").write_text(config.replace("  dtype: float32\n", "  dtype: bfloat16\n"))
+    write_manifest(ckpt)  # the checksums that run's checkpoint recorded of its (bfloat16) files
 
     out = tmp_path / "revive"
     argv = ["revive", f"ckpt={run}", "step=2", "more_steps=1", "algo.kl_coef=0.05", f"hydra.run.dir={out}"]

@@ -131,3 +131,19 @@ def test_an_entry_point_loads_a_plugin_and_a_missing_module_is_one_line(tmp_path
         "'no_such_plugin_module' (is it installed, or on PYTHONPATH?)"
     )
     assert err == [expected]
+
+
+@pytest.mark.parametrize(("code", "shown"), [("0", "0"), ("3", "3"), ("'bye'", "'bye'")])
+def test_a_plugin_that_exits_while_imported_is_one_line_and_exit_2(code, shown, tmp_path, monkeypatch, capsys) -> None:
+    # issue 67 case 8: sys.exit(0) at a plug-in's import ended sesa train with exit 0, no output, nothing run
+    module = f"exiting_plugin_{shown.strip(chr(39))}"
+    (tmp_path / f"{module}.py").write_text(f"import sys\n\nsys.exit({code})\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    out = tmp_path / "run"
+    assert run_cli(["train", "task=path", f"plugins=[{module}]", f"hydra.run.dir={out}"], monkeypatch) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        (f"sesa train: error: plugins={module}: importing '{module}' called sys.exit({shown}); a plug-in module "
+         "must register what it defines and return, not exit")
+    ]  # fmt: skip
+    assert not out.exists()

@@ -157,6 +157,22 @@ def lora_setup(path_setup):
     return cfg, task, policy, base, model
 
 
+def test_peft_wraps_and_reloads_without_transformers_deprecation_warning(path_setup, tmp_path: Path) -> None:
+    # issue 67: peft reads model.is_gradient_checkpointing, deprecated in transformers 5: a FutureWarning on every run
+    import warnings
+    from dataclasses import replace
+
+    from sesa_cli.models.lora import add_lora, load_adapter
+
+    cfg, _, policy = path_setup
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model = add_lora(copy.deepcopy(policy.model), replace(cfg.model, lora=True, lora_rank=4))
+        model.save_pretrained(tmp_path)
+        load_adapter(copy.deepcopy(policy.model), tmp_path)
+    assert not [str(w.message) for w in caught if "is_gradient_checkpointing" in str(w.message)]
+
+
 def _batch(policy, task):
     from sesa_cli.rollout.scoring import build_batch
 

@@ -145,9 +145,14 @@ def test_a_failed_run_is_marked_and_commands_that_take_it_say_so(tmp_path, monke
     assert code == 2
     assert len(err) == 1, err
     assert not run.exists()  # nothing but bookkeeping in it: removed (commands.common.drop_empty_run_dir)
-    # a run dir that holds something else (here a note of the user's) stays, marked as failed
+    # a dir of the user's own files is refused before anything is written (issue 67), the note kept
     run.mkdir()
     (run / "notes.txt").write_text("kept\n")
+    assert run_cli(argv, monkeypatch) == 2
+    assert "holds files sesa did not write (notes.txt)" in capsys.readouterr().err
+    assert sorted(p.name for p in run.iterdir()) == ["notes.txt"]
+    # a run dir that holds something else (an earlier attempt's .hydra/, and a note of the user's) stays, failed
+    (run / ".hydra").mkdir()
     assert run_cli(argv, monkeypatch) == 2
     capsys.readouterr()
     assert (run / "notes.txt").read_text() == "kept\n"
@@ -311,6 +316,33 @@ def test_the_periodic_metrics_are_a_short_table_within_80_columns():
         assert shown_name in text, shown_name
     assert "eval/pass@32" not in text  # the largest k only
     assert "loss/" not in text
+
+
+def test_the_training_rate_leaves_out_its_evaluations_and_shows_them_apart(monkeypatch):
+    # issue 67: a SmolLM2 run's live view showed 596 s/step, its evaluations counted as steps
+    import io
+
+    from rich.console import Console
+
+    from sesa_cli import progress
+
+    monkeypatch.setattr(progress, "console", Console(file=io.StringIO(), width=80, color_system=None))
+    display = progress.Display()
+    train = display.begin("train", total=10)
+    train.started -= 100  # 100 s in, 5 steps done ...
+    display.update(train, completed=5)
+    evaluation = display.begin("evaluation (step 4)")
+    evaluation.started -= 80  # ... of which an evaluation took 80 s
+    display.end(evaluation)
+    checkpoint = display.begin("checkpoint (step 4)")
+    checkpoint.started -= 4
+    display.end(checkpoint)
+    head, optional = train.clock()
+    assert optional[0] == "3.2 s/step"  # (100 - 80 - 4) s / 5 steps, not 20 s/step
+    assert optional[1:] == ["eval 1:20", "checkpoint 0:04"]
+    assert "ETA 1:40" in head  # 5 steps to go at the pace so far, evaluations included
+    assert "eval 1:20" in train.line(width=120)
+    display.end(train)
 
 
 def test_nested_activities_print_one_progress_line_at_a_time(monkeypatch):

@@ -68,3 +68,59 @@ def test_a_stopped_ray_sweep_rerun_with_its_command_equals_the_uninterrupted_swe
     ray = ["hydra/launcher=ray", "+hydra.launcher.ray.init.num_cpus=2", "+hydra.launcher.ray.init.include_dashboard=false",
            "+hydra.launcher.ray.remote.num_cpus=1"]  # fmt: skip
     stopped_sweep_resumes(tmp_path, tiny_overrides, ray)
+
+
+def _processes_naming(text: str) -> list[str]:
+    """The command lines of this machine's processes that hold ``text`` (Ray's processes name their temp dir)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            line = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if text in line:
+            found.append(f"{proc.name}: {line[:200]}")
+    return found
+
+
+@pytest.mark.e2e
+def test_one_ctrl_c_stops_a_ray_sweep_at_its_jobs_next_checkpoint_and_leaves_no_ray_process(tmp_path, tiny_overrides,
+                                                                                          path_setup):  # fmt: skip
+    # issue 67 case 6: Ray's workers block SIGINT, so the Ctrl-C the sweep forwarded never reached its jobs, which
+    # trained to their end; the jobs now see the sweep's stop mark at their next step boundary
+    import shutil
+    import signal
+    import tempfile
+    import time
+
+    from tests.test_run_ownership import wait_until
+    from tests.test_sweep_ownership import S, train_steps
+
+    temp = Path(tempfile.mkdtemp(prefix="ray-", dir="/tmp"))  # short: Ray's socket paths must stay under 108 bytes
+    steps = 40
+    sweep = tmp_path / "sw"
+    cmd = [sys.executable, "-m", "sesa_cli", "train", "-m", "hydra/launcher=ray", "+hydra.launcher.ray.init.num_cpus=2",
+           "+hydra.launcher.ray.init.include_dashboard=false", "+hydra.launcher.ray.remote.num_cpus=1",
+           f"+hydra.launcher.ray.init._temp_dir={temp}", *tiny_overrides, *S, f"train.steps={steps}", "seed=0,1",
+           f"hydra.sweep.dir={sweep}"]  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
+    with (tmp_path / "out.log").open("w") as log:
+        proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=log, stderr=subprocess.STDOUT)
+        wait_until(proc, lambda: all(train_steps(sweep / job) for job in ("0", "1")))
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=300)
+    out = (tmp_path / "out.log").read_text()
+    assert proc.returncode == 130, out[-3000:]
+    assert "stopping the sweep after its running jobs' checkpoints" in out
+    for job in ("0", "1"):
+        info = json.loads((sweep / job / "run.json").read_text())
+        assert (info["status"], info["reason"], info["exit_code"]) == ("interrupted", "Ctrl-C", 130)
+        last = max(train_steps(sweep / job))
+        assert last < steps
+        assert (sweep / job / "checkpoints" / f"step_{last:06d}" / "manifest.json").is_file()
+    assert f"sweep {sweep}: 0 finished, 0 refused, 0 failed, 2 interrupted" in out
+    end = time.monotonic() + 60
+    while _processes_naming(str(temp)):
+        assert time.monotonic() < end, _processes_naming(str(temp))
+        time.sleep(0.5)
+    shutil.rmtree(temp, ignore_errors=True)  # Ray's session files (only once no process holds them)

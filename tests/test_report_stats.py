@@ -67,6 +67,12 @@ def test_difference_paired_by_seed_or_unpaired() -> None:
     assert math.isnan(low)
     assert math.isnan(high)
     assert not paired
+    # One seed each, the same seed (two runs of seed 0): the difference of that seed, paired, without an interval
+    diff, low, high, paired = difference_interval({"0": 0.5}, {"0": 0.7})
+    assert diff == pytest.approx(0.2)
+    assert math.isnan(low)
+    assert math.isnan(high)
+    assert paired
 
 
 @pytest.mark.parametrize(
@@ -117,3 +123,16 @@ def test_compare_groups_matches_difference_interval_metric_by_metric() -> None:
         got = table.loc[metric, ["difference", "low", "high", "paired"]].tolist()
         assert got[:3] == pytest.approx(list(expected[:3]))
         assert got[3] == expected[3] == (metric != "m3")
+
+
+def test_a_report_over_two_runs_of_one_seed_heads_its_differences_paired(tmp_path, monkeypatch):
+    # issue 67: a report over a parallel and a sequential run, both seed 0, headed its difference table "unpaired"
+    from tests.conftest import run_cli
+    from tests.fake_runs import write_run
+
+    runs = [write_run(tmp_path / sampler, {"sampler": sampler, "seed": 0}) for sampler in ("parallel", "sequential")]
+    out = tmp_path / "report"
+    assert run_cli(["diversity-report", f"runs=[{runs[0]},{runs[1]}]", f"hydra.run.dir={out}"], monkeypatch) == 0
+    markdown = (out / "report.md").read_text()
+    assert "(group − baseline, final values, paired by seed)" in markdown
+    assert "unpaired" not in markdown

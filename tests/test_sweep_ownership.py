@@ -15,6 +15,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -206,6 +207,67 @@ def test_a_stopped_joblib_sweep_rerun_with_its_command_equals_the_uninterrupted_
                                                                                      path_setup):  # fmt: skip
     # two workers: jobs 0 and 1 run side by side, both stop after their step's checkpoint, job 2 never starts
     stopped_sweep_resumes(tmp_path, tiny_overrides, ["hydra/launcher=joblib", "hydra.launcher.n_jobs=2"])
+
+
+@pytest.mark.e2e
+def test_the_workers_of_a_killed_joblib_sweep_stop_within_a_step_and_the_rerun_resumes_them(tmp_path, tiny_overrides,
+                                                                                         path_setup):  # fmt: skip
+    # issue 67 case 7: SIGKILL to a joblib sweep's own process left its workers training to their end, holding their
+    # dirs; they now see their parent gone at their next step boundary and stop after that step's checkpoint
+    steps = 20
+    settings = [*tiny_overrides, *S, f"train.steps={steps}", "seed=0,1", "hydra/launcher=joblib",
+                "hydra.launcher.n_jobs=2"]  # fmt: skip
+    sweep = tmp_path / "sw"
+    command = ["train", "-m", *settings, f"hydra.sweep.dir={sweep}"]
+    with (tmp_path / "out.log").open("w") as log:  # a file: the orphans go on writing where the sweep wrote
+        env = {**os.environ, "OMP_NUM_THREADS": "1"}
+        proc = subprocess.Popen([sys.executable, "-m", "sesa_cli", *command], cwd=tmp_path, env=env, stdout=log,
+                                stderr=subprocess.STDOUT)  # fmt: skip
+        wait_until(proc, lambda: all(train_steps(sweep / job) for job in ("0", "1")))
+        proc.kill()
+        proc.wait(timeout=60)
+    end = time.monotonic() + 120
+    while not all((sweep / job / "run.json").is_file() and "status" in json.loads((sweep / job / "run.json").read_text())
+                  for job in ("0", "1")):  # fmt: skip
+        assert time.monotonic() < end, "the orphaned jobs did not stop"
+        time.sleep(0.1)
+    stopped = {}
+    for job in ("0", "1"):
+        info = json.loads((sweep / job / "run.json").read_text())
+        assert (info["status"], info["reason"]) == ("interrupted", "the sweep's own process is gone")
+        stopped[job] = max(train_steps(sweep / job))
+        assert stopped[job] < steps
+        assert (sweep / job / "checkpoints" / f"step_{stopped[job]:06d}" / "manifest.json").is_file()
+    time.sleep(2)
+    assert {job: max(train_steps(sweep / job)) for job in ("0", "1")} == stopped  # they stay stopped
+
+    code, out, err = finish(sesa(command, cwd=tmp_path), timeout=600)
+    assert code == 0, err[-3000:]
+    assert f"sweep {sweep}: 2 finished, 0 refused, 0 failed" in out
+    for job in ("0", "1"):
+        assert status(sweep / job) == "finished"
+        assert train_steps(sweep / job) == list(range(1, steps + 1))
+        assert json.loads((sweep / job / "run.json").read_text())["resumed"] == [stopped[job]]
+
+
+def test_a_sweeps_records_are_its_own_runs_not_an_earlier_runs_orphans(tmp_path, monkeypatch):
+    # issue 67 case 7: an orphan of a killed sweep that ends after the rerun started writes its record into its own
+    # run's folder, never over the rerun's ("3 finished, 0 refused" where the rerun refused three jobs)
+    from sesa_cli.commands import sweep as sweeps
+
+    root = tmp_path / "sw"
+    monkeypatch.setenv(sweeps.SESSION, "first")
+    orphan = sweeps.JobClaim(0, "train", root, root / "0", "own")
+    sweeps.record(orphan, "running", "")
+    monkeypatch.setenv(sweeps.SESSION, "rerun")
+    sweeps.clear_records(root)
+    sweeps.record(sweeps.JobClaim(0, "train", root, root / "0", "refused", "in use"), "refused", "in use")
+    monkeypatch.setenv(sweeps.SESSION, "first")
+    sweeps.record(orphan, "interrupted", "the sweep's own process is gone")  # the orphan ends, later
+    monkeypatch.setenv(sweeps.SESSION, "rerun")
+    lines, code = sweeps.summary(root)
+    assert lines[0] == f"sweep {root}: 0 finished, 1 refused, 0 failed"
+    assert code == 0
 
 
 # ---------------------------------------------------------------------------------- cases 4 and 5: report dirs

@@ -93,9 +93,10 @@ def difference_interval(
 ) -> tuple[float, float, float, bool]:
     """(mean(b) - mean(a), low, high, paired) for per-seed values ``{seed: value}`` of two groups.
 
-    Paired (bootstrap of the per-seed differences) when both have values at the same two or more seeds; else
-    unpaired (each group resampled on its own, the difference of the resampled means). NaN bounds when either group
-    has fewer than two seeds; NaN throughout when either has none.
+    Paired (bootstrap of the per-seed differences) when both have values at the same seeds; else unpaired (each group
+    resampled on its own, the difference of the resampled means). NaN bounds when either group has fewer than two
+    seeds (two runs of one seed are still paired: the difference of the same seed, without an interval; issue 67:
+    a report over two same-seed runs headed its difference table "unpaired"); NaN throughout when either has none.
     """
     a = {s: v for s, v in a.items() if not is_missing(v)}
     b = {s: v for s, v in b.items() if not is_missing(v)}
@@ -107,7 +108,7 @@ def difference_interval(
         _, low, high = bootstrap_interval(per_seed, resamples)
         return diff, float(low[0]), float(high[0]), True
     if len(a) < 2 or len(b) < 2:
-        return diff, math.nan, math.nan, False
+        return diff, math.nan, math.nan, set(a) == set(b)
     # Different seeds: two independent resamplings (different generator seeds, or they would move in lockstep).
     va, vb = np.asarray(list(a.values())), np.asarray(list(b.values()))
     means_a = _resample_counts(len(va), resamples, BOOTSTRAP_SEED) @ va / len(va)

@@ -198,6 +198,30 @@ def sesa_program() -> str:
     return shlex.quote(shown)
 
 
+def umask() -> int:
+    """This process's umask: read from /proc where Linux shows it (setting it to read it back, as ``os.umask`` does,
+    would change it for every thread for a moment)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def open_file_modes(folder: Path) -> None:
+    """Give every file under ``folder`` the mode a plain ``open()`` gives a new file (0666 less the umask).
+    safetensors writes its file 0600, so a model cache or a checkpoint shared with a group (a lab's cache dir, a
+    collaborator's eval of a run) was unreadable to everyone but its writer (issue 67)."""
+    mode = 0o666 & ~umask()
+    for path in Path(folder).rglob("*"):
+        if path.is_file() and not path.is_symlink() and path.stat().st_mode & 0o777 != mode:
+            path.chmod(mode)
+
+
 def replace_dir(new: Path, target: Path) -> None:
     """Put the directory ``new`` in the place of ``target`` (a directory, or nothing) and remove the old one: in one
     atomic step where Linux's ``renameat2(RENAME_EXCHANGE)`` can swap them, so a reader finds the old dir or the new

@@ -11,7 +11,8 @@ path. Two ways in, both imported before any config is checked:
 * ``plugins=[mypkg.myterm]`` on the command line (and in a run's config, so ``sesa eval`` and ``sesa revive`` of
   the run import them again).
 
-A module that cannot be imported is a one-line ConfigError. Torch-free: the modules imported are the user's.
+A module that cannot be imported, or that exits while it is imported, is a one-line ConfigError. Torch-free: the
+modules imported are the user's.
 """
 
 from __future__ import annotations
@@ -108,6 +109,11 @@ def _import(module: str, where: str) -> None:
         importlib.import_module(module)
     except ConfigError:
         raise
+    except SystemExit as exc:  # sys.exit() at import would end the command with its code and no word (exit 0)
+        raise ConfigError(
+            f"{where}: importing {module!r} called sys.exit({exc.code!r}); a plug-in module must register what it "
+            "defines and return, not exit"
+        ) from None
     except Exception as exc:  # noqa: BLE001  (a user's module can raise anything on import)
         hint = " (is it installed, or on PYTHONPATH?)" if isinstance(exc, ModuleNotFoundError) else ""
         raise ConfigError(f"{where}: cannot import {module!r}: {first_line(exc)}{hint}") from None

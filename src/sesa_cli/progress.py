@@ -148,19 +148,25 @@ class Activity:
     last_line: float = field(default_factory=time.monotonic)
     task_id: TaskID | None = None
     markup_info: str = ""  # the live row's metrics (rich markup); ``info`` is their plain text
+    apart: dict[str, float] = field(default_factory=dict)
+    """Seconds of the activities nested in this one, by kind (``eval``, ``checkpoint``): the training loop's
+    evaluations and checkpoints, which its rate leaves out and its row shows apart."""
 
     def clock(self) -> tuple[str, list[str]]:
-        """(the count and clocks that always show, the rate), e.g. (``train 12/100 (12%)  ETA 1:43  elapsed
-        0:14``, [``0.85 step/s``]); a phase without steps: (``evaluation: running, elapsed 0:14``, [])."""
+        """(the count and clocks that always show, the rate and the time spent apart), e.g. (``train 12/100 (12%)
+        ETA 1:43  elapsed 0:14``, [``0.85 step/s``, ``eval 0:03``]); a phase without steps: (``evaluation: running,
+        elapsed 0:14``, []). The rate counts the steps' own time only: a SmolLM2 run whose evaluations took minutes
+        showed 596 s/step (issue 67); the ETA counts everything, evaluations to come included, at the pace so far."""
         elapsed = time.monotonic() - self.started
         if self.total is None:
             return f"{self.label}: running, elapsed {_clock(elapsed)}", []
         done = self.completed - self.first
-        rate = done / elapsed if elapsed > 0 else 0.0
-        eta = _clock((self.total - self.completed) / rate) if rate > 0 else "-"
+        own = elapsed - sum(self.apart.values())
+        rate = done / own if own > 0 else 0.0
+        eta = _clock((self.total - self.completed) * elapsed / done) if done > 0 else "-"
         pct = 100 * self.completed / self.total if self.total else 100.0
         head = f"{self.label} {self.completed}/{self.total} ({pct:.0f}%)  ETA {eta}  elapsed {_clock(elapsed)}"
-        return head, [_rate(rate, self.unit)]
+        return head, [_rate(rate, self.unit), *(f"{kind} {_clock(s)}" for kind, s in self.apart.items() if s >= 1)]
 
     def line(self, width: int | None = None) -> str:
         """The plain progress line, within ``width`` cells (default: the console's):
@@ -263,9 +269,15 @@ class Display:
                 self.progress.update(act.task_id, completed=act.completed)
 
     def end(self, act: Activity) -> float:
-        """Remove ``act``; returns its seconds."""
+        """Remove ``act``; returns its seconds, which the activity it ran inside counts apart (:attr:`Activity.apart`)."""
+        seconds = time.monotonic() - act.started
         with self.lock:
             if act in self.activities:
+                at = self.activities.index(act)
+                if at > 0:
+                    outer = self.activities[at - 1].apart
+                    kind = "eval" if "evaluation" in act.label else act.label.split(" ")[0]
+                    outer[kind] = outer.get(kind, 0.0) + seconds
                 self.activities.remove(act)
             if self.progress is not None and act.task_id is not None:
                 self.progress.remove_task(act.task_id)
@@ -277,7 +289,7 @@ class Display:
                 if self.heartbeat is not None:
                     self.stop.set()
                     self.heartbeat = None
-        return time.monotonic() - act.started
+        return seconds
 
     def _beat(self) -> None:
         every = plain_every()

@@ -13,9 +13,11 @@ Layout::
     <run_dir>/eval_counts.jsonl      per evaluation, each instance's successful samples of how many
                                      (sesa_cli.evaluation.success_counts: the report's pass@k at every k)
     <run_dir>/samples/step_N.jsonl   rollouts of step N
-    <run_dir>/checkpoints/step_N/    HF model dir + tokenizer + optimizer.pt + trainer_state.json
+    <run_dir>/checkpoints/step_N/    HF model dir + tokenizer + optimizer.pt + trainer_state.json + records.json
+                                     + manifest.json (sha256 of every file)
 
-Checkpoints are written to ``step_N.tmp`` and renamed, so a crash or Ctrl-C never leaves a half-written one.
+Checkpoints are written to ``step_N.tmp`` and renamed, so a crash or Ctrl-C never leaves a half-written one; each
+carries the sha256 of its files and a copy of the run's records at its step (sesa_cli.manifest).
 """
 
 from __future__ import annotations
@@ -34,9 +36,10 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from sesa_cli import manifest
 from sesa_cli.compute import check_block
 from sesa_cli.config import ConfigError, cut, first_line
-from sesa_cli.paths import writing
+from sesa_cli.paths import open_file_modes, writing
 
 CHECKPOINT_RE = re.compile(r"^step_(\d+)$")
 
@@ -61,8 +64,9 @@ def json_text(data: dict[str, Any], indent: int | None = 2) -> str:
 
 EVAL_COUNTS = "eval_counts.jsonl"
 """Per evaluation, each instance's successful samples (RunDir.log_eval_counts)."""
-STEP_RECORDS = ("metrics.jsonl", "policy_probs.jsonl", EVAL_COUNTS)
-"""The run dir's files of rows by step: a resumed run keeps those up to its checkpoint (commands.rundir)."""
+RECORD_FILES = ("metrics.jsonl", "policy_probs.jsonl", EVAL_COUNTS)
+"""A run's JSON-lines records, one row per step or evaluation: a checkpoint keeps their rows at its step, and a
+resumed run keeps theirs up to its checkpoint (commands.rundir)."""
 
 
 class RunDir:
@@ -188,6 +192,16 @@ class RunDir:
         return tmp
 
     def commit_checkpoint(self, tmp: Path, step: int) -> Path:
+        """Complete the checkpoint written into ``tmp``: the run's records at ``step`` and the manifest of every
+        file's sha256 (sesa_cli.manifest) go in last, the files get a plain file's mode, and ``tmp`` is renamed."""
+        records = {}
+        for name in RECORD_FILES:
+            lines = [(line, row["step"]) for line, row in metric_lines(self.path / name)]
+            if lines:
+                records[name] = manifest.step_records(lines, step)
+        manifest.write_records(tmp, records)
+        manifest.write_manifest(tmp)
+        open_file_modes(tmp)
         final = self.checkpoint_dir(step)
         if final.exists():
             shutil.rmtree(final)
@@ -236,6 +250,11 @@ class ReplicaRunDir(RunDir):
         raise RuntimeError("only rank 0 writes checkpoints")
 
 
+class ResumeRefused(ConfigError):
+    """A run a command will not continue (a damaged last checkpoint, records lost): one line, and the run dir is left
+    as it was, its run.json saying how the run ended (sesa_cli.commands.common.user_errors does not mark it failed)."""
+
+
 class NotJSONError(ConfigError):
     """Text that is not JSON at all (a line cut mid-write is one), as opposed to JSON of the wrong kind."""
 
@@ -247,7 +266,15 @@ def parse_json_object(text: str, where: str, wanted: str = "an object") -> dict[
         obj = json.loads(text)
     except json.JSONDecodeError as exc:
         at = f", line {exc.lineno}" if exc.lineno > 1 else ""
-        raise NotJSONError(f"{where} is not valid JSON ({exc.msg}{at})") from None
+        what = exc.msg
+        if "\x00" in text:  # a damaged disk block reads as NULs: json names a delimiter or "control character at"
+            pos = text.index("\x00")
+            line = text.count("\n", 0, pos) + 1
+            at = f", line {line}" if line > 1 else ""
+            what = f"a NUL byte (\\x00) at column {pos - text.rfind(chr(10), 0, pos)}: the file is damaged"
+        elif what == "Invalid control character at":  # json's wording ends mid-sentence: say which, and where
+            what = f"a control character ({text[exc.pos]!r}) at column {exc.colno} inside a string"
+        raise NotJSONError(f"{where} is not valid JSON ({what}{at})") from None
     except (ValueError, RecursionError) as exc:  # an integer of more than 4300 digits; nesting deeper than the stack
         why = "nested too deeply" if isinstance(exc, RecursionError) else "a number in it is too long to read"
         m = re.search(r'"([^"\\]{1,60})"\s*:\s*-?(\d{4000,})', text) if isinstance(exc, ValueError) else None
@@ -369,55 +396,6 @@ def read_json_object(path: Path) -> dict[str, Any]:
     return parse_json_object(text, str(path))
 
 
-MAX_YAML_NODES = 100_000
-"""The most nodes a run file read by :func:`read_yaml` may expand to, aliases counted at every use (a run's
-config.yaml holds a few hundred, and none of them an alias)."""
-
-
-def read_yaml(path: Path, what: str = "run config") -> Any:
-    """A run's YAML file (config.yaml, .hydra/overrides.yaml) as plain Python data: the one reader for every command.
-
-    Safe loading (no Python objects), and bounded: YAML aliases are shared when parsed, but every reader that copies
-    the data (OmegaConf, a deep walk) expands them, so a "billion laughs" file of nested aliases a few hundred bytes
-    long would hang it; a file whose nodes, aliases expanded, exceed :data:`MAX_YAML_NODES`, or that refers to
-    itself, is refused with a one-line ConfigError naming it, before anything is built from it."""
-    import yaml
-
-    try:
-        loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)(path.read_text())
-    except OSError as exc:
-        raise ConfigError(f"cannot read {path}: {exc.strerror or exc}") from None
-    try:
-        node = loader.get_single_node()
-        if node is None:
-            return None
-        sizes: dict[int, int] = {}
-
-        def expanded(n: Any, open_: frozenset[int]) -> int:
-            if id(n) in sizes:
-                return sizes[id(n)]
-            if id(n) in open_:
-                raise ConfigError(f"{path} is not a valid {what} (an alias refers to itself)")
-            children = n.value if isinstance(n.value, list) else []
-            flat = [c for pair in children for c in (pair if isinstance(pair, tuple) else (pair,))]
-            total = 1 + sum(expanded(c, open_ | {id(n)}) for c in flat)
-            if total > MAX_YAML_NODES:
-                raise ConfigError(
-                    f"{path} is not a valid {what} (its aliases expand to more than {MAX_YAML_NODES:,} nodes)"
-                )
-            sizes[id(n)] = total
-            return total
-
-        expanded(node, frozenset())
-        return loader.construct_document(node)
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path} is not a valid {what} ({first_line(exc)})") from None
-    except RecursionError:
-        raise ConfigError(f"{path} is not a valid {what} (nested too deeply)") from None
-    finally:
-        loader.dispose()
-
-
 def read_trainer_state(ckpt: Path, training: bool = False) -> dict[str, Any]:
     """A checkpoint's trainer_state.json, checked: ``step`` always; what a resumed trainer reads when ``training``."""
     path = ckpt / "trainer_state.json"
@@ -437,7 +415,17 @@ def check_checkpoint(ckpt: Path, training: bool = False) -> dict[str, Any]:
         check_tensor_file(ckpt / "optimizer.pt", what="the optimizer state a revived run continues from")
         if (ckpt / "rng.pt").exists():  # older checkpoints have none
             check_tensor_file(ckpt / "rng.pt", what="the sampling generator state")
+    if (ckpt / manifest.MANIFEST).is_file():  # the bytes of every file it reads (checkpoints since issue 67)
+        skip = () if training else ("optimizer.pt", "rng.pt")  # an evaluation reads neither
+        manifest.verify(ckpt, read_json_object(ckpt / manifest.MANIFEST), skip)
     return state
+
+
+def checkpoint_records(ckpt: Path) -> dict[str, Any]:
+    """The run's records at a checkpoint's step (its records.json, sesa_cli.manifest); {} for a checkpoint written
+    before it had one."""
+    path = ckpt / manifest.RECORDS
+    return read_json_object(path) if path.is_file() else {}
 
 
 def check_model_dir(path: Path) -> None:

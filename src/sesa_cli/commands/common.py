@@ -17,6 +17,7 @@ from sesa_cli.commands import interrupt
 from sesa_cli.config import ConfigError, cut, first_line
 from sesa_cli.cpus import free_cores
 from sesa_cli.paths import user_path_problem
+from sesa_cli.runs import ResumeRefused
 
 log = logging.getLogger("sesa")
 
@@ -44,7 +45,8 @@ def user_errors(command: str, on_end: Callable[[str, str], None] | None = None) 
         except Exception as exc:
             problem = user_problem(exc)
             reason = cut(problem) if problem is not None else f"{type(exc).__name__}: {first_line(exc)}"
-            _mark_run_dir(command, "failed", reason, 1 if problem is None else 2)
+            if not isinstance(exc, ResumeRefused):  # a refused resume leaves the run's record of how it ended
+                _mark_run_dir(command, "failed", reason, 1 if problem is None else 2)
             drop_empty_run_dir(command)
             ended("failed", reason)
             if problem is None:  # a bug: Hydra prints the traceback and exits 1

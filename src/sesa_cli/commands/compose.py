@@ -11,7 +11,7 @@ import re
 from typing import Any
 
 from sesa_cli.commands.table import USAGES
-from sesa_cli.config import ConfigError, conf_dir, cut
+from sesa_cli.config import DIGITS_LIMIT, ConfigError, conf_dir, cut
 from sesa_cli.paths import hydra_value, user_path_problem
 from sesa_cli.plugins import with_search_path
 from sesa_cli.tasks import TASK_SCHEMAS
@@ -72,16 +72,24 @@ def explain(exc: BaseException, config_name: str, overrides: list[str]) -> str:
         command = config_name.replace("_", "-")
         return f"{missing.group(1)}= is required; usage: {USAGES.get(command, 'sesa ' + command)}"
     if isinstance(exc, ConfigError):
-        return msg
+        return with_recipe_source(msg, config_name, overrides)
     if isinstance(exc, MissingConfigException):
-        m = re.search(r"Could not find '([^']+)/([^'/]+)'", msg)
-        options = re.findall(r"^\t(\S+)$", msg, flags=re.MULTILINE)
-        if m and options:
-            group, value = m.groups()
-            hint = PLUGIN_HINTS.get(f"{group}={value}", PLUGIN_HINTS.get(group, ""))
-            return f"{group}={value} is not a {group} option; choose one of: {', '.join(options)}{hint}"
         m = re.search(r"Could not find '([^']+)'", msg)
+        options = re.findall(r"^\t(\S+)$", msg, flags=re.MULTILINE)
+        # the group Hydra listed the options of (``task=../../etc/passwd`` is looked up as task/../../etc/passwd)
+        listed = re.search(r"Available options in '([^']+)'", msg)
+        group = listed.group(1) if listed else m.group(1).rpartition("/")[0] if m else ""
+        if m and options and m.group(1).startswith(group + "/"):
+            value = m.group(1)[len(group) + 1 :]
+            hint = PLUGIN_HINTS.get(f"{group}={value}", PLUGIN_HINTS.get(group, ""))
+            if "/" in value:
+                hint += f" (an option is the name of a file in conf/{group}/, not a path)"
+            return f"{group}={cut(value)} is not a {group} option; choose one of: {', '.join(options)}{hint}"
         return f"no config named {m.group(1)!r}" if m else msg.splitlines()[0]
+    if "LexerNoViableAlt" in msg or "NoViableAlt" in msg:
+        unquoted = _unquoted_non_ascii(overrides)
+        if unquoted:
+            return unquoted
     cause = exc.__cause__ if exc.__cause__ is not None else exc
     full_key = getattr(cause, "full_key", None)
     if isinstance(cause, ConfigKeyError) or "not in" in str(cause) or "No match in the defaults list" in msg:
@@ -98,8 +106,63 @@ def explain(exc: BaseException, config_name: str, overrides: list[str]) -> str:
     return msg.splitlines()[0] if msg else type(exc).__name__
 
 
-DIGITS_LIMIT = 4300
-"""The longest integer Python reads from text (``sys.get_int_max_str_digits``'s default)."""
+def _unquoted_non_ascii(overrides: list[str]) -> str | None:
+    """The one line for an override whose value holds characters other than ASCII unquoted (``hydra.run.dir=été``):
+    Hydra's override grammar reads them only inside quotes, and its own message names a lexer, not the fix."""
+    for line in overrides:
+        key, sep, value = line.partition("=")
+        if sep and not value.isascii() and value[:1] not in ("'", '"'):
+            quoted = f"{key}={hydra_value(value)}"
+            return (
+                f"{cut(line)}: Hydra's override grammar reads characters other than ASCII only inside quotes; "
+                f'quote the value: "{cut(quoted)}" (the outer quotes for the shell)'
+            )
+    return None
+
+
+RECIPE_GROUPS = ("experiment", "task_model/")
+"""Config groups whose options are recipes (``# @package _global_``): they set keys across the config."""
+
+
+def recipe_source(config_name: str, overrides: list[str], key: str) -> str | None:
+    """The recipe (``task_model/train=frozenlake_tiny``, ``experiment=...``) that sets ``key`` in the command's
+    config: the chosen recipe whose removal changes the key's value; None when the value is not a recipe's."""
+    from omegaconf import OmegaConf
+
+    try:
+        composed = compose(config_name, overrides, hydra=True)
+        choices = {g: c for g, c in composed.hydra.runtime.choices.items() if g.startswith(RECIPE_GROUPS) and c}
+        value = OmegaConf.select(composed, key)
+        for group, choice in choices.items():
+            without = compose(config_name, [*overrides, f"~{group}"])
+            if OmegaConf.select(without, key) != value:
+                return f"{group}={choice}"
+    except Exception:  # noqa: BLE001  (a hint only: the error stands without it)
+        return None
+    return None
+
+
+def with_recipe_source(problem: str, config_name: str, overrides: list[str]) -> str:
+    """``problem`` (a schema's one line, ``sampler.parallel_rows=4 must be in [0, 3]...``) with the recipe that set
+    its key where the command line did not: a user who typed ``sampler.group_size=4`` learns that the recipe
+    chose ``sampler.parallel_rows=4`` and what to add to the command line instead (issue 67)."""
+    m = re.match(r"([a-z_]+(?:\.[\w-]+)+)=(\S+) ", problem)
+    if m is None:
+        return problem
+    key, value = m.groups()
+    typed = {line.partition("=")[0].lstrip("+~") for line in overrides}
+    if key in typed:
+        return problem
+    source = recipe_source(config_name, overrides, key)
+    if source is None:
+        return problem
+    bounds = re.search(r"= \[(-?\d+), (-?\d+)\]", problem)
+    if bounds:
+        low, high = int(bounds.group(1)), int(bounds.group(2))
+        add = f"add {key}=N with N in [{low}, {high}] to the command line, e.g. {key}={(low + high + 1) // 2}"
+    else:
+        add = f"add {key}= with a value that fits to the command line"
+    return f"{problem}; {key}={value} is set by the recipe {source}: {add}"
 
 
 def _unreadable_value(exc: BaseException, overrides: list[str]) -> str | None:
@@ -128,8 +191,42 @@ def _unreadable_value(exc: BaseException, overrides: list[str]) -> str | None:
                 )
                 listed = f"; choose one of: {', '.join(options)}" if options else ""
                 return f"{key}={cut(value)} is not a {key} option (its name is too long){listed}"
+    if "integer string conversion" in msg:  # not an override's: a config file's (a recipe, --config-dir)
+        return _long_number_in_config_files(overrides)
     if isinstance(exc, OSError):
         return user_path_problem(exc, overrides)
+    return None
+
+
+def _long_number_in_config_files(overrides: list[str]) -> str | None:
+    """The one line naming the config file and key of a number too long to read, among the files the composition
+    read: sesa's conf/, the plug-ins' config folders and the ``hydra.searchpath`` entries (``--config-dir``)."""
+    from pathlib import Path
+
+    from sesa_cli.plugins import config_folders
+    from sesa_cli.yaml_files import long_number
+
+    folders = list(config_folders())
+    for line in overrides:
+        name, _, value = line.partition("=")
+        if name.lstrip("+") == "hydra.searchpath":
+            for entry in value.strip().strip("[]").split(","):
+                entry = entry.strip().strip("'\"")
+                if entry.startswith("file://"):
+                    folders.append(Path(entry[len("file://") :]))
+    pattern = re.compile(rb"\d{%d}" % (DIGITS_LIMIT + 1))
+    for folder in folders:
+        for path in sorted(folder.rglob("*.yaml")) if folder.is_dir() else ():
+            try:
+                data = path.read_bytes()
+            except OSError:
+                continue
+            if pattern.search(data):
+                found = long_number(data.decode("utf-8", errors="replace"))
+                if found is not None:
+                    key, digits = found
+                    return (f"{path}: {key} is a number of {digits:,} digits, longer than can be read (at most "
+                            f"{DIGITS_LIMIT:,})")  # fmt: skip
     return None
 
 

@@ -25,7 +25,8 @@ def run(cfg: DiversityReportConfig, out_dir: Path) -> dict[str, Any]:
     from rich.console import Console
     from rich.table import Table
 
-    from sesa_cli.commands.rundir import publish_report
+    from sesa_cli.commands.rundir import publish_report, report_dir_of
+    from sesa_cli.paths import writing
     from sesa_cli.report import analyse, console_tables, write_report
     from sesa_cli.report.stats import METHOD
 
@@ -34,7 +35,10 @@ def run(cfg: DiversityReportConfig, out_dir: Path) -> dict[str, Any]:
             "runs=[...] is empty; pass run dirs or a multirun dir, e.g. runs=[outputs/train/multirun/...]"
         )
     report = analyse([str(r) for r in cfg.runs], cfg.compare, cfg.metrics)
-    written = write_report(report, out_dir)
+    # A full disk or a read-only file system while a table or a figure is written: one line naming the report dir
+    # (the staging dir is removed and an earlier report stays: sesa_cli.commands.rundir.discard_staged)
+    with writing(report_dir_of(out_dir)):
+        written = write_report(report, out_dir)
     # written into a staging dir beside the report dir, which now takes its place whole (sesa_cli.commands.rundir)
     files: dict[str, Any] = moved(dict(written), out_dir, publish_report(out_dir))
     console = Console()

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import math
 import os
-import re
 import shlex
 from pathlib import Path
 from typing import Any
@@ -126,17 +125,28 @@ def train_summary(command: str, final: dict[str, Any], base: dict[str, Any] | No
     next_commands(run_dir, more_steps=remaining, baseline_of=baseline_of)
 
 
-def parallel_baseline(run_dir: Path, overrides: list[str]) -> tuple[str, str]:
-    """The ``sesa train`` of a sequential run's parallel baseline (its overrides without the sampler's and the other
-    sequential-only settings, plus ``sampler=parallel``, into ``<run dir>-parallel``) and the report that compares
-    the two runs."""
-    kept = [o for o in overrides if not re.match(r"[+~]*(sampler[.=]|hydra\.)", o)
-            and o.partition("=")[0].lstrip("+~") not in SEQUENTIAL_ONLY]  # fmt: skip
+def parallel_baseline(run_dir: Path, overrides: list[str]) -> tuple[str, str, list[str]]:
+    """The ``sesa train`` of a sequential run's parallel baseline, the report that compares the two runs, and the
+    overrides the baseline cannot keep.
+
+    The baseline keeps every override that means the same under ``sampler=parallel`` (``sampler.group_size=6``,
+    ``sampler.temperature=0.7``, a batch filter, every other group's settings), adds ``sampler=parallel`` and runs
+    into ``<run dir>-parallel``; it leaves out the sampler choice, Hydra's own settings (its run dir is its own) and
+    the sequential-only settings (:data:`~sesa_cli.config.SEQUENTIAL_ONLY`: ``sampler=parallel`` never reads them
+    and refuses them on its command line), which the ending names (issue 67: the baseline once dropped every
+    ``sampler.*`` override and ran at group size 8 and temperature 1 after ``sampler.group_size=6``)."""
+    kept: list[str] = []
+    dropped: list[str] = []
+    for line in overrides:
+        key = line.partition("=")[0].lstrip("+~")
+        if key == "sampler" or key.startswith(("hydra.", "hydra/")):
+            continue
+        (dropped if key in SEQUENTIAL_ONLY else kept).append(line)
     other = Path(f"{run_dir}-parallel")
     sesa = sesa_program()
     train = " ".join([sesa, "train", *map(shlex.quote, kept), "sampler=parallel", arg("hydra.run.dir", other)])
     runs = shlex.quote(f"runs=[{hydra_value(shown_path(run_dir))},{hydra_value(shown_path(other))}]")
-    return train, f"{sesa} diversity-report {runs}"
+    return train, f"{sesa} diversity-report {runs}", dropped
 
 
 def next_commands(run_dir: Path, more_steps: int = 100, baseline_of: list[str] | None = None) -> None:
@@ -147,8 +157,10 @@ def next_commands(run_dir: Path, more_steps: int = 100, baseline_of: list[str] |
     sesa = sesa_program()
     baseline = []
     if baseline_of is not None and not in_sweep():
-        train, report = parallel_baseline(run_dir, baseline_of)
-        baseline = [("its parallel baseline: the same settings with sampler=parallel", train),
+        train, report, dropped = parallel_baseline(run_dir, baseline_of)
+        them = "it" if len(dropped) == 1 else "them"
+        unread = f" (without {' '.join(dropped)}: sampler=parallel does not read {them})" if dropped else ""
+        baseline = [(f"its parallel baseline: the same settings with sampler=parallel{unread}", train),
                     ("then compare the two runs", report)]  # fmt: skip
     _print_next(
         [

@@ -35,13 +35,24 @@ _received: signal.Signals | None = None
 """The last stop signal this process received (None: none, or only a KeyboardInterrupt raised by code)."""
 _pending: signal.Signals | None = None
 """A stop signal :func:`noting_stops` noted before training began: the trainer stops after its first step."""
+_why: str | None = None
+"""Why the command was stopped when no signal of its own says it (:data:`stop_poll`'s reason)."""
 on_first_stop: Callable[[int], bool] | None = None
 """Set by the dispatcher for a sweep whose jobs run in other processes (sesa_cli.commands.sweep.stop_sweep): the
 first stop signal is passed to it, and when it returns True the command waits for its jobs instead of exiting."""
+stop_poll: Callable[[], tuple[int, str | None] | None] | None = None
+"""Set by a sweep's job (sesa_cli.commands.sweep) while it runs: asked at every step boundary whether the sweep asks
+the job to stop, as ``(the stop signal it counts as, a reason other than that signal's name or None)``. A sweep's
+stop reaches its jobs this way, not as a signal: Ray's workers block SIGINT, a Ctrl-C at a terminal also reaches
+joblib's workers directly (a forwarded copy made it a second, immediate stop), and a job on another machine sees
+the sweep dir, not the signal (issue 67)."""
 
 
 def reason() -> str:
-    """How the command was stopped, for run.json and the ending: ``Ctrl-C`` or the signal's name."""
+    """How the command was stopped, for run.json and the ending: ``Ctrl-C``, the signal's name, or what a sweep's
+    job was told (:data:`stop_poll`)."""
+    if _why is not None:
+        return _why
     return "Ctrl-C" if _received in (None, signal.SIGINT) else _received.name
 
 
@@ -50,9 +61,10 @@ def exit_code() -> int:
     return 128 + int(_received or signal.SIGINT)
 
 
-def _note(signum: int) -> None:
-    global _received
+def _note(signum: int, why: str | None = None) -> None:
+    global _received, _why
     _received = signal.Signals(signum)
+    _why = why
 
 
 def _install(handlers: dict[int, Any]) -> dict[int, Any]:
@@ -92,8 +104,8 @@ def exit_at_once(command: str | None) -> Iterator[None]:
                 release_all()
         os._exit(exit_code())
 
-    global _received
-    _received = None  # a new command (the CLI run in-process again)
+    global _received, _why
+    _received, _why = None, None  # a new command (the CLI run in-process again)
     previous = _install(dict.fromkeys(STOP_SIGNALS, exit_now))
     try:
         yield
@@ -115,14 +127,29 @@ def preemption_signal() -> signal.Signals | None:
 
 class StopRequest:
     """What :func:`stop_after_step` hands the training loop: ``check()`` at each step boundary raises
-    KeyboardInterrupt once a stop signal arrived (the trainer then saves its checkpoint); ``after_checkpoint()`` hands
-    a deferred preemption signal to submitit's handler."""
+    KeyboardInterrupt once a stop signal arrived or a sweep asks its job to stop (:data:`stop_poll`; the trainer then
+    saves its checkpoint); ``after_checkpoint()`` hands a deferred preemption signal to submitit's handler."""
 
     def __init__(self) -> None:
         self.signal: signal.Signals | None = None
         self.chained: Any = None  # submitit's handler of a deferred preemption signal
+        self.label = "sesa"
+
+    def stop(self, signum: int, why: str | None = None) -> None:
+        """Note a stop (a signal, or a sweep's request) and say on stderr that the current step finishes first."""
+        self.signal = signal.Signals(signum)
+        _note(signum, why)
+        name = why or ("Ctrl-C" if signum == signal.SIGINT else self.signal.name)
+        os.write(
+            2,
+            f"{self.label}: {name}: stopping after this step's checkpoint (send it again to stop at once)\n".encode(),
+        )
 
     def check(self) -> None:
+        if self.signal is None and stop_poll is not None:
+            asked = stop_poll()
+            if asked is not None:
+                self.stop(*asked)
         if self.signal is not None:
             raise KeyboardInterrupt
 
@@ -136,17 +163,13 @@ def stop_after_step(label: str, request: StopRequest | None = None) -> Iterator[
     """Inside the block the first stop signal is noted in ``request`` (and ``label`` tells the user on stderr that
     the current step finishes first); a second one raises KeyboardInterrupt where it lands."""
     request = request or StopRequest()
+    request.label = label
 
     def defer(signum: int, frame: object) -> None:
         if request.signal is not None:
             _note(signum)
             raise KeyboardInterrupt
-        request.signal = signal.Signals(signum)
-        _note(signum)
-        name = "Ctrl-C" if signum == signal.SIGINT else request.signal.name
-        os.write(
-            2, f"{label}: {name}: stopping after this step's checkpoint (send it again to stop at once)\n".encode()
-        )
+        request.stop(signum)
 
     preempt = preemption_signal()
     handlers: dict[int, Any] = dict.fromkeys(STOP_SIGNALS, defer)

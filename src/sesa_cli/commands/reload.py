@@ -95,7 +95,7 @@ def reload_config(config_name: str, parent_config: Path, overrides: list[str]) -
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from omegaconf import OmegaConf
 
-    from sesa_cli.runs import read_yaml
+    from sesa_cli.yaml_files import read_yaml
 
     if not parent_config.is_file():
         raise ConfigError(f"{parent_config} is missing: the checkpoint's run config cannot be reloaded")

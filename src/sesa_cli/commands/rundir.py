@@ -14,6 +14,7 @@ whether they continue the run they found. ``sesa diversity-report`` locks its di
 from __future__ import annotations
 
 import contextlib
+import logging
 import re
 from pathlib import Path
 from typing import Any
@@ -22,7 +23,10 @@ from sesa_cli.config import ConfigError, cut
 from sesa_cli.deprecations import upgrade_config
 from sesa_cli.paths import hydra_value, path_error, replace_dir
 from sesa_cli.run_lock import DirTaken
-from sesa_cli.runs import read_run_info, read_yaml
+from sesa_cli.runs import ResumeRefused, atomic_write_text, read_run_info
+from sesa_cli.yaml_files import read_yaml
+
+log = logging.getLogger("sesa")
 
 RUN_FILES = ("metrics.jsonl", "metrics.json", "checkpoints")
 """What makes a dir hold a run (its records would be overwritten or mixed)."""
@@ -62,13 +66,14 @@ def claim_planned_run_dir(command: str, overrides: list[str]) -> tuple[Path | No
     run_dir = planned_run_dir(command.replace("-", "_"), overrides)
     if run_dir is None:
         return None, overrides
+    check_own_dir(run_dir, overrides)
     created = not run_dir.exists()
     run_lock.claim(run_dir, command, overrides)
     try:
         if command == "diversity-report":
             check_report_dir(run_dir, f"hydra.run.dir={run_dir}")
-        else:
-            check_existing(command, run_dir, _resolved_config(command, overrides))
+        elif check_existing(command, run_dir, _resolved_config(command, overrides)):
+            resume_plan(run_dir)  # a resume it would refuse is refused now, before Hydra's job writes into the dir
         run_lock.record(run_dir, command, overrides)
         if command == "diversity-report":
             staging = stage_report(run_dir, f"hydra.run.dir={run_dir}")
@@ -116,6 +121,52 @@ def wanted_config(command: str, composed: Any, overrides: list[str]) -> str:
     return resolved_yaml(with_total_steps(config)[0] if command == "revive" else config)
 
 
+def check_own_dir(run_dir: Path, overrides: list[str]) -> None:
+    """A one-line ConfigError when ``run_dir`` is the working directory (``hydra.run.dir=.``, or empty): a command
+    writes config.yaml, run.json, its log and its records into its dir, and there they would land among the user's
+    own files (a rerun would even take them for a run's)."""
+    import os
+
+    if os.path.abspath(run_dir) != os.getcwd():
+        return
+    typed = [line.partition("=")[2] for line in overrides if line.lstrip("+").startswith("hydra.run.dir=")]
+    where = f"hydra.run.dir={typed[-1]}" if typed and typed[-1].strip("'\"") else "hydra.run.dir= (empty)"
+    raise ConfigError(
+        f"{cut(where)} is the working directory; a command writes config.yaml, run.json and more into its dir: name "
+        "a directory of its own, e.g. hydra.run.dir=outputs/mine"
+    )
+
+
+SESA_MARKS = (".hydra", ".sesa.lock", "run.json")
+"""What a dir a sesa command wrote into holds from its first moment (Hydra's .hydra/, the owner's record, run.json):
+a dir without any of them holds no sesa run, whatever its files are named."""
+
+
+def foreign_files(run_dir: Path) -> list[str]:
+    """The names in an existing ``run_dir`` that no sesa command wrote: every entry, when the dir holds none of
+    :data:`SESA_MARKS` (or its run.json is not a sesa run's); [] for a new or empty dir, or a sesa run dir."""
+    try:
+        names = sorted(p.name for p in run_dir.iterdir())
+    except OSError:
+        return []
+    marks = [name for name in SESA_MARKS if name in names]
+    if marks == ["run.json"] and not {"id", "command"} <= set(_run_info(run_dir)):
+        marks = []  # another program's run.json
+    return [] if marks else names
+
+
+def foreign_problem(run_dir: Path, where: str) -> str | None:
+    """The refusal of a run dir (named ``where``) that holds files no sesa command wrote (:func:`foreign_files`)."""
+    foreign = foreign_files(run_dir)
+    if not foreign:
+        return None
+    shown = ", ".join(cut(name, 40) for name in foreign[:3]) + (", ..." if len(foreign) > 3 else "")
+    return (
+        f"{where} holds files sesa did not write ({shown}); a command writes config.yaml, run.json and its log into "
+        "its dir: choose a new or empty directory"
+    )
+
+
 def held_files(run_dir: Path) -> list[str]:
     return [name for name in RUN_FILES if (run_dir / name).exists()]
 
@@ -147,6 +198,9 @@ def existing_run(command: str, run_dir: Path, resolved: str | None, where: str, 
         reports = report_files(run_dir)
         if reports:
             raise DirTaken(f"{where} holds a report ({reports[0]}); choose a new directory")
+        problem = foreign_problem(run_dir, where)
+        if problem:  # the user's own files: a run would write over config.yaml or train.log, and mix with the rest
+            raise DirTaken(problem)
         return "none"
     refuse = f"{where} already holds a run ({held[0]})"
     info = _run_info(run_dir)
@@ -236,6 +290,12 @@ def stage_report(target: Path, where: str) -> Path:
     return staging
 
 
+def report_dir_of(out_dir: Path) -> Path:
+    """The report dir a report written into ``out_dir`` (a staging dir: :func:`stage_report`) is for; ``out_dir``
+    itself when it is not a staging dir."""
+    return _staged.get(Path(out_dir).resolve(), Path(out_dir))
+
+
 def publish_report(out_dir: Path) -> Path:
     """Put a finished report in its place: the staging dir ``out_dir`` (:func:`stage_report`) takes the place
     of its report dir in one step (sesa_cli.paths.replace_dir), and the old report is removed. Returns the report
@@ -293,33 +353,90 @@ def config_differences(found: dict[str, Any], wanted: dict[str, Any]) -> list[st
 
 def resume_point(run_dir: Path) -> Path | None:
     """The checkpoint a resumed run continues from: the run dir's last complete one (None: it has none, the run
-    starts over). The records written after it (metrics, policy_probs and eval_counts rows of later steps, samples of later
-    steps, unfinished ``.tmp`` checkpoints) are removed, so the resumed run's files read as one uninterrupted run."""
+    starts over), checked by :func:`resume_plan`. The records written after it (metrics, policy_probs and eval_counts rows of later
+    steps, samples of later steps, unfinished ``.tmp`` checkpoints) are removed, so the resumed run's files read as
+    one uninterrupted run; rows of the checkpoint's own step that were cut since are put back."""
     import shutil
 
-    from sesa_cli.runs import CHECKPOINT_RE, STEP_RECORDS, check_checkpoint, list_checkpoints
+    from sesa_cli.runs import CHECKPOINT_RE
 
-    ckpts = list_checkpoints(run_dir)
-    ckpt = ckpts[-1][1] if ckpts else None
-    step = int(check_checkpoint(ckpt, training=True)["step"]) if ckpt is not None else 0
+    ckpt, step, rows = resume_plan(run_dir)
     for tmp in (run_dir / "checkpoints").glob("*.tmp"):
         shutil.rmtree(tmp, ignore_errors=True)
-    for name in STEP_RECORDS:
-        _keep_rows(run_dir / name, step if ckpt is not None else -1)
+    for name, lines in rows.items():
+        if lines is not None:
+            atomic_write_text(run_dir / name, "".join(line + "\n" for line in lines))
     for dump in (run_dir / "samples").glob("step_*.jsonl"):
         m = CHECKPOINT_RE.match(dump.stem)
-        if m and int(m.group(1)) > step:
+        if m and int(m.group(1)) > max(step, 0):
             dump.unlink()
     return ckpt
 
 
-def _keep_rows(path: Path, step: int) -> None:
-    """Keep the rows of ``path`` (JSON lines) at or before ``step`` (all gone for -1), byte for byte; a cut last line
-    goes too. A damaged row earlier than the last is a one-line ConfigError naming it (sesa_cli.runs.metric_lines),
-    as revive and the report say, never dropped without a word."""
-    from sesa_cli.runs import atomic_write_text, metric_lines
+def resume_plan(run_dir: Path) -> tuple[Path | None, int, dict[str, list[str] | None]]:
+    """What a resume of ``run_dir`` continues from, changing nothing: (its last checkpoint or None, that step or -1,
+    the lines each records file keeps: :func:`kept_rows`). A last checkpoint that fails its checks, or records that
+    lost rows the checkpoint's copy cannot give back, is a one-line :class:`~sesa_cli.runs.ResumeRefused`; for a
+    damaged checkpoint it names the last intact one and how to continue from it (:func:`damaged_checkpoint`)."""
+    from sesa_cli.runs import RECORD_FILES, check_checkpoint, checkpoint_records, list_checkpoints
+
+    ckpts = list_checkpoints(run_dir)
+    ckpt = ckpts[-1][1] if ckpts else None
+    step, records = -1, {}
+    if ckpt is not None:
+        try:
+            step = int(check_checkpoint(ckpt, training=True)["step"])
+            records = checkpoint_records(ckpt)
+        except ConfigError as exc:
+            raise ResumeRefused(damaged_checkpoint(str(exc), [path for _, path in ckpts], run_dir)) from None
+    return ckpt, step, {name: kept_rows(run_dir / name, step, records.get(name), ckpt) for name in RECORD_FILES}
+
+
+def damaged_checkpoint(problem: str, ckpts: list[Path], run_dir: Path) -> str:
+    """The refusal of a resume whose last checkpoint (the last of ``ckpts``) fails its checks (``problem``): the last
+    earlier checkpoint that passes them, and how to continue from it (a damaged checkpoint is the user's to move:
+    sesa never deletes one)."""
+    from sesa_cli.runs import check_checkpoint
+
+    last = ckpts[-1]
+    for earlier in reversed(ckpts[:-1]):
+        try:
+            step = check_checkpoint(earlier, training=True)["step"]
+        except ConfigError:
+            continue
+        return (
+            f"{problem}; the run's previous checkpoint, step {step} ({earlier}), is intact: to continue from it, move "
+            f"{last} out of {last.parent} and rerun this command"
+        )
+    return f"{problem}; no earlier checkpoint of the run is intact: choose a new directory"
+
+
+def kept_rows(path: Path, step: int, copy: dict[str, Any] | None, ckpt: Path | None) -> list[str] | None:
+    """The lines of the records file ``path`` (JSON lines) a run resumed at ``step`` keeps: those at or before
+    ``step`` (none for -1), byte for byte; a cut last line goes too, and a damaged row earlier than the last is a
+    one-line ConfigError naming it (sesa_cli.runs.metric_lines). ``copy``: what the checkpoint ``ckpt`` recorded of
+    the file (sesa_cli.manifest.step_records): the rows of its step that a cut end of the file lost are put back
+    from it, never dropped without a word (issue 67: a last row cut by 40 bytes vanished from the resumed run's
+    metrics); rows lost that it cannot give back refuse the resume. None when there is no file."""
+    from sesa_cli.runs import checked, metric_lines
 
     if not path.is_file():
-        return
-    kept = [line + "\n" for line, row in metric_lines(path) if row["step"] <= step]
-    atomic_write_text(path, "".join(kept))
+        return None
+    lines = [(line, int(row["step"])) for line, row in metric_lines(path)]
+    kept = [line for line, at in lines if at <= step]
+    if not copy or ckpt is None:
+        return kept
+    where = f"{ckpt}/records.json: {path.name}"
+    copy = checked(copy, where, {"rows": "count", "last": "texts"})
+    if len(kept) == copy["rows"]:
+        return kept
+    before = [line for line, at in lines if at < step]
+    if len(before) + len(copy["last"]) == copy["rows"]:
+        log.warning("%s: %d row(s) of step %d were cut; restored from the checkpoint's copy (%s)", path,
+                    len(copy["last"]) - (len(kept) - len(before)), step, where)  # fmt: skip
+        return [*before, *copy["last"]]
+    raise ResumeRefused(
+        f"{path} holds {len(kept)} rows up to step {step} and its checkpoint recorded {copy['rows']} ({where}): rows "
+        "were lost, and the resumed run's records would not read as one run; choose a new directory, or revive the "
+        f"checkpoint into one: sesa revive ckpt={ckpt}"
+    )

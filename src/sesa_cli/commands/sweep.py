@@ -18,7 +18,8 @@ ends), prints one line and returns; the other jobs run. Each job records how it 
 (:func:`record`), and the sweep ends with a summary read from those records (sesa_cli.commands.ending.SweepEnding):
 N finished, M refused, K failed, each with its dir; the exit code is non-zero only if a job failed (or the sweep
 was stopped). A stop signal to the sweep's own process stops it after the running jobs' checkpoints
-(:func:`stop_sweep`): jobs not started yet do nothing, and the same command resumes the sweep.
+(:func:`stop_sweep`): jobs not started yet do nothing, and the same command resumes the sweep. The jobs of a sweep
+whose own process is gone (killed) stop after their step's checkpoint too (:func:`_asked_to_stop`).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ import socket
 import sys
 import tempfile
 import traceback
+import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,17 +43,26 @@ from sesa_cli import run_lock
 from sesa_cli.commands import interrupt
 from sesa_cli.commands.common import drop_empty_run_dir, user_errors
 from sesa_cli.commands.compose import compose
-from sesa_cli.commands.rundir import check_report_dir, discard_staged, existing_run, stage_report, wanted_config
+from sesa_cli.commands.rundir import (
+    check_report_dir,
+    discard_staged,
+    existing_run,
+    resume_plan,
+    stage_report,
+    wanted_config,
+)
 from sesa_cli.config import ConfigError, cut, first_line
 from sesa_cli.paths import hydra_value, os_reason, sesa_program
-from sesa_cli.runs import atomic_write_text, read_metrics, read_yaml
+from sesa_cli.runs import atomic_write_text, read_metrics
+from sesa_cli.yaml_files import read_yaml
 
 T = TypeVar("T")
 
 RESOLVER = "sesa_job_dir"
 """The OmegaConf resolver ``hydra.sweep.subdir`` goes through (conf/hydra/default.yaml)."""
 RECORDS = ".sesa-jobs"
-"""The sweep dir's record of how each job ended (``<num>.json``) and, once the sweep is stopped, ``STOP``."""
+"""The sweep dir's record of how each job ended: per run of the sweep's command (its session, :data:`SESSION`),
+``<session>/<num>.json`` and, once the sweep is stopped, ``<session>/STOP``."""
 COMMANDS = ("train", "revive", "eval", "diversity-report")
 
 _claims: dict[str, JobClaim] = {}
@@ -140,6 +151,8 @@ def _claim_job(command: str, num: int, sweep_dir: Path, job_dir: Path, root: Any
                                  sweep_job=True)  # fmt: skip
             claim.outcome = "finished" if state == "finished" else "own"
             claim.resumes = state == "resume"
+            if claim.resumes:
+                resume_plan(job_dir)  # a resume it would refuse fails the job now, before Hydra writes into its dir
         if claim.outcome == "own":
             run_lock.record(job_dir, command, overrides)
             if command == "diversity-report":
@@ -239,6 +252,7 @@ def _run_owned(command: str, claim: JobClaim, body: Callable[[], T]) -> T | None
     try:
         with (
             _stop_noted_in_worker(),
+            _asked_to_stop(claim),
             user_errors(command, on_end=lambda status, reason: ended.append((status, reason))),
         ):
             result = body()
@@ -297,16 +311,24 @@ def record(claim: JobClaim, outcome: str, reason: str) -> None:
     data = {"num": claim.num, "dir": str(claim.job_dir), "outcome": outcome, "reason": reason,
             "earlier": claim.outcome == "finished", "resumed": claim.resumes, "pid": os.getpid(),
             "host": socket.gethostname()}  # fmt: skip
-    folder = claim.sweep_dir / RECORDS
+    folder = records_dir(claim.sweep_dir)
     with contextlib.suppress(OSError, ConfigError):
         folder.mkdir(parents=True, exist_ok=True)
         atomic_write_text(folder / f"{claim.num}.json", json.dumps(data))
 
 
+def records_dir(sweep_dir: Path) -> Path:
+    """Where this run of the sweep's command (its :data:`SESSION`) records its jobs. A job of an earlier run of the
+    same sweep that still runs (a killed sweep's orphan) writes into its own session's folder, never over this run's
+    records (issue 67: the orphans' records overwrote a rerun's refusals, and its summary said "3 finished, 0
+    refused")."""
+    return Path(sweep_dir) / RECORDS / os.environ.get(SESSION, "")
+
+
 def read_records(sweep_dir: Path) -> list[dict[str, Any]]:
-    """The records of a sweep's jobs, by job number (a damaged record is skipped)."""
+    """The records of this run of a sweep's jobs, by job number (a damaged record is skipped)."""
     out = []
-    folder = Path(sweep_dir) / RECORDS
+    folder = records_dir(sweep_dir)
     for path in folder.glob("*.json") if folder.is_dir() else ():
         try:
             data = json.loads(path.read_text())
@@ -352,7 +374,16 @@ def summary(sweep_dir: Path) -> tuple[list[str], int]:
 
 # ------------------------------------------------------------------------------------------------ stopping a sweep
 def _stopped(sweep_dir: Path) -> bool:
-    return (Path(sweep_dir) / RECORDS / "STOP").exists()
+    return (records_dir(sweep_dir) / "STOP").exists()
+
+
+def _stop_signal(sweep_dir: Path) -> int | None:
+    """The stop signal this run of the sweep was stopped with (its STOP file), or None while it runs on."""
+    try:
+        name = (records_dir(sweep_dir) / "STOP").read_text().strip()
+    except OSError:
+        return None
+    return int(getattr(signal, name, signal.SIGTERM))
 
 
 def _runs_in_sweep_process() -> bool:
@@ -361,25 +392,48 @@ def _runs_in_sweep_process() -> bool:
 
 MAIN_PID = "SESA_SWEEP_PID"
 """Set by the sweep's own process (the dispatcher) for its jobs: a job running in another process is in a worker."""
+SESSION = "SESA_SWEEP_SESSION"
+"""Set by the sweep's own process for its jobs: which run of the sweep's command they belong to (:func:`records_dir`)."""
 
 
 def stop_sweep(sweep_dir: Path, signum: int) -> bool:
-    """The sweep's own process got a stop signal while its jobs run in other processes (joblib, Ray): mark the
-    sweep stopped (jobs not started yet do nothing) and pass the signal to the jobs running on this host, which stop
-    after their step's checkpoint as a single run does. False when a job runs in this very process (the basic
-    launcher: the job's own stop policy applies)."""
+    """The sweep's own process got a stop signal while its jobs run in other processes (joblib, Ray, submitit):
+    mark the sweep stopped. Jobs not started yet do nothing, and the running ones see the mark at their next step
+    boundary (:func:`_asked_to_stop`) and stop after that step's checkpoint, as a single run does. False when a job
+    runs in this very process (the basic launcher: the job's own stop policy applies)."""
     records = read_records(sweep_dir)
     host = socket.gethostname()
-    running = [r for r in records if r["outcome"] == "running" and r.get("host") == host]
-    if any(r.get("pid") == os.getpid() for r in running):
+    if any(r["outcome"] == "running" and r.get("host") == host and r.get("pid") == os.getpid() for r in records):
         return False
     with contextlib.suppress(OSError):
-        (Path(sweep_dir) / RECORDS).mkdir(parents=True, exist_ok=True)
-        (Path(sweep_dir) / RECORDS / "STOP").write_text(signal.Signals(signum).name)
-    for rec in running:
-        with contextlib.suppress(OSError, TypeError, ValueError, OverflowError):
-            os.kill(int(rec["pid"]), signum)
+        records_dir(sweep_dir).mkdir(parents=True, exist_ok=True)
+        (records_dir(sweep_dir) / "STOP").write_text(signal.Signals(signum).name)
     return True
+
+
+@contextlib.contextmanager
+def _asked_to_stop(claim: JobClaim) -> Iterator[None]:
+    """While the job runs, its trainer asks at every step boundary (sesa_cli.commands.interrupt.stop_poll) whether
+    the sweep asks it to stop: the sweep was stopped (its STOP mark, with the signal it got), or the sweep's own
+    process is gone while this job runs in a worker it started (joblib's: the worker's parent changed), whose
+    orphaned jobs used to train to their end and hold their dirs (issue 67)."""
+    parent = os.getppid()
+    started_by_sweep = os.environ.get(MAIN_PID) == str(parent)
+
+    def poll() -> tuple[int, str | None] | None:
+        signum = _stop_signal(claim.sweep_dir)
+        if signum is not None:
+            return signum, None
+        if started_by_sweep and os.getppid() != parent:
+            return int(signal.SIGTERM), "the sweep's own process is gone"
+        return None
+
+    previous = interrupt.stop_poll
+    interrupt.stop_poll = poll
+    try:
+        yield
+    finally:
+        interrupt.stop_poll = previous
 
 
 @contextlib.contextmanager
@@ -473,6 +527,7 @@ def prepare_sweep(command: str, argv: list[str], overrides: list[str]) -> list[s
             raise ConfigError(f"{cut(subdir)}: a sweep subdir with both quotes and backslashes is not supported")
         rest = [line if o is subdir else o for o in rest]
     os.environ[MAIN_PID] = str(os.getpid())
+    os.environ[SESSION] = uuid.uuid4().hex[:12]
     os.environ[SWEEP_COMMAND] = " ".join([sesa_program(), *(shlex.quote(a) for a in resume[1:])])
     interrupt.on_first_stop = lambda signum: stop_sweep(sweep_dir, signum)
     if "ray" in str(hydra.launcher.get("_target_", "")).lower():
@@ -489,6 +544,7 @@ def resume_command() -> str | None:
 def end_sweep() -> None:
     """Forget what :func:`prepare_sweep` set in this process (a sweep run in-process, from tests or a notebook)."""
     os.environ.pop(MAIN_PID, None)
+    os.environ.pop(SESSION, None)
     os.environ.pop(SWEEP_COMMAND, None)
     interrupt.on_first_stop = None
 

@@ -84,10 +84,15 @@ def output_dir_problem(
         problem = other_sweep(path, config_name, sweep_overrides or overrides)
         if problem:
             return problem
-    from sesa_cli.commands.rundir import held_files
+    from sesa_cli.commands.rundir import foreign_problem, held_files
 
     if existing == path and held_files(path):
         return None  # a run's dir: what it holds is checked once the command holds its lock (sesa_cli.commands.rundir)
+    if existing == path and not multirun and config_name != "diversity_report":  # (a report's: check_report_dir)
+        # the user's own files: refused before the probe below writes there
+        problem = foreign_problem(path, f"{key}={path}")
+        if problem:
+            return problem
     try:  # os.access is not enough: root passes it, and /proc or a read-only mount still refuse
         tempfile.TemporaryDirectory(dir=existing).cleanup()
     except OSError as exc:

@@ -9,7 +9,9 @@ from typing import Any
 
 __all__ = [
     "DEVICES",
+    "DIGITS_LIMIT",
     "LONGEST_SHOWN",
+    "SEED_MAX",
     "ConfigError",
     "at_least",
     "conf_dir",
@@ -20,6 +22,7 @@ __all__ = [
     "one_of",
     "positive",
     "raise_if",
+    "seed_problem",
     "subset_of",
     "thread_count",
     "to_object",
@@ -77,6 +80,22 @@ def subset_of(obj: Any, prefix: str, allowed: str, *names: str) -> list[str]:
     an arithmetic task may use)."""
     wrong = [n for n in names if not getattr(obj, n) or set(getattr(obj, n)) - set(allowed)]
     return [f"{prefix}.{n}={getattr(obj, n)!r} must be a non-empty subset of {allowed!r}" for n in wrong]
+
+
+DIGITS_LIMIT = 4300
+"""The longest integer Python reads from text (``sys.get_int_max_str_digits``'s default): a longer number in an
+override, a config file or a run's files is refused with one line naming where it is."""
+
+SEED_MAX = 2**32 - 1
+"""The largest ``seed``: numpy's global generator (seeded with the run's seed, sesa_cli.commands.common) takes
+0..2**32 - 1, and a seed outside that range failed with numpy's traceback after the model had loaded."""
+
+
+def seed_problem(seed: int, name: str = "seed") -> str | None:
+    """Why ``seed`` cannot seed a run (None when it can): every generator the run seeds takes it (:data:`SEED_MAX`)."""
+    if 0 <= seed <= SEED_MAX:
+        return None
+    return f"{name}={seed} must be in [0, {SEED_MAX}] (2**32 - 1: the seeds numpy's generator takes)"
 
 
 def thread_count(threads: str) -> int | None:

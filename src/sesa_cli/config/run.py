@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 from omegaconf import MISSING
 
-from sesa_cli.config.base import ConfigError, at_least, device_form, one_of, raise_if, thread_count
+from sesa_cli.config.base import ConfigError, at_least, device_form, one_of, raise_if, seed_problem, thread_count
 from sesa_cli.config.method import AlgoConfig, OptimConfig, SamplerConfig
 from sesa_cli.config.model import ModelConfig, TaskConfig
 
@@ -251,6 +251,7 @@ class TrainConfig(PolicyRunConfig):
     sweep: SweepConfig = field(default_factory=SweepConfig)
 
     def __post_init__(self) -> None:
+        raise_if([p for p in [seed_problem(self.seed)] if p])
         thread_count(self.threads)
         device_form(self.device)
         if self.optim.warmup_steps >= self.train.steps:
@@ -316,6 +317,7 @@ class EvalConfig(PolicyRunConfig):
     ``sesa train`` (sesa_cli.config.TrainConfig's ``threads`` says why and what ``auto`` does)."""
 
     def __post_init__(self) -> None:
+        raise_if([p for p in [seed_problem(self.seed)] if p])
         thread_count(self.threads)
         device_form(self.device)
 

@@ -18,7 +18,7 @@ from typing import Any
 from filelock import FileLock, Timeout
 
 from sesa_cli.config import ConfigError, cut
-from sesa_cli.paths import path_error, replace_dir
+from sesa_cli.paths import open_file_modes, path_error, replace_dir
 from sesa_cli.runs import check_model_dir, read_json_object
 
 log = logging.getLogger(__name__)
@@ -90,6 +90,7 @@ def build_once(target: Path, marker: str, build: Callable[[Path], None], matches
         shutil.rmtree(tmp, ignore_errors=True)
         try:
             build(tmp)
+            open_file_modes(tmp)  # readable as any new file is: a cache dir may be shared
             replace_dir(tmp, target)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)

@@ -9,8 +9,10 @@ jobs). Every later load is a plain ``from_pretrained`` of that directory.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
+import io
 import json
 import logging
 import time
@@ -83,7 +85,12 @@ def export(gguf: Path, out_dir: Path) -> None:
 
     t0 = time.perf_counter()
     log.info("dequantising %s to float32 (once; cached)", gguf)
-    model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
+    # transformers' GGUF reader draws a tqdm bar of its own (not the one transformers' disable_progress_bar
+    # switches off): off a terminal every update is a line of the log, hundreds per model (issue 67). The bar goes
+    # to sys.stderr, taken aside here; the activity that runs this says when it starts and how long it took, and
+    # warnings go to the log (sesa_cli.progress.use_console), not to sys.stderr.
+    with contextlib.redirect_stderr(io.StringIO()):
+        model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
     tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
     out_dir.mkdir(parents=True)
     model.config.save_pretrained(out_dir)

@@ -8,6 +8,7 @@ are reloaded on top of the base named by the run's config.
 from __future__ import annotations
 
 import contextlib
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -29,7 +30,8 @@ def add_lora(model: PreTrainedModel, cfg: ModelConfig) -> PreTrainedModel:
         task_type="CAUSAL_LM",
     )
     try:
-        return get_peft_model(model, config)  # type: ignore[return-value]
+        with _peft_asks_a_deprecated_name():
+            return get_peft_model(model, config)  # type: ignore[return-value]
     except ValueError as exc:  # e.g. a target module name the model does not have
         from sesa_cli.config import ConfigError
 
@@ -40,7 +42,18 @@ def load_adapter(model: PreTrainedModel, ckpt: Path) -> PreTrainedModel:
     """The base ``model`` with the (trainable) adapter saved in ``ckpt``."""
     from peft import PeftModel
 
-    return PeftModel.from_pretrained(model, ckpt, is_trainable=True)  # type: ignore[return-value]
+    with _peft_asks_a_deprecated_name():
+        return PeftModel.from_pretrained(model, ckpt, is_trainable=True)  # type: ignore[return-value]
+
+
+@contextlib.contextmanager
+def _peft_asks_a_deprecated_name() -> Iterator[None]:
+    """peft's ``PeftModel`` reads ``model.is_gradient_checkpointing``, which transformers 5 deprecated (a
+    FutureWarning naming its new name, ``is_activation_checkpointing``): printed on every LoRA run, about peft's code,
+    nothing a user can act on (issue 67). That one warning is ignored while peft wraps the model; any other stays."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r"`is_gradient_checkpointing` is deprecated", category=FutureWarning)
+        yield
 
 
 def is_lora(model: torch.nn.Module) -> bool:

@@ -27,8 +27,8 @@ from sesa_cli.runs import (  # one reader each: one-line errors
     read_json_object,
     read_metrics,
     read_run_info,
-    read_yaml,
 )
+from sesa_cli.yaml_files import read_yaml
 
 METRICS_JSONL = "metrics.jsonl"
 METRICS_JSON = "metrics.json"

@@ -48,7 +48,7 @@ import yaml
 
 from sesa_cli.config import ConfigError
 from sesa_cli.metric_keys import find, key
-from sesa_cli.report.columns import with_pruned
+from sesa_cli.report.columns import COST, cost_ratios, cost_text, with_pruned
 from sesa_cli.report.document import Report, analyse, write_report
 from sesa_cli.report.runs import METRICS_JSONL, parse_overrides
 from sesa_cli.report.stats import METHOD, difference_interval, format_interval, mean_interval
@@ -683,6 +683,7 @@ def gains_table(report: Report, metric: str = "eval/success") -> list[str]:
         return []
     gains = {g: difference_interval(start[g], end[g]) for g in start}
     reference = gains[report.baseline][0]
+    cost = cost_ratios(report.runs, report.baseline)
     rows = []
     for group in [g for g in report.labels if g in start]:
         gain = gains[group]
@@ -699,6 +700,7 @@ def gains_table(report: Report, metric: str = "eval/success") -> list[str]:
                 f"final {metric}": format_interval(*mean_interval(list(end[group].values()))),
                 "gain over the base (paired by seed)": format_interval(*gain[:3], sign=True),
                 f"gain relative to {report.labels[report.baseline]}'s": relative,
+                **({COST: cost_text(cost.get(group, math.nan))} if cost else {}),
             }
         )
     title = (

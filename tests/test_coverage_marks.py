@@ -183,5 +183,8 @@ def test_each_group_shows_its_training_cost_relative_to_the_baseline(tmp_path: P
     for job, flops in enumerate((100, 140, 150, 150)):  # parallel seeds 0, 1; sequential seeds 0, 1
         info = json.loads((sweep / str(job) / "run.json").read_text())
         (sweep / str(job) / "run.json").write_text(json.dumps({**info, "compute": _compute(flops * 10**9)}))
-    headline = analyse([sweep]).headline_frame()
-    assert list(headline["cost"]) == ["1.00x", "1.25x"]  # 150 / 120: the sequential group's mean over GRPO's
+    report = analyse([sweep])
+    assert list(report.headline_frame()["cost"]) == ["1.00x", "1.25x"]  # 150 / 120: sequential's mean over GRPO's
+    difference = report.difference_frame()
+    assert difference is not None
+    assert list(difference["cost"]) == ["1.25x"]

@@ -21,8 +21,10 @@ from sesa_cli.intervals import EXACT_MARK
 from sesa_cli.metric_keys import family
 from sesa_cli.metric_keys import key as metric_key
 from sesa_cli.report.columns import (
+    COST,
     add_group_columns,
     cost_ratios,
+    cost_text,
     lost_counts,
     lost_text,
     mark_exact_cells,
@@ -156,8 +158,12 @@ class Report:
         if self.compare is None or self.compare.empty:
             return None
         table = difference_table(self.compare, self.headline, self.labels)
-        marked = self.exact_marked(list(dict.fromkeys(self.compare["group"])))
-        return mark_exact_cells(table, [i for i, g in enumerate(dict.fromkeys(self.compare["group"])) if g in marked])
+        groups = list(dict.fromkeys(self.compare["group"]))
+        cost = cost_ratios(self.runs, self.baseline)
+        if cost and not all(math.isnan(v) for v in cost.values()):
+            table.insert(1, COST, [cost_text(cost.get(g, math.nan)) for g in groups])
+        marked = self.exact_marked(groups)
+        return mark_exact_cells(table, [i for i, g in enumerate(groups) if g in marked])
 
     def answer(self) -> str | None:
         """One sentence: which compared group kept more solutions (:data:`SOLUTIONS`' first metric the groups

@@ -42,7 +42,7 @@ def test_bad_input_is_one_line_and_exit_2(monkeypatch, capsys, argv, expected):
         (
             "train",
             ["algo.advantage=nope"],
-            "unknown algo.advantage 'nope'; valid: dr_grpo, grpo, grpo_passk, passk, rloo",
+            "unknown algo.advantage 'nope'; valid: darling, dr_grpo, grpo, grpo_passk, maxrl, passk, pkpo, rloo, w_reinforce",
         ),
         ("train", ["algo.loss=nope"], "unknown algo.loss 'nope'; valid: "),
         ("train", ["algo.aggregation=nope"], "unknown algo.aggregation 'nope'; valid: "),

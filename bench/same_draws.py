@@ -64,11 +64,11 @@ def train(tree: Path, out: Path, overrides: list[str], steps: int, cache: Path) 
     subprocess.run(argv, env=env, check=True, stdout=subprocess.DEVNULL)
 
 
-def _rows(run: Path) -> list[dict[str, object]]:
+def _rows(run: Path, ignore: tuple[str, ...] = ()) -> list[dict[str, object]]:
+    """A run's metrics rows without the machine's keys and the ``ignore`` ones."""
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
-    return [
-        {k: v for k, v in row.items() if not k.startswith(VOLATILE) and not k.endswith("_seconds")} for row in rows
-    ]
+    skip = (*VOLATILE, *ignore)
+    return [{k: v for k, v in row.items() if not k.startswith(skip) and not k.endswith("_seconds")} for row in rows]
 
 
 def _weights(run: Path) -> dict[str, bytes]:

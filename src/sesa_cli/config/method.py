@@ -52,8 +52,8 @@ class SamplerConfig:
     """How the G rollouts of a group are drawn (docs/samplers.md)."""
 
     name: str = "parallel"
-    """The sampler (registry ``sesa_cli.rollout.samplers.SAMPLERS``, ``sampler=`` group: ``sesa train --help`` lists
-    its options, a plug-in's too): ``parallel`` draws i.i.d. (what GRPO/verl/TRL do), ``sequential`` is SESA."""
+    """The sampler (registry ``sesa_cli.rollout.samplers.SAMPLERS``, the ``sampler=`` group): ``sesa train --help``
+    lists the options, ``--help sampler`` what each draws, a plug-in's too (docs/samplers.md)."""
     group_size: int = 8
     """G, rollouts per prompt (solutions per group = G x solutions_per_sketch)."""
     temperature: float = 1.0

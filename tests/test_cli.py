@@ -53,7 +53,11 @@ def test_bad_input_is_one_line_and_exit_2(monkeypatch, capsys, argv, expected):
         ("train", ["algo=forking_tokens", "algo.loss.rho=2"], "algo.loss.rho=2.0 must be in (0, 1]"),
         ("train", ["algo=passk", "algo.advantage.k=9"], "algo.advantage.k=9 must be <= the rollouts of a group"),
         ("train", ["algo=pkpo", "algo.off_policy=on_policy_baseline", "sampler=sequential"], "on_policy_baseline"),
-        ("train", ["algo.terms.unlikeliness.betta=0.2"], "algo.terms.unlikeliness.betta is not a setting; valid: beta"),
+        (
+            "train",
+            ["algo.terms.unlikeliness.betta=0.2"],
+            "algo.terms.unlikeliness.betta is not a setting; valid: beta",
+        ),
         ("train", ["task=math", "task.data=no/such.jsonl"], "math data file 'no/such.jsonl' not found"),
         ("eval", ["task=math", "task.data=no/such.jsonl"], "math data file 'no/such.jsonl' not found"),
     ],

@@ -10,18 +10,23 @@ tests/test_findings.py keeps the pages equal to it.
 Which group and metrics answer each claim is :data:`ROWS` (by the group numbers docs/results.md lists: the claims'
 sweeps in scripts/claims.yaml fix their order). A phrase follows the interval alone: *higher* where the whole 95%
 interval of the difference is above 0, *lower* where it is below, *no clear difference* where it spans 0; the cells
-are quoted from the page as it prints them. Nothing here imports torch or reads a run.
+are quoted from the page as it prints them. What a group is (its sampler, its method) is read as data, from the
+``items`` each section's ``docs/results/<claim>/groups.csv`` records (scripts/results.py), never from the words of its
+label. Nothing here imports torch or reads a run.
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
+import json
 import re
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from sesa_cli.deprecations import RENAMED_KEYS
 from sesa_cli.report.tables import group_sampler, method_name
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -41,17 +46,21 @@ class Row:
     claim: str
     question: str
     group: int
+    """Its number in the claim's tables; 0 with :attr:`label`: the one group that is what the label says (a head to
+    head whose sweeps grow renumbers its later groups), with :attr:`best`: the best published method's."""
     metrics: tuple[tuple[str, str], ...]
     level: bool = False
-    label: str = ""
-    """A word the group's label must hold (a reordered page is refused, not printed); empty: the sampler, parallel
-    for a headline row, sequential for a difference row."""
+    label: tuple[tuple[str, str], ...] = ()
+    """What the group must be, as (key, value) items of it (a reordered page is refused, not printed); empty: its
+    sampler, parallel for a headline row, sequential for a difference row."""
     best: str = ""
     """A metric: the row is the published method (a parallel group other than the baseline) whose difference in it
     is the highest mean (``group`` ignored); ``{method}`` in the question names it."""
 
 
 SUCCESS, PASS16 = ("eval/success", "success"), ("eval/pass@16", "pass@16")
+SESA = (("sampler", "sequential"), ("algo", "grpo"))
+"""SESA's group: the sequential sampler on GRPO's loss (its combinations have another algo)."""
 EXACT_DIVERSITY = ("policy/effective_solutions", "winning episodes (exact policy)")
 ESTIMATE = ("estimate/effective_solutions", "winning answers (sampled estimate)")
 DRAWN = ("eval/distinct_correct@16", "ways to win in 16")
@@ -68,8 +77,8 @@ ROWS = (
         (SUCCESS, PASS16, ESTIMATE)),
     Row("VII", "FrozenLake 5×5, where the base rarely wins: sequential − parallel", 2,
         (SUCCESS, PASS16, EXACT_DIVERSITY)),
-    Row("VIII", "Path task, methods head to head at GRPO's budget: SESA − GRPO", 11,
-        (("policy/effective_solutions", "effective solutions"), SUCCESS)),
+    Row("VIII", "Path task, methods head to head at GRPO's budget: SESA − GRPO", 0,
+        (("policy/effective_solutions", "effective solutions"), SUCCESS), label=SESA),
     Row("VIII", "… the published method that keeps the most: {method} − GRPO", 0,
         (("policy/effective_solutions", "effective solutions"), SUCCESS), best="policy/effective_solutions"),
     Row("IX", "FrozenLake 4×4, methods head to head: SESA − GRPO", 2, (SUCCESS, PASS16, DRAWN)),
@@ -82,17 +91,17 @@ ROWS = (
         (SUCCESS, PASS16, DRAWN), best=DRAWN[0]),
     Row("XII", "Sokoban, of four published groups the one that wins most ways: {method} − GRPO (SESA: V)", 0,
         (SUCCESS, PASS16, DRAWN), best=DRAWN[0]),
-    Row("XIII", "FrozenLake 4×4, methods at a second setting: Pass@k at k=2 − GRPO", 12,
-        (SUCCESS, PASS16, DRAWN), label="passk_k=2"),
+    Row("XIII", "FrozenLake 4×4, methods at a second setting: Pass@k at k=2 − GRPO", 0,
+        (SUCCESS, PASS16, DRAWN), label=(("sampler", "parallel"), ("algo", "passk"), ("algo.advantage.k", "2"))),
 )  # fmt: skip
 """The claims' rows. II's group 5 and III's group 4 are the sequential default (distinct_solutions with the
 found-solutions term, from the flagged checkpoint for III); each agent claim has two groups, parallel [1] and
-sequential [2]; VIII's are its group [11] (SESA) and, chosen by :attr:`Row.best`, the published method with the most
-effective solutions (the exact policy); IX-X's are SESA [2] (claims IV and VII's sequential runs; for XI and XII it
+sequential [2]; VIII's are SESA's group (found by what it is, :data:`SESA`) and, chosen by :attr:`Row.best`, the
+published method with the most effective solutions (the exact policy); IX-X's are SESA [2] (claims IV and VII's sequential runs; for XI and XII it
 is claims VI and V's row, the same runs) and, chosen by :attr:`Row.best`, the published method with the most distinct
 winning episodes (answers) in 16 samples: measured alike for every method, where the exact walk of a spread policy
-prunes much of its mass. XIII's is its group [12], Pass@k Training at its second setting. :func:`findings` checks
-that each row's fixed group has the label it says (the sampler, or :attr:`Row.label`); a :attr:`Row.best` group is a
+prunes much of its mass. XIII's is Pass@k Training at its second setting (found by what it is). :func:`findings`
+checks that each row's fixed group is what it says (the sampler, or :attr:`Row.label`); a :attr:`Row.best` group is a
 published method's by its choice."""
 
 CELL = re.compile(r"^(?P<mean>[+-]?[\d.]+(?:e[+-]?\d+)?) \[(?P<low>[+-]?[\d.]+(?:e[+-]?\d+)?), "
@@ -139,15 +148,78 @@ def _group(rows: list[dict[str, str]], number: int) -> dict[str, str]:
     raise PageError(f"no group [{number}]")
 
 
+def _the_group(
+    rows: list[dict[str, str]], required: tuple[tuple[str, str], ...], items: Items | None
+) -> dict[str, str]:
+    """The one row of ``rows`` whose group is what ``required`` says."""
+    found = [row for row in rows if _is(row.get("group", ""), items, required)]
+    if len(found) != 1:
+        what = ", ".join(f"{k}={v}" for k, v in required)
+        raise PageError(f"{len(found)} groups are {what}, not one")
+    return found[0]
+
+
 PUBLISHED_SAMPLERS = ("parallel", "lte")
 """The samplers of the published methods' groups: i.i.d. sampling (an advantage, a loss, a term or a filter on GRPO's
 groups) and LTE's hinted rows; sequential is SESA."""
 
+Items = dict[str, dict[str, str]]
+"""A section's groups as data: group number (``[5]``) -> the group's items (sesa_cli.report.document.Report.items)."""
 
-def _best(rows: list[dict[str, str]], metric: str) -> dict[str, str]:
+
+def group_items(results: Path) -> dict[str, Items]:
+    """Claim -> its groups' items, from each section's ``groups.csv`` under ``results`` (docs/results/<claim>/) that
+    records them; a section whose table does not (written before its groups carried their items) is left out."""
+    out: dict[str, Items] = {}
+    for path in sorted(results.glob("*/groups.csv")):
+        with path.open(encoding="utf-8") as f:
+            rows = list(csv.DictReader(f))
+        if rows and "items" in rows[0]:
+            out[path.parent.name] = {r["group"].split(" ", 1)[0]: json.loads(r["items"]) for r in rows}
+    return out
+
+
+def _items(label: str, items: Items | None) -> dict[str, str]:
+    """What the group labelled ``label`` on the page is: its section's recorded items, found by the group's number
+    (the label's ``[n]``); for a section written before they were recorded, :func:`_legacy_items`."""
+    number = label.split(" ", 1)[0]
+    if items is not None:
+        if number not in items:
+            raise PageError(f"group {number} is in the page's table but not in its section's groups.csv")
+        return items[number]
+    return _legacy_items(label)
+
+
+def _legacy_items(label: str) -> dict[str, str]:
+    """The items of a group of a section written before groups.csv recorded them, read from its label as the head to
+    head's report wrote it then, ``[n] <sampler> <algo> key=value ...`` (a key by its last part, under its current
+    name). Goes once every section of docs/results.md is regenerated."""
+    words = label.split()
+    out = {"sampler": words[1] if len(words) > 1 else ""}
+    if len(words) > 2 and "=" not in words[2]:
+        out["algo"] = words[2]
+    current = {old.rpartition(".")[2]: new for old, new in RENAMED_KEYS.items()}
+    for word in words[2:]:
+        key, sep, value = word.partition("=")
+        if sep:
+            out[current.get(key, f"algo.terms.{key}" if "." in key else f"algo.{key}")] = value
+    return out
+
+
+def _is(label: str, items: Items | None, required: tuple[tuple[str, str], ...]) -> bool:
+    """Whether the group labelled ``label`` is what ``required`` says; in a section written before its items were
+    recorded, each required value is one of its label's words, or a ``key=value`` word under an old name."""
+    if items is not None:
+        what = _items(label, items)
+        return all(what.get(k) == v for k, v in required)
+    legacy = _legacy_items(label)
+    return all(v in label.split() or legacy.get(k) == v for k, v in required)
+
+
+def _best(rows: list[dict[str, str]], metric: str, items: Items | None = None) -> dict[str, str]:
     """Of the difference rows of published methods (:data:`PUBLISHED_SAMPLERS`), the one whose ``metric`` has the
     highest mean."""
-    methods = [row for row in rows if group_sampler(row.get("group", "")) in PUBLISHED_SAMPLERS]
+    methods = [row for row in rows if group_sampler(_items(row.get("group", ""), items)) in PUBLISHED_SAMPLERS]
     if not methods or any(metric not in row for row in methods):
         raise PageError(f"no published method's group with a {metric} difference")
     return max(methods, key=lambda row: _cell(row[metric])[0])
@@ -188,9 +260,11 @@ def slug(heading: str) -> str:
     return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
 
 
-def findings(text: str, rows: Sequence[Row] = ROWS) -> list[str]:
-    """The README's table (Markdown lines) from the text of docs/results.md."""
+def findings(text: str, rows: Sequence[Row] = ROWS, items: dict[str, Items] | None = None) -> list[str]:
+    """The README's table (Markdown lines) from the text of docs/results.md and its sections' group ``items``
+    (:func:`group_items`; a claim without them: :func:`_legacy_items`)."""
     found = sections(text)
+    items = items or {}
     lines = ["| claim | question | answer: mean [95% interval] over seeds |", "|---|---|---|"]
     for row in rows:
         if row.claim not in found:
@@ -204,16 +278,21 @@ def findings(text: str, rows: Sequence[Row] = ROWS) -> list[str]:
             baseline = next((b for b, _ in parsed if b.startswith("Difference to")), "").removeprefix("Difference to ")
         if not wanted:
             raise PageError(f"claim {row.claim}: no {'headline' if row.level else 'difference'} table")
+        claim = items.get(row.claim)
         if row.best:
-            group = _best(wanted[0], row.best)
-            question = row.question.format(method=method_name(group["group"]))
+            group = _best(wanted[0], row.best, claim)
+            question = row.question.format(method=method_name(_items(group["group"], claim)))
+        elif not row.group:
+            group = _the_group(wanted[0], row.label, claim)
+            question = row.question
         else:
             group = _group(wanted[0], row.group)
             question = row.question
-        if not row.best:  # a fixed group number: its label must still say what the row reads it as
-            label = row.label or ("parallel" if row.level else "sequential")
-            if label not in group["group"].split():
-                raise PageError(f"claim {row.claim}: group [{row.group}] is {group['group']!r}, not a {label} group")
+        if row.group:  # a fixed group number: it must still be what the row reads it as
+            label = row.label or (("sampler", "parallel" if row.level else "sequential"),)
+            if not _is(group["group"], claim, label):
+                wanted_text = ", ".join(f"{k}={v}" for k, v in label)
+                raise PageError(f"claim {row.claim}: group [{row.group}] is {group['group']!r}, not {wanted_text}")
         answers = []
         for metric, name in row.metrics:
             if metric not in group:
@@ -232,18 +311,20 @@ def findings(text: str, rows: Sequence[Row] = ROWS) -> list[str]:
     return lines
 
 
-def block(text: str) -> str:
-    """The README's block as written (markers included) for the page ``text``."""
-    return "\n".join([START, *findings(text), END])
+def block(text: str, items: dict[str, Items] | None = None) -> str:
+    """The README's block as written (markers included) for the page ``text`` (its sections' ``items``: None reads
+    them from docs/results/)."""
+    items = group_items(ROOT / "docs" / "results") if items is None else items
+    return "\n".join([START, *findings(text, items=items), END])
 
 
-def rewrite(readme: str, page: str) -> str:
+def rewrite(readme: str, page: str, items: dict[str, Items] | None = None) -> str:
     """``readme`` with its findings block replaced by the one ``page`` (docs/results.md's text) gives."""
     if START not in readme or END not in readme:
         raise PageError(f"README.md has no {START} ... {END} block")
     head, rest = readme.split(START, 1)
     _, tail = rest.split(END, 1)
-    return head + block(page) + tail
+    return head + block(page, items) + tail
 
 
 def results_time(page: str) -> str:
@@ -275,7 +356,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     texts = {path: path.read_text(encoding="utf-8") for path in paths}
     try:
         new = {path: rewrite_times(text, page, str(path)) for path, text in texts.items()}
-        new[args.readme] = rewrite(new[args.readme], page)
+        new[args.readme] = rewrite(new[args.readme], page, group_items(args.results.with_suffix("")))
     except PageError as exc:
         print(f"scripts/findings.py: {exc}", file=sys.stderr)
         return 2

@@ -514,13 +514,23 @@ so the figure can be redrawn from a section the page keeps without its runs."""
 
 def write_groups(report: Report, path: Path) -> None:
     """The final values of ``report``'s headline metrics per group (mean, 95% interval, seeds), labelled as the
-    page's tables label the groups."""
+    page's tables label the groups, with what each group is as data (``items``: JSON of Report.items, which the
+    figure and scripts/findings.py read instead of a label's words)."""
     rows = report.groups[report.groups["metric"].isin(report.headline)]
     table = rows[["group", "metric", "n_seeds", "final_mean", "final_low", "final_high"]].copy()
     lost = report.lost()
     table["lost"] = table["group"].map(lambda g: lost[g][0])
+    table["items"] = table["group"].map(lambda g: json.dumps(report.items.get(g, {}), sort_keys=True))
     table["group"] = table["group"].map(report.labels)
     table.to_csv(path, index=False)
+
+
+def group_method(table: pd.DataFrame, group: str) -> str:
+    """The method of ``group`` (a label) in a section's groups table: sesa_cli.report.tables.method_name of its
+    ``items``; its label itself for a table written before groups carried their items."""
+    if "items" not in table.columns:
+        return group
+    return method_name(json.loads(table.loc[table["group"] == group, "items"].iloc[0]))
 
 
 def head_to_head_figure(figures: Path) -> Path | None:
@@ -542,7 +552,7 @@ def head_to_head_figure(figures: Path) -> Path | None:
     from matplotlib.figure import Figure
     from matplotlib.lines import Line2D
 
-    names = list(dict.fromkeys(method_name(g) for _, table, _ in panels for g in table["group"]))
+    names = list(dict.fromkeys(group_method(table, g) for _, table, _ in panels for g in table["group"]))
     others = iter(colormaps["tab20"].colors)
     style = {}
     for n, name in enumerate(names):
@@ -561,7 +571,7 @@ def head_to_head_figure(figures: Path) -> Path | None:
             if x not in rows.index or HEAD_TO_HEAD["success"] not in rows.index:
                 continue
             px, py = rows.loc[x], rows.loc[HEAD_TO_HEAD["success"]]
-            color, marker = style[method_name(group)]
+            color, marker = style[group_method(table, group)]
             lost = int(py.get("lost", 0))  # a section written before runs lost were counted has none
             ax.errorbar(
                 [px["final_mean"]],

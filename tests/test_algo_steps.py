@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from sesa_cli.config import conf_dir
+from sesa_cli.config import conf_dir, plugin_name
 from sesa_cli.runs import RunDir
 from sesa_cli.tasks.base import make_task
 from sesa_cli.trainer import Trainer
@@ -47,13 +47,16 @@ def test_one_step_of_every_sampler_and_algo(path_setup, tiny_overrides, tmp_path
 def _signal(algo, rewards: list[float]) -> bool:
     """Whether an advantage estimator gives one group a nonzero advantage (its rewards, the group's rows): GRPO and
     the others when the rewards differ; pass@k (2508.10751) when some k-subset misses every best row (more than k
-    rows below the maximum); verl's grpo_passk when the maximum is one row's alone."""
+    rows below the maximum); PKPO (2505.15201) when some row is the sole best of a k-subset (k - 1 rows below it);
+    verl's grpo_passk when the maximum is one row's alone."""
     if len(set(rewards)) < 2:
         return False
-    best = max(rewards)
-    if algo.advantage == "passk":
-        return sum(r < best for r in rewards) >= algo.passk_k
-    if algo.advantage == "grpo_passk":
+    best, name, k = max(rewards), plugin_name(algo.advantage), algo.advantage.get("k", 4)
+    if name == "passk":
+        return sum(r < best for r in rewards) >= k
+    if name == "pkpo":
+        return any(sum(r < x for r in rewards) >= k - 1 for x in rewards)
+    if name == "grpo_passk":
         return rewards.count(best) == 1
     return True
 

@@ -13,23 +13,21 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
+from sesa_cli.advantages import ADVANTAGES, Advantage
 from sesa_cli.algos import (
-    ADVANTAGES,
     AGGREGATIONS,
     LR_SCHEDULES,
-    POLICY_LOSSES,
-    ZERO_AT_ZERO_ADVANTAGE,
     compute_advantages,
     compute_loss,
-    get,
     kl_penalty,
     lr_scale,
     no_on_policy_groups,
     register,
     scale_off_policy_negatives,
-    zero_at_zero_advantage,
 )
 from sesa_cli.config import AlgoConfig, ConfigError
+from sesa_cli.losses import POLICY_LOSSES, build_loss
+from sesa_cli.registry import named_settings
 
 ALGO_CONF_DIR = Path(__file__).resolve().parents[1] / "conf" / "algo"
 E_01 = 1.1051709180756477  # exp(0.1)
@@ -276,7 +274,7 @@ def test_clip_cov_detaches_the_expected_token(
     lb: float, ub: float, selected: tuple[int, int], expected_loss: float
 ) -> None:
     logps = torch.tensor(COV_LOGPS, requires_grad=True)
-    cfg = AlgoConfig(loss="clip_cov", clip_cov_ratio=0.2, clip_cov_lb=lb, clip_cov_ub=ub)
+    cfg = AlgoConfig(loss={"name": "clip_cov", "ratio": 0.2, "cov_min": lb, "cov_max": ub})
     loss, metrics = compute_loss(logps, logps.detach(), COV_ADV, COV_MASK, cfg)
     loss.backward()
     # ratio 1: per-token loss -A, gradient -A / 6, except the detached token (loss 0, gradient 0)
@@ -289,7 +287,7 @@ def test_clip_cov_detaches_the_expected_token(
 
 def test_clip_cov_random_pick_is_local_and_deterministic() -> None:
     # Default window [1, 5] holds two tokens, cov 1.5 at (0, 0) and cov 1.0 at (1, 2); one is picked at random.
-    cfg = AlgoConfig(loss="clip_cov", clip_cov_ratio=0.2)
+    cfg = AlgoConfig(loss={"name": "clip_cov", "ratio": 0.2})
     rng_state = torch.random.get_rng_state()
     picks = []
     for generator in (None, None, torch.Generator().manual_seed(1)):
@@ -310,7 +308,7 @@ def test_clip_cov_leaves_ppo_clipped_tokens_alone() -> None:
     logps = torch.tensor(COV_LOGPS, requires_grad=True)
     old_logps = logps.detach().clone()
     old_logps[0, 0] -= math.log(1.5)
-    cfg = AlgoConfig(loss="clip_cov", clip_cov_ratio=0.2, clip_cov_lb=1.2, clip_high=0.28)
+    cfg = AlgoConfig(loss={"name": "clip_cov", "ratio": 0.2, "cov_min": 1.2}, clip_high=0.28)
     _, metrics = compute_loss(logps, old_logps, COV_ADV, COV_MASK, cfg)
     close(metrics["clip_cov_frac"], 0.0)
     close(metrics["clip_frac"], 1 / 6)
@@ -326,7 +324,7 @@ def test_clip_cov_leaves_ppo_clipped_tokens_alone() -> None:
 def test_kl_cov_penalises_the_top_covariance_tokens(ratio: float, penalised: set[tuple[int, int]]) -> None:
     logps = torch.tensor(COV_LOGPS, requires_grad=True)
     old_logps = logps.detach() - 0.1  # every ratio e^0.1, |logp - old_logp| = 0.1
-    cfg = AlgoConfig(loss="kl_cov", kl_cov_ratio=ratio, kl_cov_coef=1.0)
+    cfg = AlgoConfig(loss={"name": "kl_cov", "ratio": ratio, "penalty": 1.0})
     loss, metrics = compute_loss(logps, old_logps, COV_ADV, COV_MASK, cfg)
     loss.backward()
     # -A e^0.1 sums to 0 over the batch; each penalised token adds 1.0 * 0.1; 6 tokens
@@ -342,7 +340,7 @@ def test_kl_cov_penalises_the_top_covariance_tokens(ratio: float, penalised: set
 
 def test_kl_cov_penalty_is_inert_at_ratio_one() -> None:
     logps = torch.tensor(COV_LOGPS, requires_grad=True)
-    loss, _ = compute_loss(logps, logps.detach(), COV_ADV, COV_MASK, AlgoConfig(loss="kl_cov", kl_cov_ratio=0.2))
+    loss, _ = compute_loss(logps, logps.detach(), COV_ADV, COV_MASK, AlgoConfig(loss={"name": "kl_cov", "ratio": 0.2}))
     loss.backward()
     close(grad(logps), [[-1 / 6] * 3, [1 / 6] * 3])
 
@@ -389,16 +387,16 @@ def test_seq_mean_token_mean_skips_empty_rows() -> None:
 @pytest.mark.parametrize(
     ("registry", "field", "valid"),
     [
-        (ADVANTAGES, "advantage", "dr_grpo, grpo, grpo_passk, passk, rloo"),
+        (ADVANTAGES, "advantage", "darling, dr_grpo, grpo, grpo_passk, maxrl, passk, pkpo, rloo, w_reinforce"),
         (POLICY_LOSSES, "loss", "clip_cov, forking_tokens, kl_cov, ppo_clip"),
         (AGGREGATIONS, "aggregation", "seq_mean_token_mean, seq_sum_norm, token_mean"),
     ],
 )
 def test_unknown_names_list_the_valid_ones(registry: dict, field: str, valid: str) -> None:
     with pytest.raises(ConfigError, match=f"unknown algo.{field} 'nope'; valid: {valid}"):
-        get(registry, "nope", f"algo.{field}")
+        registry.lookup("nope")
     cfg = AlgoConfig()
-    setattr(cfg, field, "nope")
+    setattr(cfg, field, {"name": "nope"} if field in ("advantage", "loss") else "nope")
     if registry is ADVANTAGES:
         with pytest.raises(ConfigError, match=valid):
             compute_advantages(REWARDS, cfg)
@@ -407,38 +405,65 @@ def test_unknown_names_list_the_valid_ones(registry: dict, field: str, valid: st
             compute_loss(torch.zeros(1, 2), torch.zeros(1, 2), torch.ones(1), torch.ones(1, 2), cfg)
 
 
+def test_an_unknown_setting_names_the_valid_ones() -> None:
+    with pytest.raises(ConfigError, match=r"algo\.advantage\.kk is not a setting; valid: k"):
+        compute_advantages(REWARDS, AlgoConfig(advantage={"name": "passk", "kk": 4}))
+    with pytest.raises(ConfigError, match=r"algo\.loss\.k is not a setting; valid: none \(it has no settings\)"):
+        build_loss(AlgoConfig(loss={"name": "ppo_clip", "k": 4}))
+    with pytest.raises(ConfigError, match=r"algo\.loss\.rho=0\.0 must be in \(0, 1\]"):
+        build_loss(AlgoConfig(loss={"name": "forking_tokens", "rho": 0}))
+
+
 @pytest.mark.parametrize("registry", [ADVANTAGES, POLICY_LOSSES, AGGREGATIONS, LR_SCHEDULES])
 def test_registering_a_name_twice_raises(registry: dict) -> None:
     name = next(iter(registry))
     before = dict(registry)
     with pytest.raises(ValueError, match="registered twice"):
-        register(registry, name)(lambda *args, **kwargs: None)
+        registry.register(name)(lambda *args, **kwargs: None)
     assert registry == before
 
 
-def test_the_loss_registry_says_which_losses_vanish_at_zero_advantage() -> None:
-    assert {"ppo_clip"} == ZERO_AT_ZERO_ADVANTAGE
-    assert zero_at_zero_advantage("ppo_clip")
-    assert not zero_at_zero_advantage("clip_cov")  # its token choice reads every row's covariance
-    assert not zero_at_zero_advantage("kl_cov")  # its penalty acts whatever the advantage
-    with pytest.raises(ConfigError, match=r"unknown algo\.loss 'nope'"):
-        zero_at_zero_advantage("nope")
-    with pytest.raises(ValueError, match="policy losses only"):
-        register(ADVANTAGES, "x", zero_at_zero_advantage=True)
+def test_each_loss_declares_whether_it_vanishes_at_zero_advantage() -> None:
+    vanishing = {name for name, cls in POLICY_LOSSES.items() if cls.zero_at_zero_advantage}
+    assert vanishing == {"ppo_clip"}
+    assert not POLICY_LOSSES["clip_cov"].zero_at_zero_advantage  # its token choice reads every row's covariance
+    assert not POLICY_LOSSES["kl_cov"].zero_at_zero_advantage  # its penalty acts whatever the advantage
+    assert {name for name, cls in POLICY_LOSSES.items() if cls.needs_entropies} == {"forking_tokens"}
+    assert {name for name, cls in ADVANTAGES.items() if cls.penalty_apart} == {
+        "darling",
+        "grpo_passk",
+        "passk",
+        "pkpo",
+    }
 
 
-@pytest.mark.parametrize("name", sorted(ZERO_AT_ZERO_ADVANTAGE))
+def test_the_deprecated_function_register_still_registers_a_class() -> None:
+    # a plug-in written against the release before the plug-in classes: a function, its flags its properties
+    with pytest.warns(DeprecationWarning, match="register_advantage"):
+        decorator = register(ADVANTAGES, "legacy_half", penalty_apart=True)
+    try:
+        decorator(lambda rewards, cfg, on_policy=None, penalties=None: rewards / 2)
+        assert issubclass(ADVANTAGES["legacy_half"], Advantage)
+        assert ADVANTAGES["legacy_half"].penalty_apart
+        out = compute_advantages(torch.tensor([[1.0, 0.0]]), AlgoConfig(advantage="legacy_half"),
+                                 penalties=torch.tensor([[0.0, -0.5]]))  # fmt: skip
+        close(out, [[0.5, 0.25]])  # (r - f) / 2: the penalty taken apart, as the flag says
+    finally:
+        ADVANTAGES.pop("legacy_half", None)
+
+
+@pytest.mark.parametrize("name", sorted(n for n, cls in POLICY_LOSSES.items() if cls.zero_at_zero_advantage))
 def test_a_loss_declared_zero_at_zero_advantage_is_so_whatever_those_rows_hold(name: str) -> None:
     # Rows 0 and 2 have advantage 0; moving their log-probs anywhere changes neither their own term (exactly 0)
     # nor any term of row 1, which is what lets the trainer skip their forward pass.
-    cfg = AlgoConfig(loss=name)
+    loss = build_loss(AlgoConfig(loss=name))
     old = torch.tensor([[-1.0, -2.0], [-0.5, -1.5], [-2.0, -0.1]])
     advantages = torch.tensor([0.0, 1.3, 0.0])[:, None].expand(3, 2)
     mask = torch.ones(3, 2, dtype=torch.bool)
-    base, _ = POLICY_LOSSES[name](old + 0.1, old, advantages, mask, cfg)
+    base, _ = loss(old + 0.1, old, advantages, mask)
     moved_logps = (old + 0.1).clone()
     moved_logps[[0, 2]] += torch.tensor([[3.0, -7.0], [-0.4, 9.0]])
-    moved, _ = POLICY_LOSSES[name](moved_logps, old, advantages, mask, cfg)
+    moved, _ = loss(moved_logps, old, advantages, mask)
     assert torch.equal(moved[[0, 2]], torch.zeros(2, 2))
     assert torch.equal(moved[1], base[1])
 
@@ -471,8 +496,8 @@ def test_algo_yaml_merges_onto_schema(path: Path) -> None:
     cfg = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(AlgoConfig), raw))
     assert isinstance(cfg, AlgoConfig)
     assert cfg.name == path.stem
-    assert cfg.advantage in ADVANTAGES
-    assert cfg.loss in POLICY_LOSSES
+    named_settings(ADVANTAGES, cfg.advantage, "algo.advantage")  # a registered estimator, valid settings
+    named_settings(POLICY_LOSSES, cfg.loss, "algo.loss")
     assert cfg.aggregation in AGGREGATIONS
     # Only the four naming keys plus what differs from the schema's defaults.
     defaults = AlgoConfig()

@@ -509,3 +509,36 @@ def test_warm_start_corpus_is_well_formed_and_unskilled() -> None:
 def test_chat_has_no_corpus() -> None:
     with pytest.raises(ConfigError, match="compact"):
         make(style="chat").warm_start_corpus(random.Random(0), 1)
+
+
+# ------------------------------------------------------------------------------------------- rollout coverage
+def test_rollout_coverage_counts_each_group_against_its_own_instances_targets():
+    """Countdown's answers are per puzzle: each group of a step is counted against its own instance's targets (the
+    trainer once read instance 0's for every group, so a second puzzle's wins counted nothing)."""
+    from sesa_cli.evaluation import step_rollout_metrics
+    from sesa_cli.rollout.rollouts import Completion, Rollout
+    from sesa_cli.tasks.base import Score
+
+    task = make()
+    a = CountdownInstance(target=6, nums=(1, 2, 3), solution="1+2+3")
+    b = CountdownInstance(target=9, nums=(2, 3, 4), solution="2+3+4")
+    # a's targets: 1+2+3, 1*2*3, 2*3/1 (every correct equation, canonical); b's: 2+3+4 alone
+    assert task.target_keys(a) == {"1+2+3", "1*2*3", "2*3/1"}
+    assert task.target_keys(b) == {"2+3+4"}
+
+    def group(g: int, inst: CountdownInstance, keys: list[str | None]) -> list[Rollout]:
+        comp = Completion([5], [-1.0], [0.5], True)
+        prompt = [g + 1]
+        return [Rollout(g, inst, prompt, prompt, comp, str(k), Score(float(k is not None), False, k)) for k in keys]
+
+    # a: two of its three targets and a wrong equation; b: its one target twice, and 3*(4-2), a's value 6 (wrong)
+    groups = [group(0, a, ["1+2+3", "1*2*3", "1+2", None]), group(1, b, ["2+3+4", "2+3+4", "-(2-4)*3", None])]
+    found: set[str] = set()
+    row = step_rollout_metrics(task, groups, found)
+    assert row["rollout/coverage"] == pytest.approx((2 / 3 + 1 / 1) / 2)  # each instance's share, averaged
+    assert row["rollout/targets_found"] == 3
+    assert found == {"1+2+3", "1*2*3", "2+3+4"}
+    # a later step that finds nothing new leaves the run's count where it was
+    again = step_rollout_metrics(task, [group(0, b, ["2+3+4", None, None, None])], found)
+    assert again["rollout/coverage"] == 1.0
+    assert again["rollout/targets_found"] == 3

@@ -184,9 +184,9 @@ def test_distinct_solutions_batch_repeats_a_solution_across_the_shards(dp_distin
     cfg = compose_train(overrides)
     strategy = off_policy_strategy(cfg.algo)  # one process's: no other shard to gather
     shard, union = loss_inputs(g1, strategy, cfg.algo), loss_inputs(g0 + g1, strategy, cfg.algo)
-    alone, _ = strategy.rows(shard.advantages, shard.off_policy, None, shard.n_solutions, shard.solutions)
-    whole, _ = strategy.rows(union.advantages, union.off_policy, None, union.n_solutions, union.solutions)
-    assert not torch.allclose(alone, whole[union.n_solutions - shard.n_solutions :])
+    alone, _ = strategy.rows(shard.advantages, shard.off_policy, None, shard.solution, shard.solutions)
+    whole, _ = strategy.rows(union.advantages, union.off_policy, None, union.solution, union.solutions)
+    assert not torch.allclose(alone, whole[len(union.solutions) - len(shard.solutions) :])
 
 
 def test_two_process_distinct_solutions_step_equals_one_process_on_the_global_batch(dp_distinct, tmp_path) -> None:

@@ -1,6 +1,7 @@
-"""docs/extending.md as written: its loss term and its task, saved in a folder outside the repository, run with `sesa
-train` from that folder (each under 50 lines) and appear in `--help`; a plug-in module also loads from an entry point,
-and one that cannot be imported is one line and exit 2."""
+"""docs/extending.md as written: its advantage with a setting of its own, its loss term and its task, saved in a folder
+outside the repository, run with `sesa train` from that folder (each under 50 lines, the advantage's setting
+overridden on the command line) and appear in `--help`; a setting the plug-in does not have is one line and exit 2; a
+plug-in module also loads from an entry point, and one that cannot be imported is one line and exit 2."""
 
 from __future__ import annotations
 
@@ -58,11 +59,13 @@ def _sesa(folder: Path, argv: list[str]) -> subprocess.CompletedProcess[str]:
 
 def test_the_examples_are_short_and_the_page_runs_each() -> None:
     files = _files()
-    assert set(files) == {"best_term.py", "reverse_task.py", "conf/task/reverse.yaml"}
+    assert set(files) == {"minmax_advantage.py", "best_term.py", "reverse_task.py", "conf/task/reverse.yaml"}
     assert all(len(text.splitlines()) < 50 for text in files.values())
     commands = _commands()
     used = {arg for argv in commands for arg in argv if arg.startswith("plugins=")}
-    assert used == {"plugins=[best_term]", "plugins=[reverse_task]", "plugins=[reverse_task,best_term]"}
+    assert used == {"plugins=[minmax_advantage]", "plugins=[best_term]", "plugins=[reverse_task]",
+                    "plugins=[reverse_task,best_term]"}  # fmt: skip
+    assert any("algo.advantage.scale=2" in argv for argv in commands)  # its own setting, from the command line
 
 
 @pytest.mark.e2e
@@ -81,6 +84,8 @@ def test_the_examples_run_with_sesa_train_from_their_own_folder(folder: Path, ca
                 assert ("loss/best_nll" in r) == (r["rollout/success"] > 0), r
                 assert r.get("loss/best_rows", 0) <= 2  # train.batch_size=2
         config = (folder / f"outputs/run{n}" / "config.yaml").read_text()
+        if "algo.advantage=minmax" in argv:  # the plug-in's setting, as the command line gave it
+            assert "advantage:\n    name: minmax\n    scale: 2" in config, config
         assert f"name: {'path' if 'task=path' in argv else 'reverse'}" in config
         assert "plugins:" in config  # the run records them: evaluating or reviving it imports them again
         if argv[:2] == ["train", "plugins=[reverse_task]"]:  # the task alone: evaluate its run too
@@ -90,6 +95,10 @@ def test_the_examples_run_with_sesa_train_from_their_own_folder(folder: Path, ca
 
 
 def test_the_examples_appear_in_help(folder: Path) -> None:
+    done = _sesa(folder, ["train", "plugins=[minmax_advantage]", "--help", "algo"])
+    assert done.returncode == 0, done.stderr
+    assert "algo.advantage=minmax: (r_i - mean) / (max - min) of each group" in done.stdout
+    assert "algo.advantage.scale=1.0" in done.stdout
     done = _sesa(folder, ["train", "plugins=[best_term]", "--help", "algo"])
     assert done.returncode == 0, done.stderr
     assert "algo.terms.best (off): Imitates each group's first rollout" in done.stdout
@@ -99,6 +108,16 @@ def test_the_examples_appear_in_help(folder: Path) -> None:
     done = _sesa(folder, ["train", "plugins=[reverse_task]", "--help", "task"])
     assert "task=reverse: its own options" in done.stdout
     assert "task.length=3" in done.stdout
+
+
+def test_a_setting_the_plugin_does_not_have_is_one_line_before_any_model_work(folder: Path) -> None:
+    argv = ["train", "plugins=[minmax_advantage]", "task=path", "algo.advantage=minmax", "algo.advantage.sclae=2"]
+    done = _sesa(folder, [*argv, "hydra.run.dir=outputs/refused"])
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        "sesa train: error: algo.advantage.sclae is not a setting; valid: scale"
+    ]
+    assert not (folder / "outputs/refused").exists()  # refused before the run dir, the model, anything
 
 
 def test_an_entry_point_loads_a_plugin_and_a_missing_module_is_one_line(tmp_path, monkeypatch, capsys) -> None:

@@ -83,7 +83,7 @@ def test_a_row_reads_its_group_from_the_headline_or_the_difference_table():
         (findings.Row("IV", "?", 2, (("eval/pass@4", "pass@4"),)), "no eval/pass@4 column"),
         (findings.Row("I", "?", 1, (("eval/success", "success"),)), "no difference table"),
         # a row whose group is not the sampler it reads as (a reordered page) is refused, not printed
-        (findings.Row("IV", "?", 2, (("eval/success", "success"),), level=True), "not a parallel group"),
+        (findings.Row("IV", "?", 2, (("eval/success", "success"),), level=True), "not sampler=parallel"),
     ],
 )
 def test_a_page_without_what_a_row_reads_is_an_error(row, why):
@@ -141,3 +141,21 @@ Difference to [1] parallel (group − baseline, final values, paired by seed):
     assert "winning episodes (exact policy) not read (†" in line
     assert "higher" not in line
     assert line.endswith("; baseline 1 of 5 runs lost |")
+
+
+def test_what_a_group_is_is_read_from_its_sections_items_not_its_label():
+    """A section whose groups.csv records each group's items: the best published method and the fixed group's check
+    read them (here the labels' words would say otherwise: [4] is a SESA combination, [3] Pass@k at k=2)."""
+    items = {"IX": {"[2]": {"sampler": "sequential", "algo": "grpo"}, "[3]": {"sampler": "parallel", "algo": "passk",
+                                                                           "algo.advantage.k": "2"},
+                    "[4]": {"sampler": "sequential", "algo": "outcome_bonus"},
+                    "[5]": {"sampler": "parallel", "algo": "darling"}}}  # fmt: skip
+    row = findings.Row("IX", "best: {method} − GRPO", 0, (("policy/effective_solutions", "d"),),
+                       best="policy/effective_solutions")  # fmt: skip
+    line = findings.findings(H2H_PAGE, (row,), items)[2]
+    assert "| best: darling − GRPO | d higher: +3.10 [2.00, 4.20] |" in line
+    fixed = findings.Row("IX", "k=2", 3, (("eval/success", "s"),), label=(("algo.advantage.k", "2"),))
+    assert "k=2" in findings.findings(H2H_PAGE, (fixed,), items)[2]
+    wrong = findings.Row("IX", "k=2", 2, (("eval/success", "s"),), label=(("algo.advantage.k", "2"),))
+    with pytest.raises(findings.PageError, match=r"not algo\.advantage\.k=2"):
+        findings.findings(H2H_PAGE, (wrong,), items)

@@ -17,6 +17,8 @@ import pytest
 import torch
 
 from sesa_cli import algos
+from sesa_cli.config import AlgoConfig
+from sesa_cli.losses import POLICY_LOSSES, PolicyLoss, build_loss
 from sesa_cli.rollout.scoring import build_batch, completion_logps, select_rows
 from sesa_cli.runs import RunDir
 from sesa_cli.terms import TERMS, Term, TermSettings, register_term
@@ -115,17 +117,19 @@ def test_a_terms_reward_bonus_moves_the_advantages_and_never_the_rollout_metrics
     assert not torch.equal(with_bonus.advantages, without.advantages)
 
 
-def test_a_loss_that_reads_the_entropies_gets_them(path_setup, tmp_path, monkeypatch):
-    """The seam of a token mask by entropy (issue 52's high-entropy forking tokens): a policy loss registered with
+def test_a_loss_that_reads_the_entropies_gets_them(path_setup, tmp_path):
+    """The seam of a token mask by entropy (the high-entropy forking tokens): a policy loss that declares
     ``needs_entropies`` gets every row's per-token entropies, even with no entropy bonus, and no row is skipped."""
     seen = []
 
-    def masked(logps, old_logps, advantages, response_mask, cfg, *, generator=None, entropies=None):
-        seen.append(entropies)
-        return algos.POLICY_LOSSES["ppo_clip"](logps, old_logps, advantages, response_mask, cfg)
+    class EntropyProbe(PolicyLoss):
+        needs_entropies = True
 
-    monkeypatch.delitem(algos.POLICY_LOSSES, "entropy_probe", raising=False)
-    algos.register(algos.POLICY_LOSSES, "entropy_probe", needs_entropies=True)(masked)
+        def compute(self, x):
+            seen.append(x.entropies)
+            return build_loss(AlgoConfig())(x.logps, x.old_logps, x.advantages, x.response_mask)
+
+    POLICY_LOSSES.register("entropy_probe")(EntropyProbe)
     try:
         trainer = _trainer(path_setup, tmp_path, loss="entropy_probe", entropy_coef=0.0, minibatches=1)
         groups, _ = trainer._draw_batch()
@@ -134,8 +138,7 @@ def test_a_loss_that_reads_the_entropies_gets_them(path_setup, tmp_path, monkeyp
         inputs.advantages[0] = 1.0  # (a batch with no signal at all takes no step: the test below)
         trainer.learner.update(inputs)
     finally:
-        algos.POLICY_LOSSES.pop("entropy_probe", None)
-        algos.NEEDS_ENTROPIES.discard("entropy_probe")
+        POLICY_LOSSES.pop("entropy_probe", None)
     (entropies,) = seen
     assert entropies is not None
     assert entropies.shape[0] == len(inputs.advantages)  # every row, none skipped
@@ -144,7 +147,7 @@ def test_a_loss_that_reads_the_entropies_gets_them(path_setup, tmp_path, monkeyp
 
 
 def test_a_batch_without_policy_gradient_signal_takes_no_step_on_the_bonus_alone(path_setup, tmp_path):
-    """Issue 66: every advantage 0 and no term's rows leaves the entropy bonus alone in the loss, which Adam would
+    """Every advantage 0 and no term's rows leaves the entropy bonus alone in the loss, which Adam would
     turn into a learning-rate-sized step; the update takes none and says so. One non-zero advantage steps."""
     trainer = _trainer(path_setup, tmp_path, entropy_coef=0.01)
     groups, _ = trainer._draw_batch()

@@ -91,6 +91,32 @@ def test_every_renamed_key_points_at_a_declared_one_and_no_old_name_is_declared(
 
 
 def test_docs_metrics_page_is_generated_from_the_table():
-    assert DOCS.read_text() == metric_keys.markdown(), "regenerate: python -m sesa_cli.metric_keys > docs/metrics.md"
+    from sesa_cli import metrics_page
+
+    assert DOCS.read_text() == metrics_page.markdown(), "regenerate: python -m sesa_cli.metrics_page > docs/metrics.md"
     for entry in METRIC_KEYS:
         assert f"`{entry.pattern}`" in DOCS.read_text()
+    for entry, _ in metric_keys.declared():  # the methods' own keys, sesa's registered ones at least
+        assert f"`{entry.pattern}`" in DOCS.read_text()
+    assert {"loss/clip_cov_frac", "loss/forking_frac", "loss/found_nll"} <= {
+        e.pattern for e, _ in metric_keys.declared()
+    }
+
+
+def test_a_plug_in_declares_its_metrics_by_registering():
+    from sesa_cli.losses import POLICY_LOSSES, PolicyLoss
+    from sesa_cli.metric_keys import MetricKey
+
+    class Probe(PolicyLoss):
+        metrics = (MetricKey("loss/probe_frac", "A probe's share of tokens."),)
+
+    assert find("loss/probe_frac") is None
+    POLICY_LOSSES.register("probe")(Probe)
+    try:
+        assert find("loss/probe_frac") is Probe.metrics[0]
+        assert undeclared(["loss/probe_frac", "loss/total"]) == []
+        with pytest.raises(ValueError, match="already declared"):  # one name per concept
+            POLICY_LOSSES.register("probe_again")(type("Again", (PolicyLoss,), {"metrics": Probe.metrics}))
+    finally:
+        POLICY_LOSSES.pop("probe", None)
+        POLICY_LOSSES.pop("probe_again", None)

@@ -14,17 +14,17 @@ import pytest
 import torch
 
 from sesa_cli import algos
+from sesa_cli.advantages import Outcomes
 from sesa_cli.algos import off_policy_strategy
 from sesa_cli.algos.off_policy import distinct_shares
 from sesa_cli.commands.registered import check_registered
 from sesa_cli.config import AlgoConfig, ConfigError
 from sesa_cli.deprecations import rename_overrides
 from sesa_cli.rollout.rollouts import Completion, Expansion, Rollout, Sketch
-from sesa_cli.rollout.scoring import build_batch, completion_logps
+from sesa_cli.rollout.scoring import Scorer, build_batch, completion_logps
 from sesa_cli.runs import RunDir
 from sesa_cli.tasks.base import Score
 from sesa_cli.trainer import Trainer
-from sesa_cli.update import old_logps
 
 REWARDS = [[1.0, 0.0, 1.0, 0.0], [0.0, 1.0, 0.0, 0.0]]
 # Group 0 is a sequential chain: item 0 drawn from the plain prompt, items 1-3 after the earlier ones. Group 1 is
@@ -160,7 +160,8 @@ def test_sketch_rows_are_never_off_policy(path_setup, tmp_path):
         for r in group:
             r.origin = Expansion(sketch)
     inputs = trainer.learner.inputs(groups)
-    assert inputs.n_solutions == 8
+    assert inputs.kinds == ["solution"] * 8 + ["sketch"] * 2  # rows say what they are, whatever their place
+    assert inputs.solution.tolist() == [True] * 8 + [False] * 2
     assert inputs.off_policy.tolist() == [*OFF, False, False]  # the two sketch rows, scored where drawn
     assert inputs.contexts[8:] == [[1, 2], [1, 2]]
 
@@ -265,8 +266,9 @@ def test_distinct_solutions_moves_a_softmax_policy_off_its_dominant_solution(str
     rewards = torch.tensor([[1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 0.0]])
     off = torch.tensor([[False] + [True] * 7])
     chosen = off_policy_strategy(AlgoConfig(off_policy=strategy))
-    adv, _ = chosen.advantages(rewards, off)
-    adv, _ = chosen.rows(adv.flatten(), off.flatten(), None, 8, [((1,), str(y)) for y in drawn])
+    adv, _ = chosen.advantages(Outcomes(rewards), off)
+    solution = torch.ones(8, dtype=torch.bool)
+    adv, _ = chosen.rows(adv.flatten(), off.flatten(), None, solution, [((1,), str(y)) for y in drawn])
     loss = -(adv * torch.log_softmax(logits, 0)[drawn]).sum()
     loss.backward()
     with torch.no_grad():
@@ -306,7 +308,8 @@ def test_distinct_solutions_on_replicas_gives_each_its_rows_what_one_process_giv
     adv = torch.tensor([0.5, 1.0, -0.5, 0.25, 1.0, 0.75, 1.0, -1.0])
     off = torch.tensor([True, True, True, False, True, True, True, True])
     algo = AlgoConfig(off_policy="distinct_solutions")
-    whole, whole_stats = off_policy_strategy(algo).rows(adv, off, None, 8, key)
+    solution = torch.ones(8, dtype=torch.bool)
+    whole, whole_stats = off_policy_strategy(algo).rows(adv, off, None, solution, key)
     shards = (slice(0, 4), slice(4, 8))
     sent: list[list] = []
     for rows in shards:  # what each replica sends: its rewarded off-policy rows
@@ -315,31 +318,33 @@ def test_distinct_solutions_on_replicas_gives_each_its_rows_what_one_process_giv
             sent.append(mine)
             return mine
 
-        off_policy_strategy(algo, gather=send).rows(adv[rows], off[rows], None, 4, key[rows])
+        off_policy_strategy(algo, gather=send).rows(adv[rows], off[rows], None, solution[rows], key[rows])
     # row 2's negative is dropped, row 3 is on-policy, row 6 has no solution key
     assert sent == [[(key[0], 0.5), (key[1], 1.0)], [(key[4], 1.0), (key[5], 0.75)]]
     for rows in shards:
         replica = off_policy_strategy(algo, gather=lambda mine: [*sent[0], *sent[1]])
-        mine, stats = replica.rows(adv[rows], off[rows], None, 4, key[rows])
+        mine, stats = replica.rows(adv[rows], off[rows], None, solution[rows], key[rows])
         assert torch.equal(mine, whole[rows])
         # rewarded off-policy rows of the batch: L three times, C once
         assert stats["loss/distinct_rewarded_frac"] == whole_stats["loss/distinct_rewarded_frac"] == 2 / 4
-    alone, _ = off_policy_strategy(algo).rows(adv[4:], off[4:], None, 4, key[4:])
+    alone, _ = off_policy_strategy(algo).rows(adv[4:], off[4:], None, solution[4:], key[4:])
     assert not torch.equal(alone, whole[4:])
 
 
-def test_the_old_policy_is_scored_on_the_off_policy_rows_only():
+def test_the_old_policy_is_scored_on_the_off_policy_rows_only(monkeypatch):
     # rows 0 and 2 were drawn in the context they are scored in: their sampled log-probs are the old policy's
     batch = build_batch([[1, 2], [1, 2, 3], [1], [4]], [[5, 6], [7], [8, 9, 9], [5]], 0)
     behaviour = torch.full(batch.response_mask.shape, -1.0) * batch.response_mask
     off = torch.tensor([False, True, False, True])
     seen = []
 
-    def score(sub):
+    def score(self, model, sub):
         seen.append(sub.input_ids.tolist())
-        return torch.full(sub.response_mask.shape, -2.0)
+        return torch.full(sub.response_mask.shape, -2.0), None
 
-    old = old_logps(batch, behaviour, off, several_updates=True, weighted=True, dtype="float32", score=score)
+    monkeypatch.setattr(Scorer, "__call__", score)
+    scorer, bf16_scorer = Scorer(0, 1.0), Scorer(0, 1.0, dtype="bfloat16")
+    old = scorer.old_logps(None, batch, behaviour, off, several_updates=True, weighted=True)
     assert len(seen) == 1
     assert seen[0][0][:4] == [1, 2, 3, 7]
     assert seen[0][1][:2] == [4, 5]
@@ -347,12 +352,9 @@ def test_the_old_policy_is_scored_on_the_off_policy_rows_only():
     torch.testing.assert_close(old[[0, 2]], behaviour[[0, 2]])
     assert (old[[1, 3]] == -2.0).all()
     # nothing off-policy: no forward at all; bf16: every row recomputed; one update and no weights: none needed
-    assert old_logps(batch, behaviour, off & False, several_updates=True, weighted=False, dtype="float32",
-                     score=score) is behaviour  # fmt: skip
+    assert scorer.old_logps(None, batch, behaviour, off & False, several_updates=True, weighted=False) is behaviour
     assert len(seen) == 1
-    bf16 = old_logps(batch, behaviour, off, several_updates=True, weighted=False, dtype="bfloat16", score=score)
+    bf16 = bf16_scorer.old_logps(None, batch, behaviour, off, several_updates=True, weighted=False)
     assert bf16 is not None
     assert (bf16 == -2.0).all()
-    assert (
-        old_logps(batch, behaviour, off, several_updates=False, weighted=False, dtype="float32", score=score) is None
-    )
+    assert scorer.old_logps(None, batch, behaviour, off, several_updates=False, weighted=False) is None

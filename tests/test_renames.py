@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import yaml
 
-from sesa_cli.deprecations import RENAMED_KEYS, rename_overrides, upgrade_config
+from sesa_cli.deprecations import METHOD_KEYS, RENAMED_KEYS, rename_overrides, upgrade_config
 from tests.conftest import compose_train, run_cli
 
 # an old override per renamed key, with a value that differs from the default, and where it lands now
@@ -28,7 +28,31 @@ OLD = {
     "algo.dynamic_sampling": ("true", "sampler.filters.dynamic_sampling", True),
     "algo.max_resample_rounds": ("8", "sampler.filters.dynamic_sampling.max_rounds", 8),
     "algo.rollout_filter_ratio": ("0.25", "sampler.filters.rollout_filter.ratio", 0.25),
+    # a method's own settings: under its key, on a run that chooses it (CONTEXT)
+    "algo.passk_k": ("2", "algo.advantage.k", 2),
+    "algo.top_entropy_quantile": ("0.5", "algo.loss.rho", 0.5),
+    "algo.clip_cov_ratio": ("0.05", "algo.loss.ratio", 0.05),
+    "algo.clip_cov_lb": ("0.5", "algo.loss.cov_min", 0.5),
+    "algo.clip_cov_ub": ("4.0", "algo.loss.cov_max", 4.0),
+    "algo.kl_cov_ratio": ("0.05", "algo.loss.ratio", 0.05),
+    "algo.kl_cov_coef": ("2.0", "algo.loss.penalty", 2.0),
+    "algo.terms.unlikeliness.coef": ("0.0625", "algo.terms.unlikeliness.beta", 0.0625),
+    "algo.terms.outcome_ucb.coef": ("0.125", "algo.terms.outcome_ucb.bonus", 0.125),
+    "algo.terms.outcome_batch.coef": ("0.125", "algo.terms.outcome_batch.penalty", 0.125),
 }
+CONTEXT = {
+    "algo.passk_k": "algo=passk",
+    "algo.top_entropy_quantile": "algo=forking_tokens",
+    "algo.clip_cov_ratio": "algo=clip_cov",
+    "algo.clip_cov_lb": "algo=clip_cov",
+    "algo.clip_cov_ub": "algo=clip_cov",
+    "algo.kl_cov_ratio": "algo=kl_cov",
+    "algo.kl_cov_coef": "algo=kl_cov",
+    "algo.terms.unlikeliness.coef": "algo=unlikeliness",
+    "algo.terms.outcome_ucb.coef": "algo=outcome_bonus",
+    "algo.terms.outcome_batch.coef": "algo=outcome_bonus",
+}
+"""The algo option an old key of a method's settings is given with (the method that has the setting)."""
 
 
 def _at(config: dict, key: str):
@@ -40,6 +64,7 @@ def _at(config: dict, key: str):
 def test_every_renamed_key_is_covered_here():
     assert set(OLD) == set(RENAMED_KEYS)
     assert {new for _, new, _ in OLD.values()} == set(RENAMED_KEYS.values())
+    assert set(CONTEXT) == set(METHOD_KEYS) | {k for k in RENAMED_KEYS if k.startswith("algo.terms.")}
 
 
 def test_rename_overrides_keeps_prefixes_values_and_sweeps():
@@ -75,13 +100,18 @@ def test_rename_overrides_keeps_prefixes_values_and_sweeps():
 
 def test_every_old_override_still_works_on_the_command_line_with_a_notice(monkeypatch, capsys):
     for old, (value, new, expected) in OLD.items():
-        assert run_cli(["train", "--cfg", "job", "task=path", "train.steps=10", f"{old}={value}"], monkeypatch) == 0
+        context = [CONTEXT[old]] if old in CONTEXT else []
+        argv = ["train", "--cfg", "job", "task=path", "train.steps=10", *context, f"{old}={value}"]
+        assert run_cli(argv, monkeypatch) == 0
         captured = capsys.readouterr()
         composed = yaml.safe_load(captured.out)
         assert _at(composed, new) == expected, old
         assert captured.err.strip().splitlines() == [
             f"sesa train: deprecated: {old} -> {new} (the old name goes in the next release)"
         ]
+    # a method's old setting given to a run of another method is refused, naming the chosen method's settings
+    assert run_cli(["train", "--cfg", "job", "task=path", "algo=grpo", "algo.passk_k=2"], monkeypatch) == 2
+    assert "algo.advantage.k is not a setting; valid: none" in capsys.readouterr().err
     # the eval command's own old name, on the eval command
     assert run_cli(["eval", "--cfg", "job", "task=path", "eval.n=4"], monkeypatch) == 0
     captured = capsys.readouterr()
@@ -110,7 +140,7 @@ def test_an_old_runs_config_upgrades_to_the_current_keys():
     assert old["algo"]["lr"] == 3e-4  # the caller's dict is left as it was
     # a current key already present wins over the old one
     assert upgrade_config({"algo": {"lr": 1.0}, "optim": {"lr": 2.0}})["optim"]["lr"] == 2.0
-    # issue 28: the off-policy strategy moved from the sampler to the loss's settings
+    # the off-policy strategy moved from the sampler to the loss's settings
     moved = upgrade_config({"sampler": {"name": "sequential", "off_policy": "paper"}, "algo": {"name": "grpo"}})
     assert moved["sampler"] == {"name": "sequential"}
     assert moved["algo"] == {"name": "grpo", "off_policy": "paper"}
@@ -164,3 +194,55 @@ def test_revive_and_eval_reload_a_parent_config_with_old_keys(tmp_path):
     evaluated = reload_config("eval", parent, [])
     assert evaluated.task.name == "path"
     assert (evaluated.eval.samples, evaluated.eval.instances) == (16, 4)  # the run's own evaluation protocol
+
+
+def test_a_bare_method_name_on_the_command_line_is_its_name_setting():
+    new, notices = rename_overrides(["algo.advantage=passk", "algo.loss=ppo_clip,clip_cov", "+algo.advantage=maxrl",
+                                     "algo.advantage.k=2", "algo.advantage={name: pkpo, k: 2}"])  # fmt: skip
+    assert new == ["algo.advantage.name=passk", "algo.loss.name=ppo_clip,clip_cov", "+algo.advantage.name=maxrl",
+                   "algo.advantage.k=2", "algo.advantage={name: pkpo, k: 2}"]  # fmt: skip
+    assert notices == []  # the short form stays
+    cfg = compose_train(rename_overrides(["task=path", "algo.advantage=passk", "algo.advantage.k=2"])[0])
+    assert cfg.algo.advantage == {"name": "passk", "k": 2}
+
+
+def test_an_old_runs_method_settings_move_to_the_method_it_chose():
+    """A run written before the methods' settings moved holds every one of them, whatever its method: only the
+    chosen method's move (into its mapping), the others go; the bonus terms' coef is their own scale."""
+    central = {"passk_k": 2, "top_entropy_quantile": 0.2, "clip_cov_ratio": 0.05, "clip_cov_lb": 1.0,
+               "clip_cov_ub": 5.0, "kl_cov_ratio": 0.002, "kl_cov_coef": 1.0}  # fmt: skip
+    old = {"algo": {"name": "passk", "advantage": "passk", "loss": "clip_cov", **central,
+                    "terms": {"unlikeliness": {"coef": 0.25, "negatives": "keep"}, "outcome_ucb": 0.5}}}  # fmt: skip
+    new = upgrade_config(old)
+    assert new["algo"] == {
+        "name": "passk",
+        "advantage": {"name": "passk", "k": 2},
+        "loss": {"name": "clip_cov", "ratio": 0.05, "cov_min": 1.0, "cov_max": 5.0},
+        "terms": {"unlikeliness": {"beta": 0.25, "negatives": "keep"}, "outcome_ucb": 0.5},
+    }
+    plain = upgrade_config({"algo": {"name": "grpo", "advantage": "grpo", "loss": "ppo_clip", **central}})
+    assert plain["algo"] == {"name": "grpo", "advantage": {"name": "grpo"}, "loss": {"name": "ppo_clip"}}
+    from sesa_cli.config import AlgoConfig
+    from sesa_cli.methods import KINDS
+    from sesa_cli.registry import named_settings
+    from sesa_cli.terms import term_settings
+
+    algo = AlgoConfig(**new["algo"])
+    assert named_settings(KINDS["algo.advantage"], algo.advantage, "algo.advantage")[1].k == 2
+    assert named_settings(KINDS["algo.loss"], algo.loss, "algo.loss")[1].ratio == 0.05
+    assert term_settings(algo.terms)["unlikeliness"].beta == 0.25
+
+
+def test_a_revival_that_chooses_another_method_drops_the_parents_settings_of_the_old_one(tmp_path):
+    from dataclasses import asdict
+
+    from sesa_cli.commands.reload import reload_config
+
+    parent = tmp_path / "config.yaml"
+    parent.write_text(yaml.safe_dump(asdict(compose_train(["task=path", "algo=passk", "algo.advantage.k=2"]))))
+    assert reload_config("revive", parent, ["ckpt=unused"]).algo.advantage == {"name": "passk", "k": 2}
+    assert reload_config("revive", parent, ["ckpt=unused", "algo=grpo"]).algo.advantage == {"name": "grpo"}
+    chosen = reload_config("revive", parent, ["ckpt=unused", "algo.advantage.name=pkpo", "algo.advantage.k=3"])
+    assert chosen.algo.advantage == {"name": "pkpo", "k": 3}
+    kept = reload_config("revive", parent, ["ckpt=unused", "algo.advantage.name=passk"])
+    assert kept.algo.advantage == {"name": "passk", "k": 2}  # the same method: its settings carry over

@@ -11,6 +11,7 @@ from itertools import product
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 import pytest
 
 from sesa_cli.config import conf_dir
@@ -232,7 +233,8 @@ def test_page_from_a_fake_sweep(tmp_path: Path) -> None:
     assert "The paper's form" not in text[: text.index("## IV.")]
     # VIII: every method one group, GRPO the baseline, each other group compared with it
     section = text[text.index("## VIII.") : text.index("## IX.")]
-    assert section.count("| [") == 13 + 12
+    groups = len(H2H_ALGOS) + 3  # the methods' sweep, SESA, LTE twice
+    assert section.count("| [") == groups + groups - 1
     assert "Difference to [1] parallel grpo " in section
     for n, algo in enumerate(H2H_ALGOS[1:], start=2):
         assert f"| [{n}] parallel {algo} " in section
@@ -464,35 +466,41 @@ def test_one_winning_answer_per_instance_is_said(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    ("label", "name"),
+    ("items", "name"),
     [
-        ("[1] parallel grpo found.coef=0.2", "GRPO"),
-        ("[5] parallel outcome_bonus found.coef=0.2", "outcome_bonus"),
-        ("[2] sequential grpo", "SESA"),
-        ("[14] sequential unlikeliness", "SESA+unlikeliness"),
-        ("[12] lte grpo loss_context=prompt off_policy=distinct_solutions found.coef=0.2", "LTE"),
-        ("[13] lte grpo loss_context=is off_policy=paper found.coef=0", "LTE (IS loss)"),
-        ("[6] parallel unlikeliness checkpoint_every=0 unlikeliness.negatives=keep", "unlikeliness (negatives kept)"),
+        ({"sampler": "parallel", "algo": "grpo", "algo.terms.found.coef": "0.2"}, "GRPO"),
+        ({"sampler": "parallel", "algo": "outcome_bonus", "algo.terms.found.coef": "0.2"}, "outcome_bonus"),
+        ({"sampler": "parallel", "algo": "darling"}, "darling"),
+        ({"sampler": "sequential", "algo": "grpo"}, "SESA"),
+        ({"sampler": "sequential", "algo": "unlikeliness"}, "SESA+unlikeliness"),
+        ({"sampler": "lte", "algo": "grpo", "algo.loss_context": "prompt"}, "LTE"),
+        ({"sampler": "lte", "algo": "grpo", "algo.loss_context": "is", "algo.off_policy": "paper"}, "LTE (IS loss)"),
+        (
+            {"sampler": "parallel", "algo": "unlikeliness", "algo.terms.unlikeliness.negatives": "keep"},
+            "unlikeliness (negatives kept)",
+        ),
     ],
 )
-def test_each_head_to_head_group_is_named_by_its_method(label: str, name: str) -> None:
-    assert R.method_name(label) == name
+def test_each_head_to_head_group_is_named_by_its_method(items: dict, name: str) -> None:
+    """A group's method from what it is (its items, as data), never from the words of its label."""
+    assert R.method_name(items) == name
 
 
 def test_the_head_to_head_figure_is_drawn_from_the_sections_group_tables(tmp_path: Path) -> None:
     """A panel per head-to-head claim whose section wrote its groups.csv, at the claim's diversity metric; nothing
     (None) where no section wrote one."""
     assert R.head_to_head_figure(tmp_path) is None
-    rows = "group,metric,n_seeds,final_mean,final_low,final_high\n"
-    for claim in ("VIII", "XI"):
+    groups = (("[1] parallel grpo", 0.0, {"sampler": "parallel", "algo": "grpo"}),
+              ("[2] sequential grpo", 2.0, {"sampler": "sequential", "algo": "grpo"}))  # fmt: skip
+    for claim in ("VIII", "XI"):  # XI's table written before groups carried their items: labels name the methods
         diversity = R.HEAD_TO_HEAD["claims"][claim]
         (tmp_path / claim).mkdir()
-        body = "".join(
-            f"{group},{metric},5,{mean},{mean - 0.1},{mean + 0.1}\n"
-            for group, shift in (("[1] parallel grpo", 0.0), ("[2] sequential grpo", 2.0))
-            for metric, mean in ((diversity, 1.0 + shift), ("eval/success", 0.9))
-        )
-        (tmp_path / claim / R.GROUPS_CSV).write_text(rows + body)
+        rows = [{"group": group, "metric": metric, "n_seeds": 5, "final_mean": mean, "final_low": mean - 0.1,
+                 "final_high": mean + 0.1, **({"items": json.dumps(items)} if claim == "VIII" else {})}
+                for group, shift, items in groups for metric, mean in ((diversity, 1.0 + shift), ("eval/success", 0.9))]  # fmt: skip
+        pd.DataFrame(rows).to_csv(tmp_path / claim / R.GROUPS_CSV, index=False)
+        table = pd.read_csv(tmp_path / claim / R.GROUPS_CSV)
+        assert R.group_method(table, "[2] sequential grpo") == ("SESA" if claim == "VIII" else "[2] sequential grpo")
     path = R.head_to_head_figure(tmp_path)
     assert path == tmp_path / "head_to_head.png"
     assert path.stat().st_size > 0

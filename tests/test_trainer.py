@@ -62,7 +62,7 @@ def test_update_raises_the_logprob_of_rewarded_samples(path_setup, tmp_path, sam
     # The rows the loss pushes up and down: positive and negative advantages as the update applies them (with
     # the default algo.off_policy=drop_negatives an unrewarded chain row after the first gets 0).
     assert not learner.off_policy.needs_weights  # (no importance weights needed here)
-    adv, _ = learner.off_policy.rows(inputs.advantages, inputs.off_policy, None, inputs.n_solutions, inputs.solutions)
+    adv, _ = learner.off_policy.rows(inputs.advantages, inputs.off_policy, None, inputs.solution, inputs.solutions)
     good = [r for r, a in zip(rows, adv.tolist(), strict=True) if a > 0]
     bad = [r for r, a in zip(rows, adv.tolist(), strict=True) if a < 0]
     assert good

@@ -27,7 +27,7 @@ ENTROPY = key("rollout/entropy")
 
 @dataclass
 class CollapseMonitor:
-    """Flags training steps where the diversity of the policy has died (issue "collapse detection").
+    """Flags training steps where the diversity of the policy has died (the spec's collapse monitor, §6).
 
     It reads one of two kinds of metrics rows:
 

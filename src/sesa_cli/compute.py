@@ -1,4 +1,4 @@
-"""What a run spends, on record: tokens, FLOPs and wall seconds by phase (issue 66).
+"""What a run spends, on record: tokens, FLOPs and wall seconds by phase (run.json's ``compute``).
 
 Methods are compared at equal compute, not only at equal rollout budget: SESA's two-stage draw runs 1.35-1.42x the
 matrix products of GRPO's parallel one per step (docs/measurements.md, "Where a step's time goes"), LTE's hinted rows

@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from sesa_cli import metrics as M
+from sesa_cli.collapse import input_dependence
 from sesa_cli.config import EvalProtocolConfig, SamplerConfig
 from sesa_cli.devices import auto_batch_rows
 from sesa_cli.exact import ExactPolicy, PolicySnapshot
@@ -74,6 +75,44 @@ def rollout_stats(rows: Sequence[Rollout]) -> dict[str, float]:
         turns=None if rows[0].completion.mask is None else [M.episode_turns(r.completion.mask) for r in rows],
         grader_timeouts=[r.score.grader_timeout for r in rows],
     )
+
+
+def step_rollout_metrics(task: Task, groups: Sequence[Sequence[Rollout]], found: set[str]) -> dict[str, float]:
+    """The ``rollout/*`` metrics of a training step's groups: reward statistics, :func:`rollout_stats`, the group
+    diversity, the answers' dependence on the prompt (sesa_cli.collapse.input_dependence), and where the task knows
+    its instances' targets, ``rollout/coverage`` and ``rollout/targets_found`` (:func:`target_coverage`; ``found``,
+    the targets the run has hit so far, gains this step's)."""
+    rows = [r for g in groups for r in g]
+    keys = [r.score.key for r in rows]
+    correct = [r.score.success for r in rows]
+    rewards = [[r.score.reward for r in g] for g in groups]
+    stats = {**M.reward_stats(rewards), **rollout_stats(rows), **M.group_diversity(keys, correct, len(groups[0])),
+             **input_dependence([tuple(r.prompt_ids) for r in rows], keys)}  # fmt: skip
+    out = {f"rollout/{k}": v for k, v in stats.items()}
+    coverage = target_coverage(task, groups)
+    if coverage is not None:
+        share, hit = coverage
+        found |= hit
+        out["rollout/coverage"] = share
+        out["rollout/targets_found"] = len(found)
+    return out
+
+
+def target_coverage(task: Task, groups: Sequence[Sequence[Rollout]]) -> tuple[float, set[str]] | None:
+    """(share of its targets a step's rollouts hit, the target keys hit): each group against its own instance's
+    targets (``Task.target_keys``; Countdown's differ per puzzle), groups on the same targets pooled (the path task's
+    one hidden set: the share of it the whole step hit), the share averaged over the distinct target sets. None when
+    no group's instance has targets. A target is named by its key: the keys of different instances' targets never
+    coincide on sesa's tasks (a Countdown key names its numbers)."""
+    pooled: dict[frozenset[str], set[str]] = {}
+    for group in groups:
+        targets = task.target_keys(group[0].inst) if group else None
+        if targets:
+            pooled.setdefault(targets, set()).update(r.score.key for r in group if r.score.key in targets)
+    if not pooled:
+        return None
+    hit = set().union(*pooled.values())
+    return sum(len(h) / len(t) for t, h in pooled.items()) / len(pooled), hit
 
 
 def summarize(task: Task, groups: Sequence[Sequence[Rollout]], prefix: str = "eval/") -> dict[str, float]:

@@ -1,9 +1,10 @@
 """Every metric key sesa writes, declared once: its pattern, what it means and where its formula is.
 
-The trainer and evaluation emit these keys (a test fails on any key they write that is not declared here), the live
+The trainer and evaluation emit these keys (a test fails on any key they write that is not declared), the live
 view takes its labels from :attr:`MetricKey.label`, the diversity report names its plots and tables with
-:func:`key` (an undeclared pattern raises at import), and ``docs/metrics.md`` is :func:`markdown` (a test keeps it
-current). Renamed keys map to their current name in :data:`RENAMED`, so run dirs written before a rename still read.
+:func:`key` (an undeclared pattern raises at import), and ``docs/metrics.md`` is generated from it
+(sesa_cli.metrics_page; a test keeps it current). Renamed keys map to their current name in :data:`RENAMED`, so run
+dirs written before a rename still read.
 
 The prefix says what a number describes (one name per concept): ``rollout/`` what a sampler drew at a
 training step (with a sequential sampler, the chain, not the plain-prompt policy), ``eval/`` validation samples drawn
@@ -13,7 +14,10 @@ not exact), ``chain/`` the chains of a sequential sampler, ``loss/`` the update'
 off-policy handling, ``optim/`` the optimizer step, ``train/`` the training procedure, ``compute/`` what training has spent so far
 (sesa_cli.compute), ``time/`` wall time.
 
-Torch-free: the report and ``sesa --help`` import it.
+A method's own metrics (a policy loss's share of tokens it acts on, a loss term's value) are declared by the method
+itself: its class carries its :class:`MetricKey` entries (``metrics``), which its registration passes to
+:func:`declare` (sesa_cli.registry), so a plug-in's metrics are declared too; :func:`find` and the docs page read
+both. Torch-free: the report and ``sesa --help`` import it.
 """
 
 from __future__ import annotations
@@ -29,11 +33,12 @@ __all__ = [
     "MetricKey",
     "better",
     "current_name",
+    "declare",
+    "declared",
     "family",
     "find",
     "key",
     "label",
-    "markdown",
     "undeclared",
 ]
 
@@ -320,24 +325,9 @@ METRIC_KEYS: tuple[MetricKey, ...] = (
     ),
     MetricKey(
         "loss/clip_frac",
-        "Share of tokens where PPO's clipped term is the one taken.",
-        "sesa_cli.algos.losses",
-        better="",
-    ),
-    MetricKey(
-        "loss/clip_cov_frac",
-        "Clip-Cov: share of tokens whose gradient is detached.",
-        "sesa_cli.algos.losses.clip_cov",
-        better="",
-    ),
-    MetricKey(
-        "loss/kl_cov_frac", "KL-Cov: share of tokens with the KL penalty.", "sesa_cli.algos.losses.kl_cov", better=""
-    ),
-    MetricKey(
-        "loss/forking_frac",
-        "forking_tokens: share of the valid tokens in the top algo.top_entropy_quantile by entropy (they get the "
-        "policy gradient).",
-        "sesa_cli.algos.forking.forking_tokens",
+        "Share of tokens where PPO's clipped term is the one taken (every policy loss writes it; 0 where it does not "
+        "clip).",
+        "sesa_cli.losses.base.clipped_surrogate",
         better="",
     ),
     MetricKey("loss/approx_kl", "k3 estimate of KL(old || pi), token mean.", "sesa_cli.algos.compute_loss", better=""),
@@ -352,26 +342,6 @@ METRIC_KEYS: tuple[MetricKey, ...] = (
         "loss/entropy",
         "Token mean of the policy's entropy (algo.entropy_coef > 0).",
         "sesa_cli.algos.compute_loss",
-        better="",
-    ),
-    MetricKey(
-        "loss/follow_nll",
-        "algo.terms.follow: mean -log pi(t | solve prompt) over the stage-II solution rows, t the first token of "
-        "the text that carries out the row's sketch (the supervised term that keeps stage II following its sketches).",
-        "sesa_cli.terms.follow",
-        better="",
-    ),
-    MetricKey(
-        "loss/found_nll",
-        "algo.terms.found: mean -log pi(y | x) over the distinct solutions off-policy rows were drawn with, with "
-        "success, for the batch's plain prompts (one remembered completion each).",
-        "sesa_cli.terms.found",
-        better="",
-    ),
-    MetricKey(
-        "loss/found_solutions",
-        "algo.terms.found: how many found solutions (of the batch's plain prompts) the found_nll term covers.",
-        "sesa_cli.terms.found",
         better="",
     ),
     MetricKey(
@@ -528,10 +498,32 @@ def _regex(pattern: str) -> re.Pattern[str]:
 
 _PATTERNS = [(entry, _regex(entry.pattern)) for entry in METRIC_KEYS]
 _BY_PATTERN = {entry.pattern: entry for entry in METRIC_KEYS}
+_DECLARED: dict[str, tuple[MetricKey, str]] = {}
+"""The methods' own keys (:func:`declare`): pattern -> (declaration, the method that declared it)."""
+
+
+def declare(entries: Iterable[MetricKey], by: str) -> None:
+    """Declare a method's metric keys (called by its registration, sesa_cli.registry.Registry.register); ``by``
+    names the method in messages. A key declared twice, by sesa's table or by another method, raises ``ValueError``:
+    one name per concept."""
+    for entry in entries:
+        if entry.pattern in _BY_PATTERN:
+            owner = _DECLARED.get(entry.pattern, (None, "sesa_cli.metric_keys"))[1]
+            raise ValueError(f"{by} declares metric key {entry.pattern!r}, already declared by {owner}")
+        if not entry.meaning.endswith("."):
+            raise ValueError(f"{by}: the meaning of metric key {entry.pattern!r} must be a sentence")
+        _DECLARED[entry.pattern] = (entry, by)
+        _BY_PATTERN[entry.pattern] = entry
+        _PATTERNS.append((entry, _regex(entry.pattern)))
+
+
+def declared() -> list[tuple[MetricKey, str]]:
+    """The methods' own keys declared so far, with the method that declared each, in pattern order."""
+    return [_DECLARED[pattern] for pattern in sorted(_DECLARED)]
 
 
 def find(name: str) -> MetricKey | None:
-    """The declaration a key matches (``eval/pass@16`` matches ``eval/pass@{k}``), or None."""
+    """The declaration a key matches (``eval/pass@16`` matches ``eval/pass@{k}``), sesa's or a method's, or None."""
     for entry, regex in _PATTERNS:
         if regex.match(name):
             return entry
@@ -540,8 +532,8 @@ def find(name: str) -> MetricKey | None:
 
 def key(pattern: str, **fields: int) -> str:
     """A declared pattern as a key: ``key("eval/pass@{k}", k=16)`` -> ``"eval/pass@16"``; ``key("rollout/success")``
-    -> itself. Raises ``KeyError`` for a pattern not in :data:`METRIC_KEYS`, so code that names a key fails at import
-    when the key is renamed."""
+    -> itself. Raises ``KeyError`` for a pattern not declared (:data:`METRIC_KEYS`, or a registered method's), so
+    code that names a key fails at import when the key is renamed."""
     if pattern not in _BY_PATTERN:
         raise KeyError(f"metric key {pattern!r} is not declared in sesa_cli.metric_keys.METRIC_KEYS")
     return pattern.format(**fields) if fields else pattern
@@ -577,72 +569,3 @@ def undeclared(names: Iterable[str]) -> list[str]:
 def current_name(name: str) -> str:
     """The current name of a metric key (itself, or its :data:`RENAMED` successor)."""
     return RENAMED.get(name, name)
-
-
-SOLUTION_SECTION = """## What a solution is
-
-Every count of solutions reads one key per answer, ``Score.key`` (sesa_cli.tasks.base): `distinct@{k}`,
-`distinct_correct@{k}`, `coverage@{k}`, the exact `policy/effective_solutions`, `policy/solutions_above_1pct` and
-`policy/solution_entropy` (answers with the same key are summed into one solution), `rollout/distinct*`,
-`chain/distinct` (a sketch's key), and every method that rewards or counts solutions (the outcome bonuses, the
-unlikeliness reward, SESA's `distinct_solutions` loss and found-solutions term, LTE's distinct wrong answers).
-
-* Path task: the leaf named. Countdown: the equation up to commutativity, associativity and sign moves. Math: the
-  final answer.
-* Agent tasks (FrozenLake, Sokoban, Sudoku): what the episode *did*, not what its replies typed
-  (`task.solution_key`). The default, `route`, is the states the episode went through (FrozenLake the player's cell,
-  Sokoban the player and the boxes, Sudoku the board) with every loop erased, written as the moves between them: a
-  move into a wall, a push against a blocked box or a placement that changes nothing adds nothing, and neither
-  does a detour that comes back to a state it left. `states` keeps such detours (only consecutive repeats go);
-  `actions` is every executed action as typed, the key before 2026-12-07, under which a policy rewarded for new
-  keys learned to make them by bumping into walls (docs/findings.md). A valid episode that never changed its state
-  has the key `stay`; an invalid reply none. Runs written before `task.solution_key` existed reload with `actions`,
-  the key their metrics were computed with."""
-"""docs/metrics.md's section on what a solution key is (:func:`markdown`); code points readers to it."""
-PRUNED_SECTION = """## Exact figures and pruned mass
-
-An agent task's exact `policy/*` figures come from a walk over every episode the policy can play, cut where a
-branch is less probable than `eval.walk_min_prob` (1e-4) or beyond the `eval.walk_branches` (32) most probable
-branches live at once; `policy/pruned_mass` is the probability it cut. The true success probability lies in
-[`policy/target_mass`, `policy/target_mass` + `policy/pruned_mass`], the true valid mass likewise, and the other
-figures (effective solutions, solutions above 1%, solution entropy) describe the walked part of the policy only.
-So `policy/pruned_mass` stands beside the exact figures in every table that shows them (the run's final table, the
-live view, `sesa eval`, every report table and docs/results.md), and above 0.05 (`sesa_cli.intervals.PRUNED_LIMIT`)
-an exact figure is never shown bare: the mass figures as the interval they lie in, the others marked †. The
-sampled-gap check (`policy/sampled_gap` against 3 standard deviations) fails there too: an interval that wide tests
-nothing, so a pass would say nothing. A report's tables are means over seeds: there a group's exact cells carry †
-where any of its runs' exact figures do not describe its policy (its walk cut more than 0.05, its sampled success
-lies more than 3 standard deviations from its exact interval, or under half of its mass is valid; the notes name
-the run and the reason), and the report bases no verdict on them: its sentence rests on a sampled metric instead.
-
-Where it costs: the warm-started base spreads its mass over millions of episodes, so the walk cuts nearly all of it
-at step 0 (its figures are marked, as they should be); a trained policy concentrates. The default recipes at their
-last step stay under the bound with the default walk (docs/measurements.md, "The exact walk's budget")."""
-"""docs/metrics.md's section on the exact walk's pruned mass (:func:`markdown`)."""
-
-
-def markdown() -> str:
-    """``docs/metrics.md``: the table of every key, then the renamed ones."""
-    lines = [
-        "# Metric keys",
-        "",
-        "Generated from `sesa_cli/metric_keys.py` (`python -m sesa_cli.metric_keys > docs/metrics.md`); a test keeps",
-        "this page equal to it. `{k}` stands for a sample count (1, 2, 4, ..., n). *better*: which way is good (the",
-        "report's best value over a run's steps follows it; empty: a diagnostic, a count or a setting, no best value).",
-        "",
-        "| key | meaning | formula | live label | better |",
-        "|---|---|---|---|---|",
-    ]
-    for entry in METRIC_KEYS:
-        formula = f"`{entry.formula}`" if entry.formula else ""
-        label = f"`{entry.label}`" if entry.label else ""
-        lines.append(f"| `{entry.pattern}` | {entry.meaning} | {formula} | {label} | {entry.better} |")
-    lines += ["", *SOLUTION_SECTION.splitlines(), "", *PRUNED_SECTION.splitlines()]
-    lines += ["", "Renamed keys (run dirs that hold the old names still load under the new ones):", ""]
-    lines += ["| old | current |", "|---|---|"]
-    lines += [f"| `{old}` | `{new}` |" for old, new in RENAMED.items()]
-    return "\n".join(lines) + "\n"
-
-
-if __name__ == "__main__":
-    print(markdown(), end="")

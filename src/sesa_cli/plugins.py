@@ -1,7 +1,8 @@
 """Plug-ins: a user's own modules, loaded before a command composes its config, that register what they define.
 
-A plug-in module registers a loss term (``@register_term``), an advantage or policy loss (``@register`` into
-``sesa_cli.algos.ADVANTAGES`` / ``POLICY_LOSSES``), a batch filter (``@register_filter``), a sampler
+A plug-in module registers a loss term (``@register_term``), an advantage estimator (``@register_advantage``,
+sesa_cli.advantages) or policy loss (``@register_loss``, sesa_cli.losses), a batch filter (``@register_filter``), a
+sampler
 (``@register_sampler``) or a task (``@register_task``) exactly as sesa's own modules do (docs/extending.md), and may
 add a folder of config files (``add_config_dir``: ``conf/task/mytask.yaml`` for ``task=mytask``) to Hydra's search
 path. Two ways in, both imported before any config is checked:
@@ -25,6 +26,7 @@ from typing import Any
 
 from sesa_cli.config import ConfigError, conf_dir, first_line
 from sesa_cli.loggers import check_names
+from sesa_cli.methods import check_methods
 from sesa_cli.rollout.filters import build_filters
 from sesa_cli.terms import term_settings
 
@@ -132,13 +134,15 @@ def named(overrides: Iterable[str]) -> list[str]:
 
 
 def settings_problems(config: Any) -> list[str]:
-    """One line per plug-in setting of a typed command config that its registry refuses: an unknown loss term,
-    batch filter or logger, or a setting they do not have (checked without torch, before any model work)."""
+    """One line per plug-in setting of a typed command config that its registry refuses: an unknown advantage,
+    policy loss, loss term, batch filter or logger, or a setting they do not have (checked without torch, before any
+    model work)."""
     checks: list[Callable[[], object]] = []
     if hasattr(config, "logger"):
         checks.append(lambda: check_names(list(config.logger)))
     if hasattr(config, "algo"):
         checks.append(lambda: term_settings(dict(config.algo.terms)))
+        checks.append(lambda: check_methods(config))
     if hasattr(config, "sampler"):
         checks.append(lambda: build_filters(dict(config.sampler.filters)))
     problems = []

@@ -18,12 +18,11 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from sesa_cli import metrics as M
-from sesa_cli.collapse import CollapseMonitor, input_dependence
+from sesa_cli.collapse import CollapseMonitor
 from sesa_cli.compute import ComputeLedger
 from sesa_cli.config import TrainConfig
 from sesa_cli.distributed import SingleProcess
-from sesa_cli.evaluation import Evaluation, rollout_stats, sample_records, success_counts
+from sesa_cli.evaluation import Evaluation, sample_records, step_rollout_metrics, success_counts
 from sesa_cli.exact import PolicySnapshot
 from sesa_cli.learner import Learner, NonFiniteLossError
 from sesa_cli.models.policy import Policy
@@ -75,7 +74,7 @@ class Trainer:
         self.filters = Filters(build_filters(cfg.sampler.filters))
         # one generator for the run: the sampler's draws and the learner's mini-batch orders, in the order they come
         self.generator = torch.Generator().manual_seed(self.dist.seed(cfg.seed))
-        self.learner = Learner(cfg, task, policy, self.generator, self.dist, reference)
+        self.learner = Learner(cfg, task, policy, self.generator, self.dist, reference, sources=[self.sampler])
         self.step = 0
         self.next_instance = 0
         self.found_targets: set[str] = set()
@@ -107,27 +106,15 @@ class Trainer:
 
     # ------------------------------------------------------------------ sampling
     def _draw_batch(self) -> tuple[list[list[Rollout]], int]:
-        """B groups, and the extra sampling rounds a refilling filter (DAPO's dynamic sampling) took: the groups it
-        drops are replaced by new prompts' until the batch is full or its ``max_rounds`` are spent, then the batch is
-        filled with the last round's dropped groups (their size, and so the step's token budget, is the config's)."""
-        b, rounds = self.local_batch, 0
-        kept: list[list[Rollout]] = []
-        while True:
-            need = b - len(kept)
-            instances = [
-                self.task.instance("train", self.dist.instance_index(self.next_instance + i)) for i in range(need)
-            ]
-            self.next_instance += need
-            groups = self.sampler.sample(instances, self.generator)
-            if not self.filters.refilling:
-                return groups, 0
-            flags = self.filters.keep(groups)
-            kept.extend(g for g, k in zip(groups, flags, strict=True) if k)
-            if len(kept) >= b or rounds >= self.filters.max_rounds:
-                dropped = [g for g, k in zip(groups, flags, strict=True) if not k]
-                kept.extend(dropped[: max(0, b - len(kept))])
-                return kept[:b], rounds
-            rounds += 1
+        """B groups, and the extra sampling rounds a refilling filter took (sesa_cli.rollout.filters.Filters.draw)."""
+
+        def draw(need: int) -> list[list[Rollout]]:
+            first, self.next_instance = self.next_instance, self.next_instance + need
+            index = self.dist.instance_index
+            return self.sampler.sample([self.task.instance("train", index(first + i)) for i in range(need)],
+                                       self.generator)  # fmt: skip
+
+        return self.filters.draw(draw, self.local_batch)
 
     # ------------------------------------------------------------------ one step
     def train_step(self) -> dict[str, Any]:
@@ -135,22 +122,9 @@ class Trainer:
         with self.compute.phase("sample"):
             groups, resample_rounds = self._draw_batch()
         t_sample = time.perf_counter() - t0
-        rows = [r for g in groups for r in g]
-        keys = [r.score.key for r in rows]
-        correct = [r.score.success for r in rows]
         # rollout/*: statistics of what the sampler drew (with a sequential sampler, of the chain, not of the
         # plain-prompt policy); train/*: the training procedure; policy/*: the plain-prompt policy, exactly.
-        row: dict[str, Any] = {"step": self.step + 1}
-        rewards = [[r.score.reward for r in g] for g in groups]
-        stats = {**M.reward_stats(rewards), **rollout_stats(rows), **M.group_diversity(keys, correct, len(groups[0])),
-                 **input_dependence([tuple(r.prompt_ids) for r in rows], keys)}  # fmt: skip
-        row.update({f"rollout/{k}": v for k, v in stats.items()})
-        targets = self.task.target_keys(groups[0][0].inst)
-        if targets:
-            hit = {k for k in keys if k in targets}
-            self.found_targets |= hit
-            row["rollout/coverage"] = len(hit) / len(targets)
-            row["rollout/targets_found"] = len(self.found_targets)
+        row: dict[str, Any] = {"step": self.step + 1, **step_rollout_metrics(self.task, groups, self.found_targets)}
         health = self.sampler.chain_health(groups)  # sketches or solutions per chain position
         if health is not None:
             row.update({f"chain/{k}": v for k, v in health.scalars().items()})

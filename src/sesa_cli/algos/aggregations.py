@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from sesa_cli.algos.registry import AGGREGATIONS, register
+from sesa_cli.algos.registry import AGGREGATIONS
 
 __all__ = ["masked_mean", "seq_mean_token_mean", "seq_sum_norm", "token_mean"]
 
@@ -29,7 +29,7 @@ def masked_mean(values: Tensor, response_mask: Tensor) -> Tensor:
     return _masked_sum(values, response_mask) / response_mask.sum().clamp(min=1).to(values.dtype)
 
 
-@register(AGGREGATIONS, "token_mean")
+@AGGREGATIONS.register("token_mean")
 def token_mean(values: Tensor, response_mask: Tensor, *, norm_constant: int = 1) -> Tensor:
     """Σ values·mask / Σ mask over the whole batch: every valid token weighs the same (DAPO, Yu et al. 2025).
 
@@ -38,7 +38,7 @@ def token_mean(values: Tensor, response_mask: Tensor, *, norm_constant: int = 1)
     return masked_mean(values, response_mask)
 
 
-@register(AGGREGATIONS, "seq_mean_token_mean")
+@AGGREGATIONS.register("seq_mean_token_mean")
 def seq_mean_token_mean(values: Tensor, response_mask: Tensor, *, norm_constant: int = 1) -> Tensor:
     """(1/B') Σ_i (1/|o_i|) Σ_t values[i, t]: the mean over sequences of per-sequence token means, as in the GRPO
     objective (Shao et al. 2024, DeepSeekMath).
@@ -52,7 +52,7 @@ def seq_mean_token_mean(values: Tensor, response_mask: Tensor, *, norm_constant:
     return seq_means.sum() / (lengths > 0).sum().clamp(min=1).to(values.dtype)
 
 
-@register(AGGREGATIONS, "seq_sum_norm")
+@AGGREGATIONS.register("seq_sum_norm")
 def seq_sum_norm(values: Tensor, response_mask: Tensor, *, norm_constant: int = 1) -> Tensor:
     """Σ values·mask / (batch · norm_constant): token sums over a constant, so no length bias (Dr. GRPO, Liu et al.
     2025, "Understanding R1-Zero-Like Training"; they use the generation budget, ``algo.norm_constant``).

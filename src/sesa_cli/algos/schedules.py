@@ -8,24 +8,24 @@ from __future__ import annotations
 
 import math
 
-from sesa_cli.algos.registry import LR_SCHEDULES, get, register
+from sesa_cli.algos.registry import LR_SCHEDULES
 
 __all__ = ["constant", "cosine", "linear", "lr_scale"]
 
 
-@register(LR_SCHEDULES, "constant")
+@LR_SCHEDULES.register("constant")
 def constant(done: float) -> float:
     """1 throughout (verl's default)."""
     return 1.0
 
 
-@register(LR_SCHEDULES, "linear")
+@LR_SCHEDULES.register("linear")
 def linear(done: float) -> float:
     """1 − done: linear decay to 0 at the last step (TRL's default)."""
     return 1.0 - done
 
 
-@register(LR_SCHEDULES, "cosine")
+@LR_SCHEDULES.register("cosine")
 def cosine(done: float) -> float:
     """½ (1 + cos(π · done)): cosine decay to 0 at the last step."""
     return 0.5 * (1.0 + math.cos(math.pi * done))
@@ -37,4 +37,4 @@ def lr_scale(step: int, steps: int, warmup_steps: int, schedule: str) -> float:
     if step < warmup_steps:
         return (step + 1) / warmup_steps
     done = min(1.0, (step - warmup_steps) / max(1, steps - warmup_steps))
-    return float(get(LR_SCHEDULES, schedule, "optim.lr_schedule")(done))
+    return float(LR_SCHEDULES.lookup(schedule)(done))

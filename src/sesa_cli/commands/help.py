@@ -6,7 +6,11 @@ view's labels). ``--help TOPIC`` explains every option of that topic, ``--help-a
 value and its whole documentation (the docstring under its dataclass field in sesa_cli.config or the task's
 module), never cut, wrapped to 80 columns whatever the terminal's width. Hydra's own help: ``--hydra-help``.
 
-Torch-free: it reads the schemas and the composed YAML only.
+The methods are listed from their registries, a plug-in's with sesa's own (sesa_cli.methods.KINDS): under ``algo``
+every advantage estimator, policy loss and loss term, under ``sampler`` every batch filter, each with its class's
+doc and each of its settings (value and doc), and every sampler. Torch-free but for the samplers: it reads the
+schemas, the composed YAML and the method registries; the samplers' registry loads the model's libraries, so it is
+read only when the ``sampler`` topic is printed.
 """
 
 from __future__ import annotations
@@ -24,9 +28,10 @@ from sesa_cli import config as C
 from sesa_cli.commands.compose import compose
 from sesa_cli.commands.table import COMMANDS, USAGES
 from sesa_cli.config import ConfigError
+from sesa_cli.methods import KINDS
 from sesa_cli.plugins import config_folders
-from sesa_cli.rollout.filters import FILTERS, build_filters
-from sesa_cli.terms import TERMS, term_settings
+from sesa_cli.rollout.filters import build_filters
+from sesa_cli.terms import term_settings
 
 HIDDEN_GROUPS = ("schema",)
 """Config groups of conf/ and the ConfigStore that are machinery, not choices (``schema/task``)."""
@@ -112,6 +117,8 @@ class Topic:
     name: str
     summary: str
     blocks: list[tuple[str, list[tuple[str, str]]]]  # (title, [(key=value, doc), ...])
+    more: Callable[[], list[tuple[str, list[tuple[str, str]]]]] | None = None
+    """Blocks read only when the topic is printed (the samplers': their registry loads torch)."""
 
 
 def _rows(prefix: str, node: Any, schema: type, skip: tuple[str, ...] = ()) -> list[tuple[str, str]]:
@@ -165,10 +172,10 @@ def topics(command: str, overrides: list[str]) -> list[Topic]:
             out.append(Topic("task", summary, blocks))
             continue
         blocks = [(f"{section}.*: {doc}", _rows(f"{section}.", cfg[section], cls))]
-        for key in PLUGIN_REGISTRIES:
+        for key in KINDS:
             if key.startswith(f"{section}."):
                 blocks += _plugin_blocks(key, cfg)
-        out.append(Topic(section, first_sentence(doc), blocks))
+        out.append(Topic(section, first_sentence(doc), blocks, _sampler_blocks if section == "sampler" else None))
     if config_name in ("train", "revive"):
         rows = [(f"{label}  ({key})", meaning) for label, key, meaning in legend()]
         title = "live view labels: the training bar shows each metric under a short label (docs/metrics.md explains every metric key)"
@@ -176,27 +183,32 @@ def topics(command: str, overrides: list[str]) -> list[Topic]:
     return out
 
 
-PLUGIN_REGISTRIES: dict[str, tuple[Any, Callable[[dict[str, Any]], list[str]]]] = {
-    "algo.terms": (TERMS, lambda chosen: list(term_settings(chosen))),
-    "sampler.filters": (FILTERS, lambda chosen: [f.name for f in build_filters(chosen)]),
-}
-"""The plug-in mappings: the registry whose names and settings each holds (a plug-in module's appear too), and
-which of them a mapping turns on."""
+def _mapping_on(key: str) -> Callable[[dict[str, Any]], list[str]]:
+    """Which plug-ins of the mapping ``key`` (``algo.terms``, ``sampler.filters``) a config's value turns on."""
+    if key == "algo.terms":
+        return lambda chosen: list(term_settings(chosen))
+    return lambda chosen: [f.name for f in build_filters(chosen)]
 
 
 def _plugin_blocks(key: str, cfg: Any) -> list[tuple[str, list[tuple[str, str]]]]:
-    """One block per registered plug-in of ``key`` (``algo.terms``): whether the composed ``cfg`` turns it on, its
-    class's doc, and each of its settings with the value ``cfg`` gives it (else its default)."""
+    """One block per registered plug-in of ``key`` (sesa_cli.methods.KINDS: ``algo.advantage``, ``algo.terms``, ...):
+    whether the composed ``cfg`` chooses it (a named kind) or turns it on (a mapping), its class's doc, and each of
+    its settings with the value ``cfg`` gives it (else its default)."""
     from omegaconf import OmegaConf
 
-    registry, on = PLUGIN_REGISTRIES[key]
+    registry = KINDS[key]
     node = OmegaConf.to_container(OmegaConf.select(cfg, key), resolve=False) or {}
-    assert isinstance(node, dict)  # a plug-in mapping (PLUGIN_MAPPINGS)
-    chosen = {str(name): value for name, value in node.items()}
-    try:
-        active = set(on(chosen))
-    except ConfigError:  # help never fails on a bad setting: it shows the values as given
-        active = set()
+    assert isinstance(node, dict)  # a plug-in mapping (PLUGIN_MAPPINGS) or a named choice (NAMED_PLUGINS)
+    named = key in C.NAMED_PLUGINS
+    if named:
+        chosen = {str(node.get("name")): {k: v for k, v in node.items() if k != "name"}}
+        active = set(chosen)
+    else:
+        chosen = {str(name): value for name, value in node.items()}
+        try:
+            active = set(_mapping_on(key)(chosen))
+        except ConfigError:  # help never fails on a bad setting: it shows the values as given
+            active = set()
     blocks = []
     for name in sorted(registry):
         cls = registry[name]
@@ -207,10 +219,20 @@ def _plugin_blocks(key: str, cfg: Any) -> list[tuple[str, list[tuple[str, str]]]
         elif value is not None and not isinstance(value, bool) and settings:
             settings[next(iter(settings))] = value
         docs = field_docs(cls.Settings)
-        rows = [(f"{key}.{name}.{field}={_value(v)}", docs.get(field, "")) for field, v in settings.items()]
-        state = "on" if name in active else "off"
-        blocks.append((f"{key}.{name} ({state}): {plain(inspect.getdoc(cls) or '')}", rows))
+        rows = [(f"{key}.{field}={_value(v)}" if named else f"{key}.{name}.{field}={_value(v)}", docs.get(field, ""))
+                for field, v in settings.items()]  # fmt: skip
+        state = ("chosen" if named else "on") if name in active else ("" if named else "off")
+        title = f"{key}={name}" if named else f"{key}.{name}"
+        blocks.append((f"{title}{f' ({state})' if state else ''}: {plain(inspect.getdoc(cls) or '')}", rows))
     return blocks
+
+
+def _sampler_blocks() -> list[tuple[str, list[tuple[str, str]]]]:
+    """One block per registered sampler (sesa_cli.rollout.samplers.SAMPLERS, a plug-in's too): its class's doc;
+    its settings are the ``sampler.*`` keys above. Imports the samplers' module, and with it torch."""
+    from sesa_cli.rollout.samplers import SAMPLERS
+
+    return [(f"sampler={name}: {plain(inspect.getdoc(SAMPLERS[name]) or '')}", []) for name in sorted(SAMPLERS)]
 
 
 def _block(title: str, rows: list[tuple[str, str]]) -> list[str]:
@@ -242,7 +264,7 @@ def command_help(command: str, args: list[str]) -> str:
         for topic in found:
             if every or topic.name in wanted:
                 out += _block(*topic.blocks[0])
-                for block in topic.blocks[1:]:
+                for block in [*topic.blocks[1:], *(topic.more() if topic.more else [])]:
                     out += ["", *_block(*block)]
                 out.append("")
     else:

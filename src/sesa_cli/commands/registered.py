@@ -1,10 +1,10 @@
 """Every registry name a command's config holds that only torch's registries know, checked before any model work.
 
-The sampler (``sampler.name``), the advantage, policy loss, aggregation and KL estimator (``algo.*``), the off-policy
-strategy (``algo.off_policy``) and the learning-rate schedule (``optim.lr_schedule``) live in registries whose
-modules import torch, so they are looked up here, in the command, after torch is imported and before the model is
-loaded (an unknown name: one line naming the valid ones, exit 2). The torch-free plug-ins (loss terms, batch filters,
-loggers) are checked earlier, with the overrides (sesa_cli.plugins.settings_problems).
+The sampler (``sampler.name``), the aggregation and KL estimator (``algo.*``), the off-policy strategy
+(``algo.off_policy``) and the learning-rate schedule (``optim.lr_schedule``) live in registries whose modules import
+torch, so they are looked up here, in the command, after torch is imported and before the model is loaded (an unknown
+name: one line naming the valid ones, exit 2). The torch-free plug-ins (advantages, policy losses, loss terms, batch
+filters, loggers) are checked earlier, with the overrides, and again here (sesa_cli.plugins.settings_problems).
 """
 
 from __future__ import annotations
@@ -22,9 +22,8 @@ def check_registered(config: Any) -> None:
     names: list[tuple[Any, str]] = [(SAMPLERS, config.sampler.name)]
     if hasattr(config, "algo"):
         a = config.algo
-        names += [(algos.ADVANTAGES, a.advantage), (algos.POLICY_LOSSES, a.loss), (algos.AGGREGATIONS, a.aggregation),
-                  (algos.KL_ESTIMATORS, a.kl_estimator), (algos.OFF_POLICY, a.off_policy),
-                  (algos.LR_SCHEDULES, config.optim.lr_schedule)]  # fmt: skip
+        names += [(algos.AGGREGATIONS, a.aggregation), (algos.KL_ESTIMATORS, a.kl_estimator),
+                  (algos.OFF_POLICY, a.off_policy), (algos.LR_SCHEDULES, config.optim.lr_schedule)]  # fmt: skip
     problems = settings_problems(config)
     for registry, name in names:
         if name not in registry:

@@ -20,7 +20,7 @@ from typing import Any
 from sesa_cli import plugins
 from sesa_cli.commands.common import hydra_context, torch_threads
 from sesa_cli.commands.compose import explain, store_task_schemas
-from sesa_cli.config import ConfigError, conf_dir, cut, first_line, to_object
+from sesa_cli.config import NAMED_PLUGINS, ConfigError, conf_dir, cut, first_line, plugin_name, to_object
 from sesa_cli.deprecations import upgrade_config
 
 GROUPS = ("model", "task", "sampler", "algo")
@@ -158,14 +158,37 @@ def reload_config(config_name: str, parent_config: Path, overrides: list[str]) -
         if key not in schema_keys or key in ("ckpt", "step", "more_steps") or (key == "task" and other_task):
             continue  # another task than the parent's: its own config (check_checkpoint_model says if it fits)
         if key in overlay:
+            value = _chosen_anew(value, OmegaConf.to_container(overlay[key], resolve=False), key)
             value = OmegaConf.to_container(OmegaConf.merge(value, overlay[key]), resolve=False)
         try:
             OmegaConf.update(cfg, key, value, merge=True)
         except Exception as exc:  # noqa: BLE001  (a value of the wrong type for the schema: the file was edited)
             raise ConfigError(f"{parent_config}: {key}: {first_line(exc)}") from None
     for ov in user_keys:  # the user's own values win over the parent's
-        OmegaConf.update(cfg, ov.key_or_group, ov.value(), merge=True)
+        key = ov.key_or_group
+        named = key.removesuffix(".name")
+        if (
+            named in NAMED_PLUGINS
+            and key.endswith(".name")
+            and plugin_name(OmegaConf.select(cfg, named)) != ov.value()
+        ):
+            OmegaConf.update(cfg, named, {}, merge=False)  # another method: the parent's settings were the old one's
+        OmegaConf.update(cfg, key, ov.value(), merge=True)
     return to_object(cfg)
+
+
+def _chosen_anew(parent: Any, option: Any, section: str) -> Any:
+    """The parent's ``section`` without its settings of a method (:data:`sesa_cli.config.NAMED_PLUGINS`) that the
+    user's group option chooses anew: ``algo=grpo`` revived from a ``passk`` run drops ``algo.advantage.k``, which
+    grpo does not have (the rest of the section carries over)."""
+    if not (isinstance(parent, dict) and isinstance(option, dict)):
+        return parent
+    out = dict(parent)
+    for named in NAMED_PLUGINS:
+        head, _, leaf = named.partition(".")
+        if head == section and plugin_name(option.get(leaf, "")) not in ("", plugin_name(parent.get(leaf, ""))):
+            out.pop(leaf, None)
+    return out
 
 
 def option_values(group: str, option: str) -> dict[str, Any]:

@@ -11,7 +11,14 @@ from typing import Any
 from sesa_cli import plugins
 from sesa_cli.commands.compose import store_task_schemas
 from sesa_cli.commands.sweep import register_resolver
-from sesa_cli.config import PLUGIN_MAPPINGS, DiversityReportConfig, EvalConfig, ReviveConfig, TrainConfig
+from sesa_cli.config import (
+    NAMED_PLUGINS,
+    PLUGIN_MAPPINGS,
+    DiversityReportConfig,
+    EvalConfig,
+    ReviveConfig,
+    TrainConfig,
+)
 
 
 def register_configs() -> None:
@@ -33,13 +40,14 @@ def register_configs() -> None:
 
 
 def open_mappings(schema: type) -> Any:
-    """``schema`` as a structured config whose plug-in mappings (:data:`sesa_cli.config.PLUGIN_MAPPINGS`) take new
-    keys with a plain override (``algo.terms.follow.coef=0.1``, no ``+``): Hydra's struct mode refuses a key the
-    schema does not name, and a plug-in's names and settings are its registry's, checked there."""
+    """``schema`` as a structured config whose plug-in mappings (:data:`sesa_cli.config.PLUGIN_MAPPINGS`,
+    :data:`sesa_cli.config.NAMED_PLUGINS`) take new keys with a plain override (``algo.terms.follow.coef=0.1``,
+    ``algo.advantage.k=4``, no ``+``): Hydra's struct mode refuses a key the schema does not name, and a plug-in's
+    names and settings are its registry's, checked there."""
     from omegaconf import OmegaConf
 
     node = OmegaConf.structured(schema)
-    for key in PLUGIN_MAPPINGS:
+    for key in (*PLUGIN_MAPPINGS, *NAMED_PLUGINS):
         OmegaConf.set_struct(OmegaConf.select(node, key), False)
     return node
 

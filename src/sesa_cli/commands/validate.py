@@ -202,9 +202,9 @@ def runs_here(overrides: list[str]) -> bool:
 
 
 def registry_problem(config: Any) -> str | None:
-    """A one-line error for a registry name the config schemas cannot check (``algo.advantage``, ``algo.loss``,
-    ``algo.aggregation``, ``algo.off_policy``, ``algo.kl_estimator``, ``optim.lr_schedule``: the registries of
-    sesa_cli.algos, as filled when the command starts) or a task option its class refuses (a missing data file),
+    """A one-line error for a registry name the config schemas cannot check (``algo.aggregation``,
+    ``algo.off_policy``, ``algo.kl_estimator``, ``optim.lr_schedule``: the registries of sesa_cli.algos, as filled
+    when the command starts; the methods' names and settings are checked before, sesa_cli.plugins.settings_problems) or a task option its class refuses (a missing data file),
     found by building the task: all before any model work (``algo.advantage=nope`` was once found after the
     model loaded and the step-0 evaluation ran, leaving a failed run dir)."""
     from sesa_cli.config import ConfigError
@@ -215,17 +215,15 @@ def registry_problem(config: Any) -> str | None:
             from sesa_cli import algos
 
             for name, registry in (
-                ("advantage", algos.ADVANTAGES),
-                ("loss", algos.POLICY_LOSSES),
                 ("aggregation", algos.AGGREGATIONS),
                 ("off_policy", algos.OFF_POLICY),
                 ("kl_estimator", algos.KL_ESTIMATORS),
             ):
-                algos.get(registry, getattr(config.algo, name), f"algo.{name}")
+                registry.lookup(getattr(config.algo, name))
         if hasattr(config, "optim"):
             from sesa_cli import algos
 
-            algos.get(algos.LR_SCHEDULES, config.optim.lr_schedule, "optim.lr_schedule")
+            algos.LR_SCHEDULES.lookup(config.optim.lr_schedule)
         if hasattr(config, "task"):
             make_task(config.task, config.seed)
     except ConfigError as exc:

@@ -11,11 +11,24 @@ from typing import Any
 
 from sesa_cli.config.base import ConfigError, at_least, one_of, positive, raise_if
 
-__all__ = ["PLUGIN_MAPPINGS", "SEQUENTIAL_ONLY", "AlgoConfig", "OptimConfig", "SamplerConfig"]
+__all__ = ["NAMED_PLUGINS", "PLUGIN_MAPPINGS", "SEQUENTIAL_ONLY", "AlgoConfig", "OptimConfig", "SamplerConfig",
+           "plugin_name"]  # fmt: skip
 
 PLUGIN_MAPPINGS = ("algo.terms", "sampler.filters")
 """The config keys that map a plug-in's name to its settings (``algo.terms.found.coef``): their names and settings
 are the plug-ins' registries', not the schema's (a plain override adds one; sesa_cli.commands.schemas)."""
+NAMED_PLUGINS = ("algo.advantage", "algo.loss")
+"""The config keys that choose one plug-in: a mapping of its ``name`` and its settings (``algo.advantage.k=4``); its
+settings are the chosen plug-in's, checked against its registry, not the schema (a plain override adds one). On the
+command line a bare name, ``algo.advantage=passk``, is ``algo.advantage.name=passk`` (sesa_cli.deprecations)."""
+
+
+def plugin_name(value: Any) -> str:
+    """The name a :data:`NAMED_PLUGINS` value chooses (a mapping's ``name``; a bare string, as a Python caller may
+    give, is the name itself)."""
+    if isinstance(value, str):
+        return value
+    return str(value.get("name", "")) if hasattr(value, "get") else ""
 
 
 SEQUENTIAL_ONLY = (
@@ -39,9 +52,8 @@ class SamplerConfig:
     """How the G rollouts of a group are drawn (docs/samplers.md)."""
 
     name: str = "parallel"
-    """The sampler (registry ``sesa_cli.rollout.samplers.SAMPLERS``, ``sampler=`` group): ``parallel`` (i.i.d., what
-    GRPO/verl/TRL do), ``sequential`` (SESA) or ``lte`` (later rows hinted with the group's earlier wrong
-    answers, arXiv 2510.26109)."""
+    """The sampler (registry ``sesa_cli.rollout.samplers.SAMPLERS``, the ``sampler=`` group): ``sesa train --help``
+    lists the options, ``--help sampler`` what each draws, a plug-in's too (docs/samplers.md)."""
     group_size: int = 8
     """G, rollouts per prompt (solutions per group = G x solutions_per_sketch)."""
     temperature: float = 1.0
@@ -77,12 +89,9 @@ class SamplerConfig:
     keeps. A filter that refills draws more prompts in place of the groups it drops; one that does not trains on the
     groups it keeps while the step's rollout metrics cover the whole batch. A value is a mapping of the filter's
     settings, a bare value of its first one, ``true`` for its defaults, ``false`` or ``null`` for off, e.g.
-    ``sampler.filters.dynamic_sampling.max_rounds=8``, ``sampler.filters={rollout_filter: 0.25}``. sesa's own:
-    ``dynamic_sampling`` (DAPO, arXiv 2503.14476: groups whose rewards are all equal dropped and refilled, at most
-    ``max_rounds`` extra rounds; ``algo=dapo`` turns it on), ``rollout_filter`` (RAGEN's StarPO-S, arXiv
-    2504.20073: the ``int(ratio * groups)`` groups of largest reward std kept, at least one; RAGEN trained with 0.25)
-    and ``reward_variance`` (RAGEN-2's SNR-adaptive top-p filter; ``algo=snr_filter`` turns it on). Each filter's settings are documented in its file (sesa_cli/rollout/filters/); ``sesa train --help sampler``
-    lists them."""
+    ``sampler.filters.dynamic_sampling.max_rounds=8``, ``sampler.filters={rollout_filter: 0.25}``. Each filter's
+    settings are documented in its file (sesa_cli/rollout/filters/); ``sesa train --help sampler`` lists every
+    registered one."""
 
     def __post_init__(self) -> None:
         one_of(self.stage1, "sampler.stage1", ("auto", "sketch", "solution"))
@@ -105,22 +114,24 @@ class SamplerConfig:
 
 @dataclass
 class AlgoConfig:
-    """The RL objective: an advantage estimator, a policy loss and a token aggregation, each a registry key."""
+    """The RL objective: an advantage estimator and a policy loss (plug-ins with their own settings), a token
+    aggregation, the KL and entropy terms, the loss terms, and the treatment of off-policy rows."""
 
     name: str = "grpo"
     """Algo option name (``algo=`` group)."""
-    advantage: str = "grpo"
-    """Advantage estimator (registry ``sesa_cli.algos.ADVANTAGES``): ``grpo``, ``dr_grpo``, ``rloo``, ``passk``
-    (Pass@k Training's analytical advantage, arXiv 2508.10751, k = ``passk_k``) or ``grpo_passk`` (verl's: only the
-    group's best rollout gets r_max - r_second; sesa_cli/algos/passk.py)."""
-    loss: str = "ppo_clip"
-    """Per-token policy loss (registry ``sesa_cli.algos.POLICY_LOSSES``): ``ppo_clip``, ``clip_cov``, ``kl_cov`` or
-    ``forking_tokens`` (the gradient on the top ``top_entropy_quantile`` entropy tokens only, arXiv 2506.01939;
-    sesa_cli/algos/forking.py)."""
+    advantage: dict[str, Any] = field(default_factory=lambda: {"name": "grpo"})
+    """The advantage estimator: its ``name`` (registry ``sesa_cli.advantages.ADVANTAGES``) and its settings, e.g.
+    ``algo.advantage.name=passk algo.advantage.k=4`` (``algo.advantage=passk`` names it with its defaults). Each
+    estimator's settings are documented in its file (sesa_cli/advantages/); ``sesa train --help algo`` lists every
+    registered one, a plug-in's too, with its settings."""
+    loss: dict[str, Any] = field(default_factory=lambda: {"name": "ppo_clip"})
+    """The per-token policy loss: its ``name`` (registry ``sesa_cli.losses.POLICY_LOSSES``) and its settings, e.g.
+    ``algo.loss=forking_tokens algo.loss.rho=0.2``. Each loss's settings are documented in its file
+    (sesa_cli/losses/); ``sesa train --help algo`` lists every registered one with its settings."""
     aggregation: str = "token_mean"
     """How per-token losses become one scalar (registry ``sesa_cli.algos.AGGREGATIONS``)."""
     clip_low: float = 0.2
-    """PPO clip epsilon below 1 (ratio floor 1 - clip_low)."""
+    """PPO clip epsilon below 1 (ratio floor 1 - clip_low), of every PPO-clipped loss."""
     clip_high: float = 0.2
     """PPO clip epsilon above 1 (ratio ceiling 1 + clip_high; DAPO's clip-higher uses 0.28)."""
     kl_coef: float = 0.0
@@ -145,34 +156,16 @@ class AlgoConfig:
     of whose solutions carried it out (``Expansion.followed`` False; a task that cannot tell keeps the credit):
     credited with what its solutions won without it, malformed sketches took over stage I (docs/samplers.md)."""
     terms: dict[str, Any] = field(default_factory=dict)
-    """Loss terms that bring their own rows (registry ``sesa_cli.terms.TERMS``), name -> settings, each added as
-    ``coef`` times its loss to every mini-batch's objective; ``coef`` 0 = off. A value is a mapping of the term's
-    settings (``algo.terms.found.rows=all``), a bare number for its ``coef`` (``algo.terms={follow: 0.1, found:
-    0.2}``), ``false`` or ``null`` for off. sesa's own: ``follow`` (two-stage sampling: keeps stage II carrying out
-    its sketches; sesa_cli/terms/follow.py) and ``found`` (pulls the plain-prompt policy toward every solution the
-    off-policy rows found with success, remembered across steps; sesa_cli/terms/found.py). Each term's settings are
-    documented in its file; ``sesa train --help algo`` lists them. The old keys ``algo.follow_coef``,
-    ``algo.found_coef`` and ``algo.found_rows`` still work for one release."""
+    """Loss terms (registry ``sesa_cli.terms.TERMS``), name -> settings: a term that brings its own rows is added as
+    ``coef`` times its loss to every mini-batch's objective (``coef`` 0 = off), a term that changes the rewards (an
+    exploration bonus) by its own scale. A value is a mapping of the term's settings (``algo.terms.found.rows=all``),
+    a bare number for its first setting (``algo.terms={follow: 0.1, found: 0.2}``), ``false`` or ``null`` for off.
+    Each term's settings are documented in its file (sesa_cli/terms/); ``sesa train --help algo`` lists every
+    registered one."""
     adv_eps: float = 1e-6
-    """Added to the group std before dividing (GRPO)."""
+    """Added to the divisor of the group-normalised advantages (GRPO's std, and the estimators that divide alike)."""
     norm_constant: int = 0
     """Dr. GRPO seq_sum_norm: constant divisor; 0 = the task's max_new_tokens."""
-    clip_cov_ratio: float = 2e-4
-    """Clip-Cov: fraction of tokens whose gradient is detached."""
-    clip_cov_lb: float = 1.0
-    """Clip-Cov: lower bound of the covariance window."""
-    clip_cov_ub: float = 5.0
-    """Clip-Cov: upper bound of the covariance window."""
-    kl_cov_ratio: float = 2e-3
-    """KL-Cov: fraction of tokens with the largest covariance that get the KL penalty."""
-    kl_cov_coef: float = 1.0
-    """KL-Cov: weight of that penalty."""
-    passk_k: int = 4
-    """passk: k of the pass@k objective, in [1, the rows of a group] (1 = GRPO's mean with the population std; k = G
-    gives every rollout advantage 0). 4 is a choice: the paper trains with several k."""
-    top_entropy_quantile: float = 0.2
-    """forking_tokens: rho, the share of the (mini-)batch's valid tokens, by entropy from the top, that get a
-    policy gradient, in (0, 1] (the paper's 0.2; 1 = every token, ``ppo_clip``; TRL's name)."""
     off_policy: str = "drop_negatives"
     """Off-policy strategy (registry ``sesa_cli.algos.OFF_POLICY``, sesa_cli/algos/off_policy.py; the old key
     ``sampler.off_policy`` still works for one release): what the loss does with off-policy rows, solutions drawn in
@@ -204,17 +197,8 @@ class AlgoConfig:
         raise_if(
             at_least(self, "algo", 1, "ppo_epochs", "minibatches") + at_least(self, "algo", 0, "clip_low", "clip_high")
         )
-        problems = at_least(self, "algo", 0, "kl_coef", "adv_eps", "norm_constant", "kl_cov_coef")
-        problems += positive(self, "algo", "is_clip", "passk_k")
-        if not 0 < self.top_entropy_quantile <= 1:
-            problems.append(f"algo.top_entropy_quantile={self.top_entropy_quantile} must be in (0, 1]")
-        problems += [
-            f"algo.{n}={getattr(self, n)} must be in [0, 1]"
-            for n in ("clip_cov_ratio", "kl_cov_ratio")
-            if not 0 <= getattr(self, n) <= 1
-        ]
-        if self.clip_cov_lb > self.clip_cov_ub:
-            problems.append(f"algo.clip_cov_lb={self.clip_cov_lb} must be <= algo.clip_cov_ub={self.clip_cov_ub}")
+        problems = at_least(self, "algo", 0, "kl_coef", "adv_eps", "norm_constant")
+        problems += positive(self, "algo", "is_clip")
         if self.off_policy == "weight_negatives" and self.loss_context == "is":
             problems.append(
                 "algo.off_policy=weight_negatives with algo.loss_context=is would weight negatives twice "

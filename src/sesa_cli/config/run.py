@@ -259,12 +259,6 @@ class TrainConfig(PolicyRunConfig):
                 f"optim.warmup_steps={self.optim.warmup_steps} must be < train.steps={self.train.steps} (the warm-up "
                 "would never reach the full learning rate)"
             )
-        rows = self.sampler.group_size * self.sampler.solutions_per_sketch  # the most rows a group can have
-        if self.algo.advantage == "passk" and self.algo.passk_k > rows:
-            raise ConfigError(
-                f"algo.passk_k={self.algo.passk_k} must be <= the rollouts of a group (sampler.group_size="
-                f"{self.sampler.group_size}): pass@k takes k of them"
-            )
 
 
 @dataclass

@@ -16,7 +16,7 @@ rebuilt, or that differs, is a one-line ConfigError, never a silently different 
 Weights are weights wherever they are held: the fingerprint reads each tensor's values rounded to bfloat16, the
 precision a GPU holds them in under ``model.dtype=bfloat16`` (sesa_cli.devices.weights_dtype), never the dtype or the
 device it finds them in. A run trained in bfloat16 on a GPU revives on a CPU, whose rebuilt base holds the same
-weights in float32, and the reverse (issue 54); what the model is stays checked, by each tensor's name and shape
+weights in float32, and the reverse (a GPU run revived on a CPU); what the model is stays checked, by each tensor's name and shape
 here and by the checkpoint's ``model.*`` settings (sesa_cli.commands.reload.MODEL_SHAPE). Two float32 bases that
 agree in every weight to bfloat16's 8 bits are one base to this check; another warm start or another model differs
 in most of its weights by far more. A record without ``precision`` (a run written before this rule) holds the

@@ -1,6 +1,6 @@
 """What every group table carries beside its means: how many of the group's runs were lost, what the group cost
 relative to the baseline, the mass the exact walk pruned beside the exact figures, and the mark on an exact figure
-that covers too little of the policy (issue 66).
+that covers too little of the policy (docs/metrics.md, "Exact figures and pruned mass").
 
 * **runs lost** (:func:`lost_counts`): the runs of a group that ended broken (sesa_cli.report.marks.lost_reasons:
   success below the base model's, valid replies under half, a non-finite loss). A lost run stays in the mean (it is

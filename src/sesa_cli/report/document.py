@@ -35,7 +35,7 @@ from sesa_cli.report.heatmap import CAPTION as HEATMAP_CAPTION
 from sesa_cli.report.heatmap import FLOOR, draw_heatmaps, pick_runs
 from sesa_cli.report.marks import MARK, Mark, run_marks
 from sesa_cli.report.plots import Layout, make_plots
-from sesa_cli.report.runs import Run, load_runs, short_label
+from sesa_cli.report.runs import Run, group_identity, load_runs, short_label
 from sesa_cli.report.stats import METHOD, decimals_for, format_interval, format_value
 from sesa_cli.report.tables import (
     at_k_values,
@@ -115,6 +115,9 @@ class Report:
     headline: list[str]
     labels: dict[str, str]
     """group → numbered display label (``[1] parallel``)."""
+    items: dict[str, dict[str, str]] = field(default_factory=dict)
+    """group → what it is, as data (:func:`sesa_cli.report.runs.group_identity`): the ``sampler`` and ``algo`` its
+    runs chose and each key its label shows. Code reads this, never the words of a label."""
     plots: dict[str, Path] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     marks: list[Mark] = field(default_factory=list)
@@ -336,8 +339,18 @@ def analyse(runs: Sequence[str | Path], compare: Sequence[str | int] = (), metri
     notes += environment_notes(loaded)
     marks = run_marks(loaded)
     notes += [mark.line(labels) for mark in marks]
+    items = {g: group_identity(next(r for r in loaded if r.group == g)) for g in order}
     return Report(
-        loaded, per_run, groups, table, chosen[0] if chosen else None, headline, labels, notes=notes, marks=marks
+        loaded,
+        per_run,
+        groups,
+        table,
+        chosen[0] if chosen else None,
+        headline,
+        labels,
+        items,
+        notes=notes,
+        marks=marks,
     )
 
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import pandas as pd
 
-from sesa_cli.config import PLUGIN_MAPPINGS, SEQUENTIAL_ONLY, ConfigError
+from sesa_cli.config import NAMED_PLUGINS, PLUGIN_MAPPINGS, SEQUENTIAL_ONLY, ConfigError
 from sesa_cli.deprecations import rename_overrides, upgrade_config
 from sesa_cli.metric_keys import RENAMED, key
 from sesa_cli.runs import (  # one reader each: one-line errors
@@ -520,6 +520,13 @@ def _labels(identities: Sequence[Items], n_groups: int, given: dict[Items, set[s
     return list(identities)  # the full identities are distinct
 
 
+def group_identity(run: Run) -> dict[str, str]:
+    """What a run's group is, as data: the ``sampler`` and ``algo`` options it chose (its config's, overridden or
+    not) and each ``(key, value)`` its group's label shows (:attr:`Run.group_items`)."""
+    chosen = {k: _short(_value(run, k)) for k in ("sampler", "algo") if _value(run, k) is not None}
+    return {**chosen, **dict(run.group_items)}
+
+
 def short_label(run: Run) -> str:
     """A group label for narrow places (console, legends): option names without their key (``sampler=parallel`` →
     ``parallel``), other keys by their last part (``algo.off_policy=paper`` → ``off_policy=paper``), a plug-in's
@@ -534,8 +541,14 @@ def short_label(run: Run) -> str:
 
 
 def _short_key(key: str) -> str:
-    """A label's name for a config key: its last part, or under a plug-in mapping the plug-in's name and setting."""
+    """A label's name for a config key: its last part, under a plug-in mapping the plug-in's name and setting, under
+    a chosen method its kind and setting (``algo.advantage.k`` -> ``advantage.k``, ``algo.advantage.name`` ->
+    ``advantage``)."""
     for mapping in PLUGIN_MAPPINGS:
         if key.startswith(mapping + "."):
             return key[len(mapping) + 1 :]
+    for named in NAMED_PLUGINS:
+        if key.startswith(named + "."):
+            kind = named.rpartition(".")[2]
+            return kind if key == f"{named}.name" else f"{kind}.{key[len(named) + 1 :]}"
     return key.rpartition(".")[2]

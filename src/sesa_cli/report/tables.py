@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -301,22 +301,20 @@ def markdown_table(frame: pd.DataFrame, index: bool = True) -> str:
     return "\n".join(lines)
 
 
-def group_sampler(label: str) -> str:
-    """The sampler a group label names (``[5] parallel outcome_bonus`` -> ``parallel``; "" if it names none): a
-    head-to-head label's second word."""
-    words = label.split()
-    return words[1] if len(words) > 1 else ""
+def group_sampler(items: Mapping[str, str]) -> str:
+    """The sampler of a group, from its structured items (sesa_cli.report.document.Report.items: ``sampler`` is the
+    option its runs drew with); "" where unknown."""
+    return str(items.get("sampler", ""))
 
 
-def method_name(label: str) -> str:
-    """A head-to-head group's method from its label (``[5] parallel outcome_bonus found.coef=0.2``): the algo on
-    i.i.d. sampling, SESA or LTE (with the algo they are combined with), and a variant of its method that the head to
-    head runs beside it (LTE's importance-sampled loss, the unlikeliness reward keeping negative rewards)."""
-    words = label.split()[1:]
-    sampler = group_sampler(label)
-    algo = next((w for w in words[1:2] if "=" not in w), "grpo")
-    variant = " (IS loss)" if "loss_context=is" in words else ""
-    variant += " (negatives kept)" if any(w.endswith("negatives=keep") for w in words) else ""
+def method_name(items: Mapping[str, str]) -> str:
+    """A head-to-head group's method, from its structured items (Report.items: the ``sampler`` and ``algo`` options
+    its runs chose, and the keys its label shows): the algo on i.i.d. sampling, SESA or LTE (with the algo they are
+    combined with), and a variant of its method that the head to head runs beside it (LTE's importance-sampled loss,
+    the unlikeliness reward keeping negative rewards)."""
+    sampler, algo = group_sampler(items), str(items.get("algo", "grpo"))
+    variant = " (IS loss)" if items.get("algo.loss_context") == "is" else ""
+    variant += " (negatives kept)" if items.get("algo.terms.unlikeliness.negatives") == "keep" else ""
     if sampler == "parallel":
         return ("GRPO" if algo == "grpo" else algo) + variant
     name = {"sequential": "SESA", "lte": "LTE"}.get(sampler, sampler) + variant

@@ -22,8 +22,8 @@ GPU the parallel rows of GRPO are where a serving engine's batching would pay mo
 Measured (docs/measurements.md, "Rollout cost"): a hand-fused Llama decode path (preallocated KV buffer, fused q/k/v and gate/up projections)
 ran within 0.95-1.2x of this backend on ``model=tiny``, and ``torch.compile`` of it was 2-3x slower (graph breaks
 on the growing cache), so neither is here: at batch 8-64 the 1M-parameter model's decode step is bound by its
-matmuls and a ~20-40 us per-op floor on this CPU, not by ``transformers``' Python overhead. Measured again (issue
-32): :class:`LlamaBackend`'s pass compiled as a pure function (cache in, extended cache out, dynamic shapes) is one
+matmuls and a ~20-40 us per-op floor on this CPU, not by ``transformers``' Python overhead. Measured again
+(2026-11-27): :class:`LlamaBackend`'s pass compiled as a pure function (cache in, extended cache out, dynamic shapes) is one
 graph and 0.61-0.64x the eager decode forward, but takes 12-36 s to compile per process, more than it saves in this
 project's runs, and rounds differently (docs/measurements.md, "Inference mode for sampling").
 

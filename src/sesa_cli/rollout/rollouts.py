@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 from sesa_cli.tasks.base import Score
 
-__all__ = ["ChainItem", "Completion", "Expansion", "Hinted", "Origin", "Plain", "Rollout", "Sketch"]
+__all__ = ["ChainItem", "Completion", "Expansion", "Hinted", "Origin", "Plain", "PolicyRows", "Rollout", "Sketch"]
 
 
 @dataclass
@@ -149,3 +149,22 @@ class Rollout:
         if isinstance(self.origin, Expansion):
             return self.origin.sketch.stop_forced
         return isinstance(self.origin, ChainItem) and self.origin.stop_forced
+
+
+@dataclass(frozen=True)
+class PolicyRows:
+    """Rows a sampler adds to an update's policy-gradient batch beside the solution rows (two-stage sampling's
+    sketches, sesa_cli.rollout.samplers.SequentialSampler.policy_rows), one entry per row in every list. Each is
+    scored in the context that drew it, so it is never off-policy; the update's statistics of solution rows leave
+    it out by its ``kind``, not by its place."""
+
+    kind: str
+    """What the rows are (``sketch``): ``LossInputs.kinds``."""
+    contexts: list[list[int]]
+    """Token ids of the context that drew each row (it is scored under it)."""
+    completions: list[list[int]]
+    """Token ids of each row's completion."""
+    behaviour_logps: list[list[float]]
+    """Per completion token, the log-prob recorded while sampling."""
+    advantages: list[float]
+    """One advantage per row."""

@@ -26,15 +26,26 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import numpy as np
 import torch
 
 from sesa_cli import metrics as M
-from sesa_cli.config import ConfigError, SamplerConfig
+from sesa_cli.config import AlgoConfig, ConfigError, SamplerConfig
 from sesa_cli.models.policy import Policy
 from sesa_cli.models.special import stop_ids_for
-from sesa_cli.registry import Registry
+from sesa_cli.registry import Plugin, Registry
 from sesa_cli.rollout.engine import Engine, SamplingParams, Session
-from sesa_cli.rollout.rollouts import ChainItem, Completion, Expansion, Hinted, Origin, Plain, Rollout, Sketch
+from sesa_cli.rollout.rollouts import (
+    ChainItem,
+    Completion,
+    Expansion,
+    Hinted,
+    Origin,
+    Plain,
+    PolicyRows,
+    Rollout,
+    Sketch,
+)
 from sesa_cli.rollout.stops import stop_string_fn
 from sesa_cli.tasks.base import Score, Task
 
@@ -103,8 +114,11 @@ def run_episodes(
     )
 
 
-class Sampler:
-    """Draws groups of rollouts for a batch of instances."""
+class Sampler(Plugin):
+    """Draws groups of rollouts for a batch of instances. A sampler is a method like any other (sesa_cli.registry):
+    registered under its name (``sampler.name``, ``@register_sampler``), its settings the ``sampler`` section."""
+
+    Settings = SamplerConfig
 
     stage1: str | None = None
     """A sequential sampler's resolved ``sampler.stage1`` (``sketch`` or ``solution``); None for the others."""
@@ -191,6 +205,11 @@ class Sampler:
         draws no chains."""
         return None
 
+    def policy_rows(self, rows: Sequence[Rollout], advantages: Sequence[float], algo: AlgoConfig) -> PolicyRows | None:
+        """Rows of its own the sampler adds to the policy-gradient batch of the update of ``rows`` (the solution
+        rows, with their group ``advantages``), or None (the default): sesa_cli.update.RowSource."""
+        return None
+
 
 SAMPLERS: Registry[type[Sampler]] = Registry("sampler")
 """``sampler.name`` -> sampler class (each with its ``conf/sampler/<name>.yaml``)."""
@@ -208,6 +227,9 @@ def make_sampler(cfg: SamplerConfig, task: Task, policy: Policy, dtype: str = "f
 
 @register_sampler("parallel")
 class ParallelSampler(Sampler):
+    """i.i.d. groups, what GRPO, verl and TRL draw: the G rows of a group sampled independently from the plain
+    prompt, in one batched session."""
+
     def draw(self, instances: Sequence[Any], n: int, generator: torch.Generator) -> list[list[Rollout]]:
         """n i.i.d. samples per instance from the plain prompt, in one batched session."""
         prompts = [self.encode_prompt(self.task.prompt(inst)) for inst in instances]
@@ -234,6 +256,11 @@ def resolve_stage1(cfg: SamplerConfig, task: Task) -> str:
 
 @register_sampler("sequential")
 class SequentialSampler(Sampler):
+    """SESA (arXiv 2510.15502): each row of a group conditioned on the rows drawn before it. ``stage1=sketch``: a
+    chain of short sketches, each expanded into a solution (``solutions_per_sketch``) in parallel; ``stage1=solution``:
+    a chain of whole solutions; ``parallel_rows`` of a group drawn i.i.d. besides. Adds its sketches to the update's
+    policy-gradient batch with ``algo.train_sketches`` (:meth:`policy_rows`)."""
+
     def __init__(self, cfg: SamplerConfig, task: Task, policy: Policy, dtype: str = "float32") -> None:
         super().__init__(cfg, task, policy, dtype)
         self.stage1: str = resolve_stage1(cfg, task)
@@ -356,6 +383,40 @@ class SequentialSampler(Sampler):
             g = r // k
             groups[g].append(self._rollout(g, instances[g], prompts[g], prompts[g], ans))
         return groups
+
+    def policy_rows(self, rows: Sequence[Rollout], advantages: Sequence[float], algo: AlgoConfig) -> PolicyRows | None:
+        """With ``algo.train_sketches``, one row per sketch of the stage-II solutions among ``rows`` (its
+        :class:`Expansion` rows; chain items and i.i.d. rows have no sketch), in chain order within each group: the
+        sketch scored in the context that drew it (there is no "plain prompt" form of a sketch, so it is never
+        off-policy), its advantage the mean advantage of its solutions. A sketch is never pushed up (advantage
+        min(0, a)) when it repeats an earlier one of its chain (the chain is asked for sketches unlike the ones
+        listed), nor when none of its solutions carried it out (``Expansion.followed`` False: a malformed or ignored
+        sketch takes no credit for what its solutions won; where the task cannot tell, None, it does)."""
+        if not algo.train_sketches:
+            return None
+        by_sketch: dict[int, list[float]] = {}
+        first: dict[int, tuple[Rollout, Sketch]] = {}
+        carried: dict[int, bool] = {}  # some solution of the sketch carried it out, or the task cannot tell
+        for r, a in zip(rows, advantages, strict=True):
+            if not isinstance(r.origin, Expansion):  # an i.i.d. or chain row: no sketch of its own
+                continue
+            key = id(r.origin.sketch)
+            by_sketch.setdefault(key, []).append(a)
+            first.setdefault(key, (r, r.origin.sketch))
+            carried[key] = carried.get(key, False) or r.origin.followed is not False
+        if not first:
+            return None
+        out = PolicyRows("sketch", [], [], [], [])
+        drafted: set[tuple[int, tuple[int, ...]]] = set()  # (group, sketch ids) of the sketches met so far
+        for key, (r, s) in first.items():  # in chain order within each group
+            out.contexts.append(s.context_ids)
+            out.completions.append(s.completion.ids)
+            out.behaviour_logps.append(s.completion.logps)
+            advantage = float(np.mean(by_sketch[key]))
+            sketch = (r.group, tuple(s.completion.ids))
+            out.advantages.append(min(0.0, advantage) if sketch in drafted or not carried[key] else advantage)
+            drafted.add(sketch)
+        return out
 
     def chain_health(self, groups: Sequence[Sequence[Rollout]]) -> M.ChainHealth:
         """The health of every chain in ``groups`` (docs/samplers.md): the items are the sketches

@@ -416,6 +416,37 @@ class Scorer:
         """(logps, entropies), each (batch, T), of ``batch`` under ``model`` (:func:`completion_logps`)."""
         return completion_logps(model, batch, self.temperature, dtype=self.dtype, padding_free=self.padding_free)
 
+    def old_logps(
+        self,
+        model: PreTrainedModel,
+        batch: ScoringBatch,
+        behaviour: torch.Tensor,
+        off_policy: torch.Tensor,
+        *,
+        several_updates: bool,
+        weighted: bool,
+    ) -> torch.Tensor | None:
+        """(rows, T) log-probs of ``batch``'s rows under ``model`` as it is before the update, or None when nothing
+        needs them (one update per batch without importance weights: each mini-batch's ratio is taken against its
+        own detached log-probs, exactly 1).
+
+        A row scored in the context that drew it (every row of parallel sampling or of ``loss_context=conditioned``,
+        the ``sampler.parallel_rows`` rows, every sketch row) has the sampler's own log-probs ``behaviour`` (rows, T)
+        as the old policy's (same weights, same tempered softmax), so in float32 the extra forward pass (no grad)
+        runs on the ``off_policy`` (rows,) rows only. bf16 recomputes every row, as verl does."""
+        if not (several_updates or weighted):
+            return None
+        if self.dtype != "float32":
+            with torch.no_grad():
+                return self(model, batch)[0]
+        if not off_policy.any():
+            return behaviour
+        rows = off_policy.nonzero().flatten()
+        out = behaviour.clone()
+        with torch.no_grad():
+            out[rows] = self(model, select_rows(batch, rows))[0]
+        return out
+
     def minibatch(
         self,
         model: PreTrainedModel,

@@ -56,7 +56,7 @@ class Score:
     penalty: float = 0.0
     """The part of ``reward`` that penalises the reply's form (the task's ``format_penalty`` when the reply is
     invalid or unreadable, else 0): a transform over a group's rewards that would hide it (a subset's best member,
-    sesa_cli.algos.passk) keeps it per sample."""
+    sesa_cli.advantages.passk) keeps it per sample."""
 
 
 @dataclass(frozen=True)

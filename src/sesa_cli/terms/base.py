@@ -1,11 +1,16 @@
 """The loss-term protocol: a term of the update that brings its own rows.
 
 A term is one registered class (:data:`TERMS`, ``@register_term("name")``) in one file, configured under
-``algo.terms.<name>`` by its :class:`TermSettings` dataclass (its fields documented beside them, the weight
-``coef`` first). In every update the learner (sesa_cli.learner.Learner), for each term on:
+``algo.terms.<name>`` by its settings dataclass (its fields documented beside them, the first one set by a bare
+value, ``algo.terms.found=0.2``) and declaring the metrics it writes (``metrics``, sesa_cli.registry.Plugin).
+``coef`` has one meaning: the weight of a term's loss in the objective (:class:`TermSettings`, for a term that scores
+rows). A term that changes the rewards instead (an exploration bonus) has no loss and no ``coef``: its scale is a
+setting of its own, named for what it scales (the unlikeliness reward's ``beta``, the outcome bonus's ``bonus``).
+A term is on when its settings say so (``on()``: ``coef`` > 0, or its scale > 0). In every update the learner
+(sesa_cli.learner.Learner), for each term on:
 
 0. :meth:`Term.rewards` may add a bonus to each solution row's reward before the advantages (an exploration
-   bonus; none by default);
+   bonus, by the term's own scale; none by default);
 1. :meth:`Term.observe` shows it the update's solution rows (rollouts, which say where they came from) and which of
    them are off-policy: a term with memory updates it here;
 2. :meth:`Term.rows` asks for the rows it scores (token ids: a context and a completion each, and which update row
@@ -28,29 +33,40 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from sesa_cli.config import ConfigError
-from sesa_cli.registry import Registry, settings_from
+from sesa_cli.registry import Plugin, Registry, settings_from
 from sesa_cli.rollout.rollouts import Rollout
 from sesa_cli.tasks.base import Task
 
 if TYPE_CHECKING:
     from torch import Tensor
 
-__all__ = ["TERMS", "Term", "TermContext", "TermRows", "TermSettings", "build_terms", "register_term"]
+__all__ = ["TERMS", "Term", "TermContext", "TermRows", "TermSettings", "build_terms", "non_negative", "register_term"]
 
 Gather = Callable[[list[Any]], list[Any]]
 """Every data-parallel replica's list, concatenated in rank order (sesa_cli.distributed); one process: its own."""
 
 
+def non_negative(name: str, value: float) -> None:
+    """A ConfigError unless ``value`` (the setting ``name``) is a finite number >= 0."""
+    if not (math.isfinite(value) and value >= 0):
+        raise ConfigError(f"{name}={value} must be a finite number >= 0")
+
+
 @dataclass
 class TermSettings:
-    """Settings every term has (``algo.terms.<name>.*``); a term's own extend them."""
+    """Settings of a term that scores rows (``algo.terms.<name>.*``): its loss weight ``coef``; a term's own extend
+    them."""
 
     coef: float = 0.0
-    """Weight of the term in the loss (added as ``coef`` times the term's loss to every mini-batch's); 0 = off."""
+    """Weight of the term's loss in the objective (added as ``coef`` times the term's loss to every mini-batch's);
+    0 = off."""
 
     def __post_init__(self) -> None:
-        if not (math.isfinite(self.coef) and self.coef >= 0):
-            raise ConfigError(f"coef={self.coef} must be a finite number >= 0")
+        non_negative("coef", self.coef)
+
+    def on(self) -> bool:
+        """Whether the term acts (``coef`` > 0)."""
+        return self.coef > 0
 
 
 @dataclass(frozen=True)
@@ -80,16 +96,15 @@ class TermContext:
     gather: Gather
 
 
-class Term:
-    """A loss term that brings its own rows. Subclass it in a file of its own, with ``@register_term("name")`` and
-    a :class:`TermSettings` subclass as ``Settings``."""
+class Term(Plugin):
+    """A loss term that brings its own rows, or changes the rewards. Subclass it in a file of its own, with
+    ``@register_term("name")`` and its settings dataclass as ``Settings`` (a :class:`TermSettings` subclass for a term
+    that scores rows; any dataclass with an ``on()`` method for one that only changes the rewards)."""
 
-    name: ClassVar[str] = ""
-    """Its config name (``algo.terms.<name>``), set by :func:`register_term`."""
-    Settings: ClassVar[type[TermSettings]] = TermSettings
+    Settings: ClassVar[type[Any]] = TermSettings
     """Its settings schema (``algo.terms.<name>.*``)."""
 
-    def __init__(self, settings: TermSettings, context: TermContext) -> None:
+    def __init__(self, settings: Any, context: TermContext) -> None:
         self.settings = settings
         self.context = context
 
@@ -132,13 +147,13 @@ def register_term(name: str) -> Callable[[type[Term]], type[Term]]:
     return TERMS.register(name)
 
 
-def term_settings(terms: dict[str, Any]) -> dict[str, TermSettings]:
-    """The settings of every term ``algo.terms`` turns on (``coef`` > 0), in name order (the order their losses are
-    added in); a ConfigError names an unknown term or setting."""
-    out: dict[str, TermSettings] = {}
+def term_settings(terms: dict[str, Any]) -> dict[str, Any]:
+    """The settings of every term ``algo.terms`` turns on (its settings' ``on()``), in name order (the order their
+    losses are added in); a ConfigError names an unknown term or setting."""
+    out: dict[str, Any] = {}
     for name in sorted(terms):
         settings = settings_from(TERMS.lookup(name).Settings, terms[name], f"algo.terms.{name}")
-        if settings is not None and settings.coef > 0:
+        if settings is not None and settings.on():
             out[name] = settings
     return out
 

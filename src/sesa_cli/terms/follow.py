@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from sesa_cli.metric_keys import MetricKey
 from sesa_cli.rollout.rollouts import Expansion, Rollout, Sketch
 from sesa_cli.terms.base import Term, TermRows, TermSettings, register_term
 
@@ -36,6 +37,15 @@ class Follow(Term):
     averaged over a mini-batch's rows; ``loss/follow_nll``."""
 
     Settings = FollowSettings
+    metrics = (
+        MetricKey(
+            "loss/follow_nll",
+            "algo.terms.follow: mean -log pi(t | solve prompt) over the stage-II solution rows, t the first token of "
+            "the text that carries out the row's sketch (the supervised term that keeps stage II following its "
+            "sketches).",
+            better="",
+        ),
+    )
 
     def target(self, row: Rollout, sketch: Sketch, first: dict[int, int | None]) -> int | None:
         """The follow target of a stage-II solution row: the first token of ``Task.sketch_response`` of its sketch

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from sesa_cli.config import ConfigError
+from sesa_cli.metric_keys import MetricKey
 from sesa_cli.rollout.rollouts import Rollout
 from sesa_cli.terms.base import Term, TermContext, TermRows, TermSettings, register_term
 
@@ -92,6 +93,19 @@ class Found(Term):
     ``loss/found_nll``, ``loss/found_solutions``."""
 
     Settings = FoundSettings
+    metrics = (
+        MetricKey(
+            "loss/found_nll",
+            "algo.terms.found: mean -log pi(y | x) over the distinct solutions off-policy rows were drawn with, with "
+            "success, for the batch's plain prompts (one remembered completion each).",
+            better="",
+        ),
+        MetricKey(
+            "loss/found_solutions",
+            "algo.terms.found: how many found solutions (of the batch's plain prompts) the found_nll term covers.",
+            better="",
+        ),
+    )
 
     def __init__(self, settings: FoundSettings, context: TermContext) -> None:
         super().__init__(settings, context)

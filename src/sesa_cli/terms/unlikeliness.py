@@ -7,7 +7,7 @@ rollout is scaled down by its likelihood rank in its group,
 r_i' = r_i · (1 − β · rank_i / G),
 
 rank_i in {0, ..., G − 1} its place when the G rollouts of its group are sorted by likelihood, least likely first
-(the least likely keeps its whole reward, the likeliest loses β (G − 1) / G of it), β = ``coef`` (the authors' 0.25).
+(the least likely keeps its whole reward, the likeliest loses β (G − 1) / G of it), β = ``beta`` (the authors' 0.25).
 Given to the learner as the bonus r_i' − r_i = −β · r_i · rank_i / G.
 
 Written as the authors' released code computes it (``ray_lean_trainer._compute_advantages``,
@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 from sesa_cli.config import ConfigError
 from sesa_cli.rollout.rollouts import Completion, Rollout
-from sesa_cli.terms.base import Term, TermContext, TermSettings, register_term
+from sesa_cli.terms.base import Term, TermContext, non_negative, register_term
 
 
 def mean_logp(completion: Completion) -> float:
@@ -41,24 +41,31 @@ def mean_logp(completion: Completion) -> float:
 
 
 @dataclass
-class UnlikelinessSettings(TermSettings):
-    """``algo.terms.unlikeliness``: ``coef``, the paper's beta_rank (0.25 in ``algo=unlikeliness``), and
-    ``negatives``."""
+class UnlikelinessSettings:
+    """``algo.terms.unlikeliness``: ``beta`` and ``negatives`` (a reward term: no loss, so no ``coef``; the old
+    ``algo.terms.unlikeliness.coef`` is ``beta`` for one release)."""
 
+    beta: float = 0.0
+    """β, the paper's beta_rank: the share of its reward the likeliest correct rollout of a group of G loses,
+    times (G − 1)/G (0.25 in ``algo=unlikeliness``, the authors'); >= 0, 0 = off."""
     negatives: str = "scale"
     """What the rank does to a reward below 0: ``scale`` (shrinks it toward 0 like any other, the authors' code;
     on rewards that are mostly negative this pays the likeliest failure most) or ``keep`` (left as it is)."""
 
     def __post_init__(self) -> None:
-        super().__post_init__()
+        non_negative("beta", self.beta)
         if self.negatives not in ("scale", "keep"):
             raise ConfigError(f"negatives={self.negatives!r} is not valid; choose one of: scale, keep")
+
+    def on(self) -> bool:
+        """Whether the term acts (``beta`` > 0)."""
+        return self.beta > 0
 
 
 @register_term("unlikeliness")
 class Unlikeliness(Term):
-    """The unlikeliness reward (arXiv 2506.02355): each rollout's reward × (1 − coef · rank / G), rank its place in
-    its group by mean token log-prob, least likely first; coef is the paper's beta_rank (0.25 in its recipe)."""
+    """The unlikeliness reward (arXiv 2506.02355): each rollout's reward × (1 − beta · rank / G), rank its place in
+    its group by mean token log-prob, least likely first; beta is the paper's beta_rank (0.25 in its recipe)."""
 
     Settings = UnlikelinessSettings
 
@@ -71,7 +78,7 @@ class Unlikeliness(Term):
         for i, r in enumerate(rows):
             groups[r.group].append(i)
         out = [0.0] * len(rows)
-        beta = self.settings.coef
+        beta = self.settings.beta
         for members in groups.values():
             order = sorted(members, key=lambda i: mean_logp(rows[i].completion))  # stable: ties in row order
             for rank, i in enumerate(order):

@@ -1,7 +1,10 @@
 """Batch filters (``sampler.filters``): the protocol and registry (``base``) and sesa's own filters, one file each
-(``dynamic_sampling``, ``rollout_filter``, ``reward_variance``). Importing the package registers them; torch-free."""
+(``dynamic_sampling``, ``rollout_filter``, ``reward_variance``). Importing the package registers every module in it;
+torch-free."""
 
-from sesa_cli.rollout.filters import dynamic_sampling, reward_variance, rollout_filter  # noqa: F401  (register)
+from sesa_cli.registry import import_submodules
 from sesa_cli.rollout.filters.base import FILTERS, BatchFilter, Filters, build_filters, register_filter
+
+import_submodules(__name__, __path__)
 
 __all__ = ["FILTERS", "BatchFilter", "Filters", "build_filters", "register_filter"]

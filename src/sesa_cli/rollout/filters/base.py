@@ -19,20 +19,16 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
-from sesa_cli.registry import Registry, settings_from
+from sesa_cli.registry import Plugin, Registry, settings_from
 from sesa_cli.rollout.rollouts import Rollout
 
 __all__ = ["FILTERS", "BatchFilter", "Filters", "build_filters", "register_filter"]
 
 
-class BatchFilter:
+class BatchFilter(Plugin):
     """Keeps some of a step's groups. Subclass it in a file of its own with ``@register_filter("name")`` and a
-    settings dataclass as ``Settings``."""
+    settings dataclass as ``Settings`` (``sampler.filters.<name>.*``)."""
 
-    name: ClassVar[str] = ""
-    """Its config name (``sampler.filters.<name>``), set by :func:`register_filter`."""
-    Settings: ClassVar[type[Any]]
-    """Its settings schema (``sampler.filters.<name>.*``), a dataclass."""
     refills: ClassVar[bool] = False
     """Whether the trainer draws more prompts in place of the groups it drops (else the update trains on fewer)."""
 
@@ -86,6 +82,25 @@ class Filters:
     def max_rounds(self) -> int:
         """Extra sampling rounds a step may take for the refilling filters (the smallest cap of theirs)."""
         return min(f.max_rounds for f in self.refilling)
+
+    def draw(self, draw: Callable[[int], list[list[Rollout]]], size: int) -> tuple[list[list[Rollout]], int]:
+        """A batch of ``size`` groups, and the extra sampling rounds the refilling filters took: ``draw(n)`` draws the
+        groups of n new prompts. The groups a refilling filter (DAPO's dynamic sampling) drops are replaced by new
+        prompts' until the batch is full or :attr:`max_rounds` are spent, then the batch is filled with the last
+        round's dropped groups (their size, and so the step's token budget, is the config's)."""
+        rounds = 0
+        kept: list[list[Rollout]] = []
+        while True:
+            groups = draw(size - len(kept))
+            if not self.refilling:
+                return groups, 0
+            flags = self.keep(groups)
+            kept.extend(g for g, k in zip(groups, flags, strict=True) if k)
+            if len(kept) >= size or rounds >= self.max_rounds:
+                dropped = [g for g, k in zip(groups, flags, strict=True) if not k]
+                kept.extend(dropped[: max(0, size - len(kept))])
+                return kept[:size], rounds
+            rounds += 1
 
     def keep(self, groups: Sequence[Sequence[Rollout]]) -> list[bool]:
         """Per group, whether every refilling filter keeps it."""

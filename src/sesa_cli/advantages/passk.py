@@ -1,9 +1,9 @@
 """Pass@k group advantages: the advantage of a rollout for the objective "some one of k rollouts succeeds".
 
-Two published forms, each an estimator of :data:`~sesa_cli.algos.ADVANTAGES` (``algo.advantage``), rewards
+Two published forms, each an estimator of :data:`~sesa_cli.advantages.ADVANTAGES` (``algo.advantage``), rewards
 (n_groups, group) -> advantages (n_groups, group):
 
-* ``passk``: Pass@k Training's analytical advantage (Chen et al. 2025, "Pass@k Training for Adaptively Balancing
+* ``passk`` (its setting ``algo.advantage.k``): Pass@k Training's analytical advantage (Chen et al. 2025, "Pass@k Training for Adaptively Balancing
   Exploration and Exploitation of Large Reasoning Models", arXiv 2508.10751, section "analytical derivation"). The
   N rollouts of a group are split into every k-subset; a subset's reward is pass@k (1 if some member is correct);
   a rollout's advantage is the mean reward of the subsets that hold it, less the mean over all subsets, divided by
@@ -21,8 +21,9 @@ The choices where the paper is silent, kept here (:func:`subset_max_advantages`)
   same advantage as the closed form above whenever the rewards are 0 or 1, without a threshold deciding what
   counts as correct.
 * The format penalty stays per sample. Under max@k an invalid reply among valid failures is never a subset's best
-  member, so every subset scores alike and its penalty never acts (measured, issue 66: ``passk`` at k=2 on FrozenLake
-  lost a seed to invalid text, one invalid reply among valid zeros getting advantage 0 where GRPO gives it -2.6).
+  member, so every subset scores alike and its penalty never acts (measured on FrozenLake, 2026-12-07: ``passk`` at
+  k=2 lost a seed to invalid text, one invalid reply among valid zeros getting advantage 0 where GRPO gives it
+  -2.6).
   So the subset's reward is the best member's reward *without* its format penalty (``Score.penalty``), plus the
   mean of its members' penalties: R(S) = max_{i in S}(r_i - f_i) + (1/k) sum_{i in S} f_i, and the advantage is
   Pass@k Training's for that reward, exactly (its mean, std and per-rollout means over all k-subsets in closed
@@ -31,25 +32,30 @@ The choices where the paper is silent, kept here (:func:`subset_max_advantages`)
 
 Both use ``algo.adv_eps`` beside the std as GRPO does (a group whose subsets all score alike, e.g. fewer than k
 incorrect rollouts and no penalty, gets advantage 0). The group baseline is the estimator's own:
-``algo.off_policy=on_policy_baseline`` is refused (there is no mean of on-policy rows to put in its place).
+``algo.off_policy=on_policy_baseline`` is refused (there is no mean of on-policy rows to put in its place: neither is
+``on_policy_baseline``).
 ``grpo_passk`` keeps the penalty apart too: verl's best-of-group advantage on the rewards without it, plus GRPO's
 advantage of the penalties alone.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from math import comb
+from typing import TYPE_CHECKING
 
-import torch
-from torch import Tensor
+from sesa_cli.advantages.base import Advantage, Outcomes, register_advantage, subset_size_problem
+from sesa_cli.config import ConfigError
 
-from sesa_cli.algos.registry import ADVANTAGES, register
-from sesa_cli.config import AlgoConfig
+if TYPE_CHECKING:
+    from torch import Tensor
 
-__all__ = ["grpo_passk", "passk", "subset_max_advantages"]
+__all__ = ["GRPOPassK", "PassK", "PassKSettings", "penalty_advantages", "subset_max_advantages"]
 
 
 def _check(rewards: Tensor, on_policy: Tensor | None, name: str) -> Tensor:
+    import torch
+
     if rewards.ndim != 2:
         raise ValueError(f"rewards must be (n_groups, group), got shape {tuple(rewards.shape)}")
     if rewards.shape[1] < 2:
@@ -75,9 +81,11 @@ def subset_max_advantages(rewards: Tensor, k: int, eps: float, penalties: Tensor
     subsets its mean is f̄ and its variance (σ_f² / k)(N − k)/(N − 1) (sampling without replacement, σ_f² the
     population variance); given i it is (f_i + (k − 1)(F − f_i)/(N − 1)) / k, F = Σ f. Their covariance over the
     subsets is (1/N) Σ_i f_i m_i − mean(max) f̄, since Σ_S max(S) Σ_{i in S} f_i = Σ_i f_i Σ_{S ∋ i} max(S)."""
+    import torch
+
     n = rewards.shape[0]
     if not 1 <= k <= n:
-        raise ValueError(f"algo.passk_k={k} must be in [1, {n}]: the rollouts of a group")
+        raise ValueError(f"algo.advantage.k={k} must be in [1, {n}]: the rollouts of a group")
     values, order = torch.sort(rewards, stable=True)
     v = values.tolist()
     total = comb(n, k)
@@ -108,37 +116,71 @@ def subset_max_advantages(rewards: Tensor, k: int, eps: float, penalties: Tensor
     return torch.tensor([(m - mean) / scale for m in own], dtype=torch.float64)
 
 
-@register(ADVANTAGES, "passk", penalty_apart=True)
-def passk(
-    rewards: Tensor, cfg: AlgoConfig, on_policy: Tensor | None = None, penalties: Tensor | None = None
-) -> Tensor:
-    """Pass@k Training's analytical group advantage (arXiv 2508.10751), k = ``algo.passk_k``: each rollout's share
-    of the pass@k of the k-subsets of its group, normalised over the subsets (module docstring; non-binary rewards
-    by their maximum, format penalties ``penalties`` per sample: :func:`subset_max_advantages`). rewards (n_groups,
-    group), without the penalties -> (n_groups, group)."""
-    r = _check(rewards, on_policy, "passk")
-    f = None if penalties is None else penalties.detach().to(torch.float64)
-    out = torch.stack(
-        [subset_max_advantages(row, cfg.passk_k, cfg.adv_eps, None if f is None else f[g]) for g, row in enumerate(r)]
-    )
-    return out.to(rewards.dtype if rewards.is_floating_point() else torch.get_default_dtype())
+def penalty_advantages(penalties: Tensor, eps: float) -> Tensor:
+    """GRPO's advantage of the format penalties alone, (f_i − mean f) / (unbiased std f + eps), float64: how an
+    estimator that takes the penalties apart gives them back per sample. penalties (n_groups, group) -> same."""
+    import torch
+
+    f = penalties.detach().to(torch.float64)
+    return (f - f.mean(dim=1, keepdim=True)) / (f.std(dim=1, keepdim=True, unbiased=True) + eps)
 
 
-@register(ADVANTAGES, "grpo_passk", penalty_apart=True)
-def grpo_passk(
-    rewards: Tensor, cfg: AlgoConfig, on_policy: Tensor | None = None, penalties: Tensor | None = None
-) -> Tensor:
+@dataclass
+class PassKSettings:
+    """``algo.advantage`` of ``passk``."""
+
+    k: int = 4
+    """k of the pass@k objective, in [1, the rollouts of a group] (1 = GRPO's mean with the population std; k = G
+    gives every rollout advantage 0). 4 is a choice: the paper trains with several k."""
+
+    def __post_init__(self) -> None:
+        if self.k < 1:
+            raise ConfigError(f"k={self.k} must be >= 1")
+
+
+@register_advantage("passk")
+class PassK(Advantage):
+    """Pass@k Training's analytical group advantage (arXiv 2508.10751), k = ``algo.advantage.k``: each rollout's
+    share of the pass@k of the k-subsets of its group, normalised over the subsets (non-binary rewards by their
+    maximum, format penalties per sample: :func:`subset_max_advantages`)."""
+
+    Settings = PassKSettings
+    penalty_apart = True
+    on_policy_baseline = False
+
+    def check_group(self, rows: int) -> str | None:
+        return subset_size_problem(self.settings.k, rows)
+
+    def compute(self, rewards: Tensor, outcomes: Outcomes, on_policy: Tensor | None) -> Tensor:
+        import torch
+
+        r = _check(rewards, on_policy, "passk")
+        f = None if outcomes.penalties is None else outcomes.penalties.detach().to(torch.float64)
+        k, eps = self.settings.k, self.algo.adv_eps
+        out = torch.stack([subset_max_advantages(row, k, eps, None if f is None else f[g]) for g, row in enumerate(r)])
+        return out.to(rewards.dtype if rewards.is_floating_point() else torch.get_default_dtype())
+
+
+@register_advantage("grpo_passk")
+class GRPOPassK(Advantage):
     """verl's ``grpo_passk`` (arXiv 2503.19595): the group's best rollout (the first of them, on a tie) gets
-    (r_max − r_second) / (unbiased std + adv_eps), every other rollout 0; plus, with ``penalties`` (the format
-    penalties taken out of ``rewards``), GRPO's advantage of the penalties alone, (f_i − mean f) / (unbiased std f +
-    adv_eps) (module docstring). rewards (n_groups, group) -> (n_groups, group)."""
-    r = _check(rewards, on_policy, "grpo_passk")
-    top = torch.topk(r, 2, dim=1, sorted=True).values
-    best = torch.argmax(r, dim=1)  # the first maximum: topk's choice among ties is unspecified
-    gap = (top[:, 0] - top[:, 1]) / (r.std(dim=1, unbiased=True) + cfg.adv_eps)
-    out = torch.zeros_like(r)
-    out[torch.arange(r.shape[0]), best] = gap
-    if penalties is not None:
-        f = penalties.detach().to(torch.float64)
-        out = out + (f - f.mean(dim=1, keepdim=True)) / (f.std(dim=1, keepdim=True, unbiased=True) + cfg.adv_eps)
-    return out.to(rewards.dtype if rewards.is_floating_point() else torch.get_default_dtype())
+    (r_max − r_second) / (unbiased std + adv_eps), every other rollout 0; plus, with format penalties (taken out of
+    the rewards), GRPO's advantage of the penalties alone, (f_i − mean f) / (unbiased std f + adv_eps) (module
+    docstring)."""
+
+    penalty_apart = True
+    on_policy_baseline = False
+
+    def compute(self, rewards: Tensor, outcomes: Outcomes, on_policy: Tensor | None) -> Tensor:
+        import torch
+
+        r = _check(rewards, on_policy, "grpo_passk")
+        eps = self.algo.adv_eps
+        top = torch.topk(r, 2, dim=1, sorted=True).values
+        best = torch.argmax(r, dim=1)  # the first maximum: topk's choice among ties is unspecified
+        gap = (top[:, 0] - top[:, 1]) / (r.std(dim=1, unbiased=True) + eps)
+        out = torch.zeros_like(r)
+        out[torch.arange(r.shape[0]), best] = gap
+        if outcomes.penalties is not None:
+            out = out + penalty_advantages(outcomes.penalties, eps)
+        return out.to(rewards.dtype if rewards.is_floating_point() else torch.get_default_dtype())

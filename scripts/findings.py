@@ -226,8 +226,8 @@ def _best(rows: list[dict[str, str]], metric: str, items: Items | None = None) -
 
 
 MARK = "†"
-"""What the page's tables put after an exact figure whose walk pruned too much (sesa_cli.intervals.EXACT_MARK): no
-answer rests on it."""
+"""What the page's tables put after an exact figure that covers too little of a run's policy
+(sesa_cli.intervals.EXACT_MARK): no answer rests on it."""
 
 
 def _lost(tables_: list[list[dict[str, str]]], label: str) -> str:
@@ -299,7 +299,7 @@ def findings(text: str, rows: Sequence[Row] = ROWS, items: dict[str, Items] | No
                 raise PageError(f"claim {row.claim}: no {metric} column")
             cell = group[metric]
             if cell.endswith(MARK):  # an exact figure of a walk that pruned too much: no answer rests on it
-                answers.append(f"{name} not read ({MARK}: the exact walk cut more than 0.05 of a run's mass)")
+                answers.append(f"{name} not read ({MARK}: a run's exact figures cover too little of its policy)")
                 continue
             answers.append(f"{name} {cell}" if row.level else f"{name} {phrase(cell)}: {cell}")
         headlines = [t for _, t in parsed if t and "n" in t[0]]

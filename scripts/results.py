@@ -817,9 +817,10 @@ def _preamble(session: Session, notes: Sequence[str], took: str) -> list[str]:
         "*runs lost* counts the runs of a group that ended broken (success below the base model's, valid replies "
         "under half, a non-finite loss), which stay in its mean; *cost* is the group's training compute (sampling and "
         "update FLOPs, run.json) relative to its baseline's; `policy/pruned_mass` is the mass the exact walk cut; a "
-        "group's exact figures are marked † where a run's do not describe its policy (its walk cut more than 0.05 of "
-        "the mass, its samples lie more than 3 sd from them, or under half its mass is valid; the notes say which), "
-        'and no answer rests on them (docs/metrics.md, "Exact figures and pruned mass").'
+        "group's exact figures are marked † where a run's cover too little of its policy (its walk cut more than 0.05 "
+        "of the mass, or under half its mass is valid; the notes say which), and no answer rests on them; a run whose "
+        'samples lie more than 3 sd from its exact figures is named in the notes (docs/metrics.md, "Exact figures '
+        'and pruned mass").'
     )
     lines = ["# Results", "", generated, "", compute, "", reading, ""]
     if session.smoke:

@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from sesa_cli.config import ConfigError
+from sesa_cli.intervals import EXACT_MARK
 from sesa_cli.metric_keys import key as metric_key
 from sesa_cli.report import (
     ReportFiles,
@@ -701,9 +702,11 @@ def test_a_run_whose_exact_metrics_miss_its_samples_is_marked_and_the_verdict_re
     )
     _set_final(sweep / "0", policy__sampled_gap=41.0, eval__exact_instances_success=0.815, policy__target_mass=0.017)
     report = analyse([sweep])
-    assert [(m.group, m.run, m.kind) for m in report.marks] == [(report.baseline, "0", "exact")]
+    assert [(m.group, m.run, m.kind) for m in report.marks] == [(report.baseline, "0", "gap")]
     headline = report.headline_frame()
     assert list(headline["group"]) == ["[1] parallel (!)", "[2] sequential"]
+    # the exact figure covers the whole policy: the gap names the run, it does not mark the cells
+    assert not any(str(cell).endswith(EXACT_MARK) for cell in headline.iloc[0])
     note = next(n for n in report.notes if n.startswith("warning: [1] parallel, seed 0:"))
     assert "0.815" in note
     assert "0.017" in note

@@ -10,9 +10,9 @@ that covers too little of the policy (docs/metrics.md, "Exact figures and pruned
   (sesa_cli.compute.run_cost), relative to the baseline group's: what the group spent to learn, sampling and update, with
   the evaluations and exact walks left out (every method pays those alike).
 * **pruned mass** (:func:`with_pruned`): ``policy/pruned_mass`` is a column of every table that shows an exact
-  ``policy/*`` figure, right after them; a group with a run whose exact figures do not describe it (an ``exact``
-  mark, sesa_cli.report.marks: its walk pruned more than :data:`sesa_cli.intervals.PRUNED_LIMIT`, its samples lie
-  too far from them, or most of its mass is invalid) has its exact cells marked
+  ``policy/*`` figure, right after them; a group with a run whose exact figures cover too little of its policy (an
+  ``exact`` mark, sesa_cli.report.marks: its walk pruned more than :data:`sesa_cli.intervals.PRUNED_LIMIT`, or most
+  of its mass is invalid) has its exact cells marked
   :data:`sesa_cli.intervals.EXACT_MARK` (:func:`mark_exact_cells`).
 
 Torch-free, like the rest of the report.

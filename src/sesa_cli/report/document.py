@@ -9,7 +9,7 @@ from __future__ import annotations
 import base64
 import html
 import math
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypedDict
@@ -153,9 +153,10 @@ class Report:
         clauses = [f"{self.labels[g]}: {lost_text(k, n)}" for g, (k, n) in self.lost().items() if k]
         return f"Runs lost (ended broken, kept in the means): {'; '.join(clauses)}." if clauses else None
 
-    def exact_marked(self, groups: Sequence[str]) -> list[str]:
-        """Those of ``groups`` with a run whose exact metrics do not describe its samples."""
-        return [g for g in groups if any(m.group == g and m.kind == "exact" for m in self.marks)]
+    def exact_marked(self, groups: Sequence[str], kinds: Collection[str] = ("exact",)) -> list[str]:
+        """Those of ``groups`` with a run whose exact metrics cover too little of its policy (the ``exact`` marks
+        of sesa_cli.report.marks: their cells carry †), or with a mark of any of ``kinds``."""
+        return [g for g in groups if any(m.group == g and m.kind in kinds for m in self.marks)]
 
     def difference_frame(self) -> pd.DataFrame | None:
         if self.compare is None or self.compare.empty:
@@ -184,7 +185,7 @@ class Report:
         # the metrics every compared group logged (compare_groups keeps those both of a pair logged)
         by_group = self.compare.groupby("group")["metric"].agg(set)
         logged = set.intersection(*by_group.tolist())
-        marked = self.exact_marked(compared)
+        marked = self.exact_marked(compared, ("exact", "gap"))
         why = ""
         if marked:
             names = ", ".join(self.labels[g] for g in marked)
@@ -470,7 +471,12 @@ def _marked_caption(report: Report) -> str:
     if not report.marks:
         return ""
     exact = any(m.kind == "exact" for m in report.marks)
-    why = f" {EXACT_MARK}: its exact figures do not describe its policy; no verdict rests on them." if exact else ""
+    why = (
+        f" {EXACT_MARK}: its exact figures cover too little of its policy (the walk cut more than 0.05 of its mass, or"
+        " under half of it is valid); no verdict rests on them."
+        if exact
+        else ""
+    )
     return f" {MARK}: a run of the group is marked in the notes above.{why}"
 
 

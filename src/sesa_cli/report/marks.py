@@ -1,14 +1,18 @@
 """Why a report must not take a run's final numbers at face value: marks on runs, and on their groups (docs/metrics.md).
 
-Three kinds:
+Four kinds:
 
-* **exact** — the run's exact ``policy/*`` metrics cover little of what it samples: at its last evaluation the
-  walk cut more than :data:`sesa_cli.intervals.PRUNED_LIMIT` of the policy's mass (its figures are bounds, and the
-  sampled-gap check cannot pass), the sampled success on the exact-policy instances lies more than
-  :data:`sesa_cli.intervals.GAP_LIMIT` standard deviations from the exact success probability
-  (``policy/sampled_gap``), or ``policy/valid_mass`` is below :data:`VALID_MASS_LOW` (most of the policy's episodes
-  are not what the exact metrics enumerate). A group with such a run does not get a verdict on the exact metrics
+* **exact** — the run's exact ``policy/*`` metrics cover little of its policy: at its last evaluation the walk cut
+  more than :data:`sesa_cli.intervals.PRUNED_LIMIT` of the policy's mass (its figures are bounds, and the sampled-gap
+  check cannot pass), or ``policy/valid_mass`` is below :data:`VALID_MASS_LOW` (most of the policy's episodes are not
+  what the exact metrics enumerate). A group with such a run does not get a verdict on the exact metrics
   (:meth:`sesa_cli.report.document.Report.answer`), and its exact cells carry :data:`sesa_cli.intervals.EXACT_MARK`.
+* **gap** — the run's sampled success on the exact-policy instances lies more than
+  :data:`sesa_cli.intervals.GAP_LIMIT` standard deviations from the exact success probability
+  (``policy/sampled_gap``): one of the two does not say what the other does. The exact figure covers the whole
+  policy, so its cells are not marked; the note names the run, and the report bases no verdict on the group's exact
+  metrics. One evaluation's draws can do it: every group of a seed draws its evaluation from the same random
+  numbers, so one unlikely draw shows in every group of that seed (docs/metrics.md).
 * **lost** — the run ended broken (:func:`lost_reasons`): its final success is below the base model's, under half
   of its final replies are valid, or its loss went non-finite. It is a result of its method, not an accident of the
   report: it stays in its group's mean, and every table and headline counts it (``1 of 5 runs lost``).
@@ -52,7 +56,7 @@ class Mark:
     run: str
     """The run's seed (or dir name)."""
     kind: str
-    """``exact`` or ``status`` (see the module docstring)."""
+    """``exact``, ``gap``, ``lost`` or ``status`` (see the module docstring)."""
     text: str
 
     def line(self, labels: dict[str, str]) -> str:
@@ -68,7 +72,7 @@ def _final(run: Run, metric: str) -> float:
 
 
 def exact_marks(run: Run) -> list[str]:
-    """Why the run's exact metrics do not describe its sampled behaviour, if they do not (see the module)."""
+    """Why the run's exact metrics cover too little of its policy, if they do (an ``exact`` mark: see the module)."""
     out = []
     pruned = _final(run, PRUNED)
     if pruned > PRUNED_LIMIT:
@@ -76,17 +80,23 @@ def exact_marks(run: Run) -> list[str]:
             f"its exact walk cut {pruned:.3f} of the policy's mass (more than {PRUNED_LIMIT:g}): its exact figures "
             "describe part of the policy, and its sampled-gap check cannot pass"
         )
+    valid = _final(run, VALID_MASS)
+    if valid < VALID_MASS_LOW:
+        out.append(
+            f"policy/valid_mass is {valid:.3f}: its exact metrics cover under {VALID_MASS_LOW:.0%} of its episodes"
+        )
+    return out
+
+
+def gap_marks(run: Run) -> list[str]:
+    """Why the run's exact metrics and its samples disagree, if they do (a ``gap`` mark: see the module)."""
+    out = []
     gap = _final(run, SAMPLED_GAP)
     if gap > GAP_LIMIT:
         out.append(
             f"its sampled success on the exact-policy instances, {_final(run, EXACT_SUCCESS):.3f}, and its exact "
             f"target mass, {_final(run, TARGET_MASS):.3f}, are {gap:.1f} standard deviations apart: the exact "
             "metrics do not describe what it samples"
-        )
-    valid = _final(run, VALID_MASS)
-    if valid < VALID_MASS_LOW:
-        out.append(
-            f"policy/valid_mass is {valid:.3f}: its exact metrics cover under {VALID_MASS_LOW:.0%} of its episodes"
         )
     return out
 
@@ -160,6 +170,7 @@ def run_marks(runs: Sequence[Run]) -> list[Mark]:
     for run in runs:
         name = run.seed or run.name
         marks += [Mark(run.group, name, "exact", text) for text in exact_marks(run)]
+        marks += [Mark(run.group, name, "gap", text) for text in gap_marks(run)]
         marks += [Mark(run.group, name, "lost", "lost: " + "; ".join(why)) for why in [lost_reasons(run)] if why]
         marks += [Mark(run.group, name, "status", text) for text in status_marks(run, last[run.group])]
     return marks

@@ -28,6 +28,7 @@ Nothing here imports torch: the runs are ``sesa`` subprocesses.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import itertools
 import json
 import math
@@ -975,6 +976,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.address and args.launcher != "ray":
         parser.error("--address is Ray's: give it with --launcher ray")
+    if args.launcher == "ray" and importlib.util.find_spec("hydra_plugins.hydra_ray_launcher") is None:
+        parser.error("--launcher ray needs Hydra's Ray launcher: pip install 'sesa[ray]'")
     if args.lanes is not None and args.lanes < 1:
         parser.error("--lanes must be at least 1")
     root = (args.root or Path("outputs/claims-smoke" if args.smoke else "outputs/claims")).resolve()

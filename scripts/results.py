@@ -584,16 +584,17 @@ def render(session: Session, docs: Path, claims: Sequence[Claim] = CLAIMS, notes
     page = docs / "results.md"
     kept = page_sections(page.read_text()) if page.is_file() else {}
     chosen = {c.key for c in claims}
+    names = dict.fromkeys(name for claim in CLAIMS for name in claim.sweeps)
+    complete = {name: [path for _, path in session.complete(sweep_named(name))] for name in names}
     sections = []
     for claim in CLAIMS:
         if claim.key in kept and claim.key not in chosen:
             sections += kept[claim.key]
             continue
-        runs = [path for name in claim.sweeps for _, path in session.complete(sweep_named(name))]
+        runs = [path for name in claim.sweeps for path in complete[name]]
         sections += _claim_section(session, claim, runs, figures, docs)
     glance = head_to_head_figure(figures)
-    names = dict.fromkeys(name for claim in CLAIMS for name in claim.sweeps)
-    every = [path for name in names for _, path in session.complete(sweep_named(name))]
+    every = [path for paths in complete.values() for path in paths]
     preamble = _preamble(session, notes, _sections_time(sections), cores_sentence(every))
     if glance is not None:
         glance_text = (

@@ -18,7 +18,9 @@ crashed) is moved aside to ``.<job>.incomplete`` in its sweep dir (kept, not del
 ``<sweep>.retry<N>``. ``--render`` writes the page from the runs already there without starting any; ``--claims``
 reruns and rewrites the sections named, keeping every other section as the page has it. ``--smoke``
 shrinks every sweep (a small world, a few steps) to check the machinery end to end in minutes; it writes its page
-under the root, never over docs/.
+under the root, never over docs/. ``--launcher ray --address auto`` runs the sweeps' jobs on a Ray cluster instead,
+every ready sweep at once, one CPU per job (docs/scaling.md, "The results page on a cluster"); any other Hydra
+launcher goes by its name (``--launcher NAME``, its settings among the overrides).
 
 Nothing here imports torch: the runs are ``sesa`` subprocesses.
 """
@@ -26,6 +28,7 @@ Nothing here imports torch: the runs are ``sesa`` subprocesses.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import itertools
 import json
 import math
@@ -158,6 +161,39 @@ AGENT_HEADLINE = tuple(_declared(m) for m in _DATA["headlines"]["agent"])
 
 # ------------------------------------------------------------------------------------------------ the jobs
 @dataclass(frozen=True)
+class Launcher:
+    """The Hydra launcher the multiruns go through (``--launcher``, ``--address``): joblib on this machine (the
+    page's default), Ray on a cluster, or any other launcher by name (its settings among the overrides)."""
+
+    name: str = "joblib"
+    address: str | None = None
+    """ray: the cluster's address (``hydra.launcher.ray.init.address``); None: each multirun starts a local Ray."""
+
+    def overrides(self, jobs: int) -> list[str]:
+        """The launcher's overrides of a multirun, ``jobs`` at a time on joblib; a Ray job asks for one CPU (it runs
+        one torch thread)."""
+        if self.name == "joblib":
+            return ["hydra/launcher=joblib", f"hydra.launcher.n_jobs={jobs}"]
+        if self.name != "ray":
+            return [f"hydra/launcher={self.name}"]
+        connect = []
+        if self.address:
+            # the launcher asks ray.init for a small object store, which ray.init refuses when it joins a cluster
+            connect = [
+                f"hydra.launcher.ray.init.address={self.address}",
+                "+hydra.launcher.ray.init.object_store_memory=null",
+            ]
+        return ["hydra/launcher=ray", *connect, "+hydra.launcher.ray.remote.num_cpus=1"]
+
+    def lanes(self) -> int | None:
+        """How many multiruns at once by default: joblib :data:`LANES`; a local Ray one (each multirun would start
+        its own); a cluster every ready sweep (None: its scheduler shares the cores among their jobs)."""
+        if self.name == "joblib":
+            return LANES
+        return 1 if self.name == "ray" and not self.address else None
+
+
+@dataclass(frozen=True)
 class Session:
     """Where the runs go and what every job gets."""
 
@@ -168,6 +204,7 @@ class Session:
     extra: tuple[str, ...] = ()
     """Overrides for every job (e.g. ``model.cache_dir=...``), after the sweep's own (and its smoke settings)."""
     smoke: bool = False
+    launcher: Launcher = Launcher()
 
     def overrides(self, sweep: Sweep) -> list[str]:
         """The sweep's overrides with the smoke settings and ``extra`` replacing those of the same key."""
@@ -275,8 +312,9 @@ def _identity(run_dir: Path, keys: Sequence[str]) -> tuple[str, ...] | None:
 
 # ----------------------------------------------------------------------------------------------- running
 def command(session: Session, sweep: Sweep, axes: dict[str, list[str]], sweep_dir: Path, jobs: int = 2) -> list[str]:
-    """The ``sesa`` argv of a multirun of ``sweep`` over ``axes`` (its swept keys and the seed or ckpt axis), ``jobs``
-    at a time (the recipes' headers: 2, a sweep alone on the machine; the page's lanes: 1 each, :func:`run_sweeps`)."""
+    """The ``sesa`` argv of a multirun of ``sweep`` over ``axes`` (its swept keys and the seed or ckpt axis), through
+    the session's launcher, on joblib ``jobs`` at a time (the recipes' headers: 2, a sweep alone on the machine; the
+    page's lanes: 1 each, :func:`run_sweeps`)."""
     fixed, _ = _axes(session.overrides(sweep))
     return [
         "sesa",
@@ -284,8 +322,7 @@ def command(session: Session, sweep: Sweep, axes: dict[str, list[str]], sweep_di
         "-m",
         *fixed,
         *(f"{k}={','.join(v)}" for k, v in axes.items()),
-        "hydra/launcher=joblib",
-        f"hydra.launcher.n_jobs={jobs}",
+        *session.launcher.overrides(jobs),
         f"hydra.sweep.dir={sweep_dir}",
     ]
 
@@ -376,12 +413,14 @@ _SESSION_LOCK = threading.Lock()
 """Serializes the lanes' writes to ``session.log`` and ``session.json``."""
 
 
-def run_sweeps(session: Session, sweeps: Sequence[Sweep], log: Path, lanes: int = LANES) -> list[str]:
+def run_sweeps(session: Session, sweeps: Sequence[Sweep], log: Path, lanes: int | None = LANES) -> list[str]:
     """Run ``sweeps`` (:func:`run_sweep` each) in ``lanes`` lanes at once, one job at a time in each; returns their
     notes. A free lane takes the costliest sweep that is ready (a revival once its parent sweep is done; a parent
     counts the revivals waiting on it), so the cores stay busy across sweeps: a sweep run alone, two jobs at a time,
     leaves a core idle while its last job runs and while its base is built. ``lanes=1``: one sweep after another,
-    two jobs at a time (how the page was made before)."""
+    two jobs at a time (how the page was made before). ``lanes=None``: every sweep as soon as it is ready (a
+    cluster's launcher, whose scheduler runs the jobs of them all as its cores free up)."""
+    lanes = lanes or max(len(sweeps), 1)
     cost = {s.name: _missing(session, s) * RUN_MINUTES.get(s.recipe, 1.0) for s in sweeps}
     priority = {s.name: cost[s.name] + sum(cost[c.name] for c in sweeps if c.parent == s.name) for s in sweeps}
     pending, notes = list(sweeps), []
@@ -416,19 +455,23 @@ def _missing(session: Session, sweep: Sweep) -> int:
 
 
 def _run(argv: list[str], log: Path, name: str) -> None:
-    """Run one ``sesa`` multirun (one torch thread per job): its output goes to ``logs/<sweep dir>.log`` beside
-    ``log``, its command and exit to ``log``, its start and wall time to ``session.json`` beside ``log``."""
+    """Run one ``sesa`` multirun (one torch thread per job; on joblib ``OMP_NUM_THREADS=1``): its output goes to
+    ``logs/<sweep dir>.log`` beside ``log``, its command and exit to ``log``, its start and wall time to
+    ``session.json`` beside ``log``."""
     exe = shutil.which("sesa") or str(Path(sys.executable).with_name("sesa"))
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    # joblib's workers on this machine: one thread each; Ray sets a task's OMP_NUM_THREADS to its CPUs (one)
+    threads = {"OMP_NUM_THREADS": "1"} if "hydra/launcher=joblib" in argv else {}
+    env = {**os.environ, **threads}
+    shell = "".join(f"{k}={v} " for k, v in threads.items()) + " ".join(argv)
     sweep_dir = Path(argv[-1].partition("=")[2])
     own = log.parent / "logs" / f"{sweep_dir.name}.log"
     own.parent.mkdir(parents=True, exist_ok=True)
     print(f"[results] {name}: {' '.join(argv)}", flush=True)
     with _SESSION_LOCK, log.open("a") as out:
-        out.write(f"\n$ OMP_NUM_THREADS=1 {' '.join(argv)}\n(output: {own.relative_to(log.parent)})\n")
+        out.write(f"\n$ {shell}\n(output: {own.relative_to(log.parent)})\n")
     started, start = time.strftime("%Y-%m-%dT%H:%M:%S"), time.time()
     with own.open("a") as out:
-        out.write(f"$ OMP_NUM_THREADS=1 {' '.join(argv)}\n")
+        out.write(f"$ {shell}\n")
         out.flush()
         code = subprocess.run([exe, *argv[1:]], stdout=out, stderr=subprocess.STDOUT, env=env, check=False).returncode
     seconds = time.time() - start
@@ -472,6 +515,65 @@ def machine_shares(records: Sequence[dict[str, Any]]) -> list[float]:
     return shares
 
 
+CORES = (16, 64, 256)
+"""The core counts the page states its sweeps' least time on (:func:`cores_sentence`)."""
+
+
+def run_seconds(run_dir: Path) -> tuple[float, Path | None] | None:
+    """(a run's seconds, the run it revived or None) from its run.json: its ``started`` to its ``ended``, which is the
+    time of its last process after its model load (a base's warm start, or an earlier stretch of a resumed run, not
+    counted); None where run.json lacks either."""
+    info = json.loads((run_dir / "run.json").read_text())
+    if not info.get("started") or not info.get("ended"):
+        return None
+    start, end = (time.mktime(time.strptime(info[k], "%Y-%m-%dT%H:%M:%S")) for k in ("started", "ended"))
+    parent = info.get("parent_run")
+    return max(end - start, 0.0), Path(parent).resolve() if parent else None
+
+
+def least_time(runs: dict[Path, tuple[float, Path | None]], cores: int) -> float:
+    """A lower bound on the seconds ``runs`` (run -> its seconds and the run it revived, :func:`run_seconds`) take
+    on ``cores`` cores, one job each: their total over the cores, or the longest chain of a run and the revivals
+    that wait on it, whichever is longer (scheduling, start-up and a sweep waiting on its whole parent sweep come
+    on top)."""
+    chains: dict[Path, float] = {}
+
+    def chain(run: Path) -> float:
+        if run not in chains:
+            seconds, parent = runs[run]
+            chains[run] = seconds + (chain(parent) if parent in runs else 0.0)
+        return chains[run]
+
+    if not runs:
+        return 0.0
+    return max(sum(seconds for seconds, _ in runs.values()) / cores, max(chain(run) for run in runs))
+
+
+def cores_sentence(run_dirs: Sequence[Path], cores: Sequence[int] = CORES) -> str:
+    """What the page's runs took on one core each and the least their sweeps would take on ``cores`` cores
+    (:func:`least_time`); empty where no run recorded its end."""
+    runs = {path.resolve(): timed for path in run_dirs if (timed := run_seconds(path)) is not None}
+    if not runs:
+        return ""
+    total = sum(seconds for seconds, _ in runs.values())
+    bounds = [_duration(least_time(runs, n)) for n in cores]
+    return (
+        f" The page's {len(runs)} runs took {total / 3600:.1f} core-hours (each run.json's start to end, its model "
+        f"load excluded); on {', '.join(map(str, cores[:-1]))} or {cores[-1]} cores, one job each, their sweeps would "
+        f"take at least {', '.join(bounds[:-1])} or {bounds[-1]} (a lower bound: the total over the cores, or the "
+        "longest run with its revival where that is longer)."
+    )
+
+
+def _duration(seconds: float) -> str:
+    """``42 s``, ``17 min`` or ``3 h 05 min``."""
+    return f"{seconds:.0f} s" if seconds < 60 else _minutes(round(seconds / 60))
+
+
+def _minutes(minutes: int) -> str:
+    return f"{minutes // 60} h {minutes % 60:02d} min" if minutes >= 60 else f"{minutes} min"
+
+
 # ----------------------------------------------------------------------------------------------- the page
 def render(session: Session, docs: Path, claims: Sequence[Claim] = CLAIMS, notes: Sequence[str] = ()) -> Path:
     """Write ``docs/results.md`` (and its PNGs under ``docs/results/``): the sections of ``claims`` from the complete
@@ -482,15 +584,18 @@ def render(session: Session, docs: Path, claims: Sequence[Claim] = CLAIMS, notes
     page = docs / "results.md"
     kept = page_sections(page.read_text()) if page.is_file() else {}
     chosen = {c.key for c in claims}
+    names = dict.fromkeys(name for claim in CLAIMS for name in claim.sweeps)
+    complete = {name: [path for _, path in session.complete(sweep_named(name))] for name in names}
     sections = []
     for claim in CLAIMS:
         if claim.key in kept and claim.key not in chosen:
             sections += kept[claim.key]
             continue
-        runs = [path for name in claim.sweeps for _, path in session.complete(sweep_named(name))]
+        runs = [path for name in claim.sweeps for path in complete[name]]
         sections += _claim_section(session, claim, runs, figures, docs)
     glance = head_to_head_figure(figures)
-    preamble = _preamble(session, notes, _sections_time(sections))
+    every = [path for paths in complete.values() for path in paths]
+    preamble = _preamble(session, notes, _sections_time(sections), cores_sentence(every))
     if glance is not None:
         glance_text = (
             f"At a glance, claims {', '.join(HEAD_TO_HEAD['claims'])}: every method's final success against the "
@@ -611,7 +716,7 @@ def _sections_time(lines: Sequence[str]) -> str:
         m = re.search(r"its sweeps took (?:(\d+) h )?(\d+) min of wall time", line)
         if m:
             minutes += 60 * int(m.group(1) or 0) + int(m.group(2))
-    return f"{minutes // 60} h {minutes % 60:02d} min" if minutes >= 60 else f"{minutes} min"
+    return _minutes(minutes)
 
 
 def page_sections(text: str) -> dict[str, list[str]]:
@@ -796,20 +901,28 @@ def _wall_time(session: Session, names: Sequence[str] | None = None) -> str:
     sweeps = json.loads(timing.read_text())["sweeps"] if timing.is_file() else []
     shares = machine_shares(sweeps)
     minutes = round(sum(x for s, x in zip(sweeps, shares, strict=True) if names is None or s["sweep"] in names) / 60)
-    return f"{minutes // 60} h {minutes % 60:02d} min" if minutes >= 60 else f"{minutes} min"
+    return _minutes(minutes)
 
 
-def _preamble(session: Session, notes: Sequence[str], took: str) -> list[str]:
+def _preamble(session: Session, notes: Sequence[str], took: str, cores: str = "") -> list[str]:
     generated = (
         "Generated by `nox -s results` (`python scripts/results.py`, the claims in `scripts/claims.yaml`): it runs every sweep below that is not "
         "complete yet, then writes this page from the runs; `nox -s results -- --render` rewrites the page from the "
         "existing runs, and `--claims IV,V` reruns and rewrites those sections only, keeping the others as the page "
         "has them. Each section names its seeds, its runs and the commit it was written at. Do not edit by hand."
     )
+    if session.launcher.name == "joblib":
+        how = (
+            "two at a time, on a 2-core machine that may have been shared; each section says its own: where two sweeps "
+            "ran at once, each counts half of those minutes"
+        )
+    else:
+        how = (
+            f"through Hydra's {session.launcher.name} launcher; each section says its own: where sweeps ran at once, "
+            "each counts its share of those minutes"
+        )
     compute = (
-        f"{METHOD} Compute: the sections' sweeps took {took} of wall time in all (one thread per job, two at a time, "
-        "on a 2-core machine that may have been shared; each section says its own: where two sweeps ran at once, "
-        "each counts half of those minutes)."
+        f"{METHOD} Compute: the sections' sweeps took {took} of wall time in all (one thread per job, {how}).{cores}"
     )
     reading = (
         "Reading the tables (since 2026-12-07): an agent task's solutions are what its episodes did, the states they "
@@ -848,8 +961,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--render", action="store_true", help="write the page from existing runs; run nothing")
     parser.add_argument("--smoke", action="store_true", help="tiny sweeps that check the machinery in minutes")
+    parser.add_argument(
+        "--launcher",
+        default="joblib",
+        help="Hydra's launcher of the sweeps: joblib (this machine), ray, or any other by name, its settings among "
+        "the overrides (default joblib)",
+    )
+    parser.add_argument("--address", help="ray: the cluster's address (auto on a node of it); default a local Ray")
+    parser.add_argument(
+        "--lanes",
+        type=int,
+        help="how many multiruns at once (default: joblib 2, one job each; ray without --address 1; otherwise every "
+        "ready sweep, the cluster scheduling their jobs)",
+    )
     parser.add_argument("overrides", nargs="*", help="overrides for every job, e.g. model.cache_dir=DIR")
     args = parser.parse_args(argv)
+    if args.address and args.launcher != "ray":
+        parser.error("--address is Ray's: give it with --launcher ray")
+    if args.launcher == "ray" and importlib.util.find_spec("hydra_plugins.hydra_ray_launcher") is None:
+        parser.error("--launcher ray needs Hydra's Ray launcher: pip install 'sesa[ray]'")
+    if args.lanes is not None and args.lanes < 1:
+        parser.error("--lanes must be at least 1")
     root = (args.root or Path("outputs/claims-smoke" if args.smoke else "outputs/claims")).resolve()
     docs = args.docs or (root / "docs" if args.smoke else Path("docs"))
     given = args.seeds or ("0,1" if args.smoke else None)
@@ -859,7 +991,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if unknown:
         parser.error(f"unknown claim {', '.join(unknown)}; choose from {', '.join(c.key for c in CLAIMS)}")
     claims = [c for c in CLAIMS if c.key in keys]
-    session = Session(root, seeds, tuple(args.overrides), args.smoke)
+    launcher = Launcher(args.launcher, args.address)
+    session = Session(root, seeds, tuple(args.overrides), args.smoke, launcher)
     root.mkdir(parents=True, exist_ok=True)
     docs.mkdir(parents=True, exist_ok=True)
     notes: list[str] = []
@@ -867,7 +1000,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args.render:
         needed = {name for claim in claims for name in claim.sweeps}
         needed |= {s.parent for s in SWEEPS if s.name in needed and s.parent}
-        notes += run_sweeps(session, [s for s in SWEEPS if s.name in needed], root / "session.log")
+        lanes = args.lanes or launcher.lanes()
+        notes += run_sweeps(session, [s for s in SWEEPS if s.name in needed], root / "session.log", lanes)
     page = render(session, docs, claims, notes)
     print(f"[results] wrote {page} ({(time.time() - start) / 60:.1f} min)", flush=True)
     return 0

@@ -1,5 +1,6 @@
 """``hydra/launcher=ray``: a sweep's jobs run as Ray tasks on a local Ray the launcher starts, one CPU each; every run
-dir is complete and the report reads the sweep. Ray is a large install (``sesa[ray]``): ``nox -s integrations`` runs this."""
+dir is complete and the report reads the sweep; scripts/results.py writes its --smoke page through a local Ray cluster
+of two workers. Ray is a large install (``sesa[ray]``): ``nox -s integrations`` runs this."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from tests.scripts import results as R
 
 pytest.importorskip("hydra_plugins.hydra_ray_launcher", reason="pip install 'sesa[ray]' (nox -s integrations)")
 
@@ -124,3 +127,55 @@ def test_one_ctrl_c_stops_a_ray_sweep_at_its_jobs_next_checkpoint_and_leaves_no_
         assert time.monotonic() < end, _processes_naming(str(temp))
         time.sleep(0.5)
     shutil.rmtree(temp, ignore_errors=True)  # Ray's session files (only once no process holds them)
+
+
+def test_the_smoke_page_through_a_local_ray_cluster_of_two_workers(
+    tmp_path: Path, cache_dir: Path, path_setup, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # issue 69: `python scripts/results.py --smoke --launcher ray --address ADDR` on a cluster of a head without CPUs
+    # and two workers of one CPU each, claim I's two runs on the tiny base path_setup built (the smoke's small world at
+    # the tests' 600 warm-start steps); run again, it resumes: nothing runs, the page is written
+    from ray.cluster_utils import Cluster
+
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)  # the workers inherit this process's environment
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False})
+    try:
+        for _ in range(2):
+            cluster.add_node(num_cpus=1)
+        root = tmp_path / "claims"
+        script = Path(__file__).resolve().parents[1] / "scripts" / "results.py"
+        ray = ["--launcher", "ray", "--address", cluster.address]
+        base = [f"model.cache_dir={cache_dir}", "model.warm_start_steps=600"]
+        cmd = [sys.executable, str(script), "--smoke", "--claims", "I", *ray, "--root", str(root), *base]
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, check=False)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        log = (root / "logs" / "collapse.log").read_text()
+        assert "Ray Launcher is launching 2 jobs" in log, log[-3000:]
+        assert "hydra.launcher.n_jobs" not in log
+        spans = []
+        for job in ("0", "1"):
+            assert "id: job_id_for_" + job in (root / "collapse" / job / ".hydra" / "hydra.yaml").read_text()
+            info = json.loads((root / "collapse" / job / "run.json").read_text())
+            assert (info["status"], info["torch_threads"]) == ("finished", 1)
+            stamps = [line[1:24] for line in (root / "collapse" / job / "train.log").read_text().splitlines()
+                      if line.startswith("[20")]  # fmt: skip
+            spans.append((stamps[0], stamps[-1]))  # its log's first and last line, to the millisecond
+        assert max(s for s, _ in spans) < min(e for _, e in spans)  # at once: one on each worker (the head has no CPU)
+        page = root / "docs" / "results.md"
+        text = page.read_text()
+        assert "**Smoke run**" in text
+        assert "through Hydra's ray launcher" in text
+        assert "The page's 2 runs took" in text
+        section = R.page_sections(text)["I"]
+        assert any(line.startswith("Seeds 0, 1: 2 runs under `<root>`") for line in section), section
+        assert "Not run yet." not in section
+
+        page.unlink()
+        logs = sorted((root / "logs").iterdir())
+        again = subprocess.run(cmd, capture_output=True, text=True, timeout=900, check=False)
+        assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+        assert "[results] collapse:" not in again.stdout  # every job has its run: no multirun starts
+        assert sorted((root / "logs").iterdir()) == logs
+        assert "**Smoke run**" in page.read_text()
+    finally:
+        cluster.shutdown()

@@ -430,6 +430,83 @@ def test_sweeps_that_ran_at_once_share_the_wall_time() -> None:
     assert sum(shares) == pytest.approx(180 + 50 + 300)
 
 
+def test_the_least_time_on_n_cores_is_the_total_over_them_or_the_longest_revival_chain(tmp_path: Path) -> None:
+    def run(name: str, minutes: float, parent: Path | None = None, ended: bool = True) -> Path:
+        path = tmp_path / name
+        path.mkdir()
+        end = f"2026-12-07T10:{minutes:02.0f}:00" if ended else None
+        info = {"started": "2026-12-07T10:00:00", "ended": end, "parent_run": str(parent) if parent else None}
+        (path / "run.json").write_text(json.dumps(info))
+        return path
+
+    # two collapse runs of 10 min, a 5-min revival of the first, five 3-min runs, one unfinished (not counted)
+    first = run("collapse0", 10)
+    runs = [first, run("collapse1", 10), run("revive0", 5, parent=first), *(run(f"h2h{i}", 3) for i in range(5))]
+    runs.append(run("killed", 30, ended=False))
+    timed = {path.resolve(): t for path in runs if (t := R.run_seconds(path)) is not None}
+    assert len(timed) == 8
+    assert R.least_time(timed, 1) == 40 * 60  # one core: the total
+    assert R.least_time(timed, 2) == 20 * 60  # the total over two cores
+    assert R.least_time(timed, 16) == 15 * 60  # many cores: the revival waits for its 10-min parent
+    text = R.cores_sentence(runs, cores=(1, 2, 16))
+    assert "The page's 8 runs took 0.7 core-hours" in text
+    assert "on 1, 2 or 16 cores, one job each, their sweeps would take at least 40 min, 20 min or 15 min" in text
+    assert R.cores_sentence([runs[-1]]) == ""
+
+
+def test_the_launcher_chooses_the_multiruns_overrides_and_lanes(tmp_path: Path, monkeypatch) -> None:
+    sweep = R.sweep_named("collapse")
+    axes = {"seed": ["0", "1"]}
+    joblib = R.command(R.Session(tmp_path), sweep, axes, tmp_path / "collapse", 1)
+    assert joblib[-3:] == ["hydra/launcher=joblib", "hydra.launcher.n_jobs=1", f"hydra.sweep.dir={tmp_path}/collapse"]
+    ray = R.command(R.Session(tmp_path, launcher=R.Launcher("ray", "auto")), sweep, axes, tmp_path / "collapse", 1)
+    assert ray[-5:] == ["hydra/launcher=ray", "hydra.launcher.ray.init.address=auto",
+                        "+hydra.launcher.ray.init.object_store_memory=null", "+hydra.launcher.ray.remote.num_cpus=1",
+                        f"hydra.sweep.dir={tmp_path}/collapse"]  # fmt: skip
+    assert not any("n_jobs" in a for a in ray)
+    slurm = R.Session(tmp_path, extra=("hydra.launcher.partition=cpu",), launcher=R.Launcher("submitit_slurm"))
+    argv = R.command(slurm, sweep, axes, tmp_path / "collapse")
+    assert "hydra/launcher=submitit_slurm" in argv
+    assert "hydra.launcher.partition=cpu" in argv
+    assert (R.Launcher().lanes(), R.Launcher("ray").lanes(), R.Launcher("ray", "auto").lanes()) == (2, 1, None)
+    # joblib's jobs get one thread; Ray sets a task's OMP_NUM_THREADS itself
+    envs = []
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr(
+        R.subprocess, "run", lambda argv, env, **_: envs.append(env) or R.subprocess.CompletedProcess(argv, 0)
+    )
+    for argv in (joblib, ray):
+        R._run(argv, tmp_path / "session.log", "collapse")
+    assert [env.get("OMP_NUM_THREADS") for env in envs] == ["1", None]
+    assert "$ OMP_NUM_THREADS=1 sesa train" in (tmp_path / "session.log").read_text()
+    assert "$ sesa train -m experiment=collapse_revival" in (tmp_path / "session.log").read_text()
+
+
+def test_a_cluster_runs_every_ready_sweep_at_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import threading
+    import time
+
+    running, most, order = [], [0], []
+    lock = threading.Lock()
+
+    def fake_run_sweep(session: R.Session, sweep: R.Sweep, log: Path, jobs: int = 2) -> list[str]:
+        with lock:
+            running.append(sweep.name)
+            order.append(("start", sweep.name))
+            most[0] = max(most[0], len(running))
+        time.sleep(0.05)
+        with lock:
+            running.remove(sweep.name)
+            order.append(("end", sweep.name))
+        return []
+
+    monkeypatch.setattr(R, "run_sweep", fake_run_sweep)
+    sweeps = [R.sweep_named(n) for n in ("collapse", "revive_parallel", "frozenlake", "sokoban", "countdown")]
+    R.run_sweeps(R.Session(tmp_path, SEEDS), sweeps, tmp_path / "session.log", lanes=None)
+    assert most[0] == 4  # every sweep but the revival at once
+    assert order.index(("start", "revive_parallel")) > order.index(("end", "collapse"))
+
+
 @pytest.mark.slow
 def test_smoke_session_end_to_end(tmp_path: Path, cache_dir: Path) -> None:
     """`nox -s results -- --smoke`: real sweeps of 2 seeds x 3 steps, then the page (a few minutes)."""

@@ -750,7 +750,11 @@ def _claim_section(session: Session, claim: Claim, runs: list[Path], figures: Pa
     if not runs:
         return [*lines, "Not run yet.", ""]
     n_groups = len({_group_key(p) for p in runs})
-    report = analyse(runs, claim.compare if n_groups > 1 else ())
+    compare = claim.compare if n_groups > 1 else ()
+    if compare and compare[0].isdigit() and int(compare[0]) > n_groups:  # its sweep has not run yet
+        lines += [f"- No differences yet: the baseline, group [{compare[0]}], has no runs.", ""]
+        compare = ()
+    report = analyse(runs, compare)
     use_headline(report, claim.headline)
     out = session.root / "reports" / claim.key
     files = write_report(report, out)

@@ -188,7 +188,9 @@ def fake_claims(root: Path, seeds: tuple[int, ...] = SEEDS) -> None:
     # claims IX-XII: the agent tasks' head-to-head sweeps, each job as its sweep's axes give it
     session = R.Session(root, seeds)
     for sweep in R.SWEEPS:
-        if sweep.name.startswith("h2h_") and sweep.recipe != "collapse_revival":
+        if (
+            sweep.name.startswith("h2h_") or sweep.name.endswith("_equal_compute")
+        ) and sweep.recipe != "collapse_revival":
             fixed = dict(pair.split("=", 1) for pair in R._axes(sweep.overrides)[0])
             task = {"countdown_tiny": "countdown", "sokoban_tiny": "sokoban"}.get(sweep.recipe, "frozenlake")
             for job, swept in enumerate(session.jobs(sweep)):
@@ -288,7 +290,7 @@ def test_missing_runs_are_said_not_invented(tmp_path: Path) -> None:
     write_run(root / "collapse" / "0", {"experiment": "collapse_revival", "seed": 0}, policy=True)
     text = R.render(R.Session(root, SEEDS), tmp_path / "docs").read_text()
     assert "Task path · 1 runs in 1 group · seeds 0." in text
-    assert text.count("Not run yet.") == 12  # claims III-XIV; II shows the parallel runs it has
+    assert text.count("Not run yet.") == 13  # claims III-XV; II shows the parallel runs it has
     assert "- **Incomplete:** 1 of the 2 jobs of sweep `collapse` have finished." in text
     assert "- **Incomplete:** 0 of the 4 jobs of sweep `discovery` have finished." in text
 

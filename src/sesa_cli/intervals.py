@@ -95,8 +95,8 @@ def difference_interval(
 
     Paired (bootstrap of the per-seed differences) when both have values at the same seeds; else unpaired (each group
     resampled on its own, the difference of the resampled means). NaN bounds when either group has fewer than two
-    seeds (two runs of one seed are still paired: the difference of the same seed, without an interval; issue 67:
-    a report over two same-seed runs headed its difference table "unpaired"); NaN throughout when either has none.
+    seeds (two runs of one seed are still paired: the difference of the same seed, without an interval;
+    a report over two same-seed runs once headed its difference table "unpaired"); NaN throughout when either has none.
     """
     a = {s: v for s, v in a.items() if not is_missing(v)}
     b = {s: v for s, v in b.items() if not is_missing(v)}

@@ -5,8 +5,8 @@ checked when a command reads the checkpoint (``sesa eval``, ``sesa revive`` and 
 sesa_cli.runs.check_checkpoint): a file whose bytes changed since (a flipped bit on a disk, a bad copy) is refused
 with one line naming it, before any model work. The structural checks (a truncated or empty file, JSON that does not
 parse, a pickle carrying code) say what is wrong first; the checksums find what they cannot see: a weight or an
-optimizer moment changed in place, which loads and then trains on garbage (issue 67: a flipped byte in
-``optimizer.pt`` ended a revive in NaN sampling probabilities; one in the weights was used silently).
+optimizer moment changed in place, which loads and then trains on garbage (a flipped byte in
+``optimizer.pt`` once ended a revive in NaN sampling probabilities; one in the weights was used silently).
 
 ``records.json`` holds the metrics.jsonl (and policy_probs.jsonl) rows of the checkpoint's step and how many rows the
 file held up to it, so a resumed run restores a last row cut since, instead of dropping it (sesa_cli.commands.rundir).

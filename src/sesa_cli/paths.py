@@ -215,7 +215,7 @@ def umask() -> int:
 def open_file_modes(folder: Path) -> None:
     """Give every file under ``folder`` the mode a plain ``open()`` gives a new file (0666 less the umask).
     safetensors writes its file 0600, so a model cache or a checkpoint shared with a group (a lab's cache dir, a
-    collaborator's eval of a run) was unreadable to everyone but its writer (issue 67)."""
+    collaborator's eval of a run) was unreadable to everyone but its writer."""
     mode = 0o666 & ~umask()
     for path in Path(folder).rglob("*"):
         if path.is_file() and not path.is_symlink() and path.stat().st_mode & 0o777 != mode:

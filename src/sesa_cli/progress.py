@@ -156,7 +156,7 @@ class Activity:
         """(the count and clocks that always show, the rate and the time spent apart), e.g. (``train 12/100 (12%)
         ETA 1:43  elapsed 0:14``, [``0.85 step/s``, ``eval 0:03``]); a phase without steps: (``evaluation: running,
         elapsed 0:14``, []). The rate counts the steps' own time only: a SmolLM2 run whose evaluations took minutes
-        showed 596 s/step (issue 67); the ETA counts everything, evaluations to come included, at the pace so far."""
+        showed 596 s/step; the ETA counts everything, evaluations to come included, at the pace so far."""
         elapsed = time.monotonic() - self.started
         if self.total is None:
             return f"{self.label}: running, elapsed {_clock(elapsed)}", []

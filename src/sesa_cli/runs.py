@@ -3,9 +3,8 @@
 Layout::
 
     <run_dir>/config.yaml            resolved config
-    <run_dir>/run.json               run id, command, parent checkpoint, overrides, start time, git commit, torch
-                                     thread count and package versions; at the end its compute by phase
-                                     (tokens, FLOPs, seconds: sesa_cli.compute)
+    <run_dir>/run.json               run id, command, parent, overrides, start, commit, threads, versions; at the
+                                     end its compute by phase (tokens, FLOPs, seconds: sesa_cli.compute)
     <run_dir>/metrics.jsonl          one JSON object per step (training rows and evaluation rows), each with "step"
     <run_dir>/metrics.csv            the same, as a table (rewritten at every checkpoint and at the end)
     <run_dir>/policy_probs.jsonl     per evaluation, the exact probability of each target and likely solution
@@ -13,11 +12,10 @@ Layout::
     <run_dir>/eval_counts.jsonl      per evaluation, each instance's successful samples of how many
                                      (sesa_cli.evaluation.success_counts: the report's pass@k at every k)
     <run_dir>/samples/step_N.jsonl   rollouts of step N
-    <run_dir>/checkpoints/step_N/    HF model dir + tokenizer + optimizer.pt + trainer_state.json + records.json
-                                     + manifest.json (sha256 of every file)
+    <run_dir>/checkpoints/step_N/    HF model dir, tokenizer, optimizer.pt, trainer_state.json, records.json, manifest.json
 
-Checkpoints are written to ``step_N.tmp`` and renamed, so a crash or Ctrl-C never leaves a half-written one; each
-carries the sha256 of its files and a copy of the run's records at its step (sesa_cli.manifest).
+Checkpoints are written to ``step_N.tmp`` and renamed, so a crash or Ctrl-C never leaves a half-written one; each carries
+the sha256 of its files (manifest.json) and a copy of the run's records at its step (sesa_cli.manifest).
 """
 
 from __future__ import annotations
@@ -144,8 +142,7 @@ class RunDir:
         return read_metrics(self.metrics_path)
 
     def log_policy_probs(self, record: dict[str, Any]) -> None:
-        """Append one evaluation's solution probabilities (``{"step": ..., "instances": [...]}``) to
-        policy_probs.jsonl."""
+        """Append one evaluation's solution probabilities (``{"step": ..., "instances": [...]}``) to its file."""
         self._append("policy_probs.jsonl", record)
 
     def log_eval_counts(self, record: dict[str, Any]) -> None:
@@ -415,15 +412,14 @@ def check_checkpoint(ckpt: Path, training: bool = False) -> dict[str, Any]:
         check_tensor_file(ckpt / "optimizer.pt", what="the optimizer state a revived run continues from")
         if (ckpt / "rng.pt").exists():  # older checkpoints have none
             check_tensor_file(ckpt / "rng.pt", what="the sampling generator state")
-    if (ckpt / manifest.MANIFEST).is_file():  # the bytes of every file it reads (checkpoints since issue 67)
+    if (ckpt / manifest.MANIFEST).is_file():  # the bytes of every file it reads (checkpoints written since manifests)
         skip = () if training else ("optimizer.pt", "rng.pt")  # an evaluation reads neither
         manifest.verify(ckpt, read_json_object(ckpt / manifest.MANIFEST), skip)
     return state
 
 
 def checkpoint_records(ckpt: Path) -> dict[str, Any]:
-    """The run's records at a checkpoint's step (its records.json, sesa_cli.manifest); {} for a checkpoint written
-    before it had one."""
+    """The run's records at a checkpoint's step (its records.json, sesa_cli.manifest); {} for an older checkpoint."""
     path = ckpt / manifest.RECORDS
     return read_json_object(path) if path.is_file() else {}
 

@@ -145,7 +145,7 @@ def recipe_source(config_name: str, overrides: list[str], key: str) -> str | Non
 def with_recipe_source(problem: str, config_name: str, overrides: list[str]) -> str:
     """``problem`` (a schema's one line, ``sampler.parallel_rows=4 must be in [0, 3]...``) with the recipe that set
     its key where the command line did not: a user who typed ``sampler.group_size=4`` learns that the recipe
-    chose ``sampler.parallel_rows=4`` and what to add to the command line instead (issue 67)."""
+    chose ``sampler.parallel_rows=4`` and what to add to the command line instead."""
     m = re.match(r"([a-z_]+(?:\.[\w-]+)+)=(\S+) ", problem)
     if m is None:
         return problem

@@ -133,7 +133,7 @@ def parallel_baseline(run_dir: Path, overrides: list[str]) -> tuple[str, str, li
     ``sampler.temperature=0.7``, a batch filter, every other group's settings), adds ``sampler=parallel`` and runs
     into ``<run dir>-parallel``; it leaves out the sampler choice, Hydra's own settings (its run dir is its own) and
     the sequential-only settings (:data:`~sesa_cli.config.SEQUENTIAL_ONLY`: ``sampler=parallel`` never reads them
-    and refuses them on its command line), which the ending names (issue 67: the baseline once dropped every
+    and refuses them on its command line), which the ending names (the baseline once dropped every
     ``sampler.*`` override and ran at group size 8 and temperature 1 after ``sampler.group_size=6``)."""
     kept: list[str] = []
     dropped: list[str] = []

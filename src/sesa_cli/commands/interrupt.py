@@ -45,7 +45,7 @@ stop_poll: Callable[[], tuple[int, str | None] | None] | None = None
 the job to stop, as ``(the stop signal it counts as, a reason other than that signal's name or None)``. A sweep's
 stop reaches its jobs this way, not as a signal: Ray's workers block SIGINT, a Ctrl-C at a terminal also reaches
 joblib's workers directly (a forwarded copy made it a second, immediate stop), and a job on another machine sees
-the sweep dir, not the signal (issue 67)."""
+the sweep dir, not the signal."""
 
 
 def reason() -> str:

@@ -416,7 +416,7 @@ def kept_rows(path: Path, step: int, copy: dict[str, Any] | None, ckpt: Path | N
     ``step`` (none for -1), byte for byte; a cut last line goes too, and a damaged row earlier than the last is a
     one-line ConfigError naming it (sesa_cli.runs.metric_lines). ``copy``: what the checkpoint ``ckpt`` recorded of
     the file (sesa_cli.manifest.step_records): the rows of its step that a cut end of the file lost are put back
-    from it, never dropped without a word (issue 67: a last row cut by 40 bytes vanished from the resumed run's
+    from it, never dropped without a word (a last row once cut by 40 bytes vanished from the resumed run's
     metrics); rows lost that it cannot give back refuse the resume. None when there is no file."""
     from sesa_cli.runs import checked, metric_lines
 

@@ -320,7 +320,7 @@ def record(claim: JobClaim, outcome: str, reason: str) -> None:
 def records_dir(sweep_dir: Path) -> Path:
     """Where this run of the sweep's command (its :data:`SESSION`) records its jobs. A job of an earlier run of the
     same sweep that still runs (a killed sweep's orphan) writes into its own session's folder, never over this run's
-    records (issue 67: the orphans' records overwrote a rerun's refusals, and its summary said "3 finished, 0
+    records (the orphans' records once overwrote a rerun's refusals, and its summary said "3 finished, 0
     refused")."""
     return Path(sweep_dir) / RECORDS / os.environ.get(SESSION, "")
 
@@ -416,7 +416,7 @@ def _asked_to_stop(claim: JobClaim) -> Iterator[None]:
     """While the job runs, its trainer asks at every step boundary (sesa_cli.commands.interrupt.stop_poll) whether
     the sweep asks it to stop: the sweep was stopped (its STOP mark, with the signal it got), or the sweep's own
     process is gone while this job runs in a worker it started (joblib's: the worker's parent changed), whose
-    orphaned jobs used to train to their end and hold their dirs (issue 67)."""
+    orphaned jobs used to train to their end and hold their dirs."""
     parent = os.getppid()
     started_by_sweep = os.environ.get(MAIN_PID) == str(parent)
 

@@ -86,7 +86,7 @@ def export(gguf: Path, out_dir: Path) -> None:
     t0 = time.perf_counter()
     log.info("dequantising %s to float32 (once; cached)", gguf)
     # transformers' GGUF reader draws a tqdm bar of its own (not the one transformers' disable_progress_bar
-    # switches off): off a terminal every update is a line of the log, hundreds per model (issue 67). The bar goes
+    # switches off): off a terminal every update is a line of the log, hundreds per model. The bar goes
     # to sys.stderr, taken aside here; the activity that runs this says when it starts and how long it took, and
     # warnings go to the log (sesa_cli.progress.use_console), not to sys.stderr.
     with contextlib.redirect_stderr(io.StringIO()):

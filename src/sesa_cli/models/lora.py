@@ -50,7 +50,7 @@ def load_adapter(model: PreTrainedModel, ckpt: Path) -> PreTrainedModel:
 def _peft_asks_a_deprecated_name() -> Iterator[None]:
     """peft's ``PeftModel`` reads ``model.is_gradient_checkpointing``, which transformers 5 deprecated (a
     FutureWarning naming its new name, ``is_activation_checkpointing``): printed on every LoRA run, about peft's code,
-    nothing a user can act on (issue 67). That one warning is ignored while peft wraps the model; any other stays."""
+    nothing a user can act on. That one warning is ignored while peft wraps the model; any other stays."""
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=r"`is_gradient_checkpointing` is deprecated", category=FutureWarning)
         yield

@@ -76,6 +76,8 @@ class Advantage(Plugin):
         """Advantages (n_groups, group) of ``outcomes``; ``on_policy`` (bool, (n_groups, group)): take the baseline
         from the on-policy rollouts only (None: the estimator as published)."""
         rewards = outcomes.rewards
+        if on_policy is not None and not self.on_policy_baseline:
+            raise ValueError(no_baseline_problem(self.name))
         if self.penalty_apart and outcomes.penalties is not None:
             if outcomes.penalties.shape != rewards.shape:
                 raise ValueError(
@@ -92,6 +94,15 @@ class Advantage(Plugin):
     def check_group(self, rows: int) -> str | None:
         """Why these settings cannot work on groups of ``rows`` rollouts (a one-line problem), or None."""
         return None
+
+
+def no_baseline_problem(name: str) -> str:
+    """Why ``algo.advantage=<name>`` (an estimator without :attr:`Advantage.on_policy_baseline`) cannot take its
+    baseline from on-policy rows."""
+    return (
+        f"algo.advantage={name} has no group mean to take from on-policy rows: choose another algo.off_policy than "
+        "on_policy_baseline"
+    )
 
 
 def subset_size_problem(k: int, rows: int) -> str | None:
@@ -117,10 +128,7 @@ def build_advantage(algo: AlgoConfig) -> Advantage:
     cls, settings = named_settings(ADVANTAGES, algo.advantage, "algo.advantage")
     assert issubclass(cls, Advantage)  # the registry holds estimators
     if algo.off_policy == "on_policy_baseline" and not cls.on_policy_baseline:
-        raise ConfigError(
-            f"algo.advantage={cls.name} has no group mean to take from on-policy rows: choose another algo.off_policy "
-            "than on_policy_baseline"
-        )
+        raise ConfigError(no_baseline_problem(cls.name))
     return cls(settings, algo)
 
 

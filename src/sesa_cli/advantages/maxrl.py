@@ -45,8 +45,6 @@ class MaxRL(Advantage):
     on_policy_baseline = False
 
     def compute(self, rewards: Tensor, outcomes: Outcomes, on_policy: Tensor | None) -> Tensor:
-        if on_policy is not None:
-            raise ValueError("algo.advantage=maxrl takes no on-policy baseline")
         r = as_float(rewards)
         need_two(r, "maxrl")
         mean = r.mean(dim=1, keepdim=True)

@@ -53,18 +53,14 @@ if TYPE_CHECKING:
 __all__ = ["GRPOPassK", "PassK", "PassKSettings", "penalty_advantages", "subset_max_advantages"]
 
 
-def _check(rewards: Tensor, on_policy: Tensor | None, name: str) -> Tensor:
+def checked_rewards(rewards: Tensor, name: str) -> Tensor:
+    """``rewards`` (n_groups, group >= 2), detached, as float64 (a ValueError on any other shape)."""
     import torch
 
     if rewards.ndim != 2:
         raise ValueError(f"rewards must be (n_groups, group), got shape {tuple(rewards.shape)}")
     if rewards.shape[1] < 2:
         raise ValueError(f"the {name} advantage needs at least 2 rollouts per group, got {rewards.shape[1]}")
-    if on_policy is not None:
-        raise ValueError(
-            f"algo.advantage={name} has no group mean to take from on-policy rows: choose another algo.off_policy "
-            "than on_policy_baseline"
-        )
     return rewards.detach().to(torch.float64)
 
 
@@ -154,7 +150,7 @@ class PassK(Advantage):
     def compute(self, rewards: Tensor, outcomes: Outcomes, on_policy: Tensor | None) -> Tensor:
         import torch
 
-        r = _check(rewards, on_policy, "passk")
+        r = checked_rewards(rewards, "passk")
         f = None if outcomes.penalties is None else outcomes.penalties.detach().to(torch.float64)
         k, eps = self.settings.k, self.algo.adv_eps
         out = torch.stack([subset_max_advantages(row, k, eps, None if f is None else f[g]) for g, row in enumerate(r)])
@@ -174,7 +170,7 @@ class GRPOPassK(Advantage):
     def compute(self, rewards: Tensor, outcomes: Outcomes, on_policy: Tensor | None) -> Tensor:
         import torch
 
-        r = _check(rewards, on_policy, "grpo_passk")
+        r = checked_rewards(rewards, "grpo_passk")
         eps = self.algo.adv_eps
         top = torch.topk(r, 2, dim=1, sorted=True).values
         best = torch.argmax(r, dim=1)  # the first maximum: topk's choice among ties is unspecified

@@ -39,6 +39,7 @@ from math import comb
 from typing import TYPE_CHECKING
 
 from sesa_cli.advantages.base import Advantage, Outcomes, register_advantage, subset_size_problem
+from sesa_cli.advantages.passk import checked_rewards
 from sesa_cli.config import ConfigError
 
 if TYPE_CHECKING:
@@ -95,12 +96,9 @@ class PKPO(Advantage):
     def compute(self, rewards: Tensor, outcomes: Outcomes, on_policy: Tensor | None) -> Tensor:
         import torch
 
-        if on_policy is not None:
-            raise ValueError("algo.advantage=pkpo takes no on-policy baseline")
-        if rewards.ndim != 2 or rewards.shape[1] < 2:
-            raise ValueError(f"rewards must be (n_groups, group >= 2), got shape {tuple(rewards.shape)}")
-        k, n = self.settings.k, rewards.shape[1]
-        rows = [marginal_max_credit(group, k) for group in rewards.detach().to(torch.float64).tolist()]
+        r = checked_rewards(rewards, "pkpo")
+        k, n = self.settings.k, r.shape[1]
+        rows = [marginal_max_credit(group, k) for group in r.tolist()]
         if outcomes.penalties is not None:
             for out, f in zip(rows, outcomes.penalties.detach().to(torch.float64).tolist(), strict=True):
                 total = sum(f)

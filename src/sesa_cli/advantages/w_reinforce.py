@@ -58,8 +58,6 @@ class WReinforce(Advantage):
     def compute(self, rewards: Tensor, outcomes: Outcomes, on_policy: Tensor | None) -> Tensor:
         import torch
 
-        if on_policy is not None:
-            raise ValueError("algo.advantage=w_reinforce takes no on-policy baseline")
         if outcomes.success is None or outcomes.success.shape != rewards.shape:
             raise ValueError("w_reinforce reads each rollout's success: pass Outcomes.success, shaped as the rewards")
         dtype = rewards.dtype if rewards.is_floating_point() else torch.get_default_dtype()

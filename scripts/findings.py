@@ -216,10 +216,15 @@ def _is(label: str, items: Items | None, required: tuple[tuple[str, str], ...]) 
     return all(v in label.split() or legacy.get(k) == v for k, v in required)
 
 
+def _published(what: dict[str, str]) -> bool:
+    sampler = group_sampler(what)
+    return sampler in PUBLISHED_SAMPLERS and (sampler, what.get("algo")) != ("parallel", "grpo")
+
+
 def _best(rows: list[dict[str, str]], metric: str, items: Items | None = None) -> dict[str, str]:
-    """Of the difference rows of published methods (:data:`PUBLISHED_SAMPLERS`), the one whose ``metric`` has the
-    highest mean."""
-    methods = [row for row in rows if group_sampler(_items(row.get("group", ""), items)) in PUBLISHED_SAMPLERS]
+    """Of the difference rows of published methods (:data:`PUBLISHED_SAMPLERS`; GRPO given another budget, i.i.d.
+    sampling on GRPO's loss, is none), the one whose ``metric`` has the highest mean."""
+    methods = [row for row in rows if _published(_items(row.get("group", ""), items))]
     if not methods or any(metric not in row for row in methods):
         raise PageError(f"no published method's group with a {metric} difference")
     return max(methods, key=lambda row: _cell(row[metric])[0])

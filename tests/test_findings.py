@@ -115,6 +115,14 @@ def test_a_best_row_names_the_published_method_with_the_highest_mean_difference(
     assert "| best: outcome_bonus − GRPO | d no clear difference: +0.90 [-0.10, 1.90] |" in line
     line = findings.findings(H2H_PAGE + LTE_ROW, (row,))[2]
     assert "| best: LTE − GRPO | d higher: +1.20 [0.30, 2.10] |" in line
+    # GRPO given another budget (claim XV's group, listed in IX) is no published method, however many it keeps
+    items = {"IX": {"[2]": {"sampler": "sequential", "algo": "grpo"}, "[3]": {"sampler": "parallel", "algo": "passk"},
+                    "[4]": {"sampler": "parallel", "algo": "outcome_bonus"},
+                    "[5]": {"sampler": "sequential", "algo": "outcome_bonus"},
+                    "[6]": {"sampler": "parallel", "algo": "grpo", "sampler.group_size": "16"}}}  # fmt: skip
+    bigger = "| [6] parallel grpo group_size=16 | +0.00 [-0.02, 0.02] | +5.00 [4.00, 6.00] |\n"
+    line = findings.findings(H2H_PAGE + bigger, (row,), items)[2]
+    assert "| best: outcome_bonus − GRPO | d no clear difference: +0.90 [-0.10, 1.90] |" in line
     with pytest.raises(findings.PageError, match="no published method's group with a eval/pass@16"):
         findings.findings(H2H_PAGE, (findings.Row("IX", "?", 0, (("eval/success", "s"),), best="eval/pass@16"),))
 

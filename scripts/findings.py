@@ -89,7 +89,7 @@ ROWS = (
         best=DRAWN[0]),
     Row("XI", "Countdown, the published method that wins most ways: {method} − GRPO (SESA: VI)", 0,
         (SUCCESS, PASS16, DRAWN), best=DRAWN[0]),
-    Row("XII", "Sokoban, of four published groups the one that wins most ways: {method} − GRPO (SESA: V)", 0,
+    Row("XII", "Sokoban, of eight published groups the one that wins most ways: {method} − GRPO (SESA: V)", 0,
         (SUCCESS, PASS16, DRAWN), best=DRAWN[0]),
     Row("XIII", "FrozenLake 4×4, methods at a second setting: Pass@k at k=2 − GRPO", 0,
         (SUCCESS, PASS16, DRAWN), label=(("sampler", "parallel"), ("algo", "passk"), ("algo.advantage.k", "2"))),

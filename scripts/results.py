@@ -661,8 +661,8 @@ def head_to_head_figure(figures: Path) -> Path | None:
     others = iter(colormaps["tab20"].colors)
     style = {}
     for n, name in enumerate(names):
-        if name == "GRPO":
-            style[name] = ("black", "s")
+        if name.startswith("GRPO"):  # GRPO black; GRPO given another method's compute (a larger group) grey
+            style[name] = ("black", "s") if name == "GRPO" else ("dimgray", "D")
         elif name.startswith("SESA"):
             style[name] = ("tab:red", "*" if name == "SESA" else "P^v"[n % 3])
         else:

@@ -561,6 +561,7 @@ def test_one_winning_answer_per_instance_is_said(tmp_path: Path) -> None:
             {"sampler": "parallel", "algo": "unlikeliness", "algo.terms.unlikeliness.negatives": "keep"},
             "unlikeliness (negatives kept)",
         ),
+        ({"sampler": "parallel", "algo": "grpo", "sampler.group_size": "16"}, "GRPO (16 a prompt)"),
     ],
 )
 def test_each_head_to_head_group_is_named_by_its_method(items: dict, name: str) -> None:

@@ -311,10 +311,11 @@ def method_name(items: Mapping[str, str]) -> str:
     """A head-to-head group's method, from its structured items (Report.items: the ``sampler`` and ``algo`` options
     its runs chose, and the keys its label shows): the algo on i.i.d. sampling, SESA or LTE (with the algo they are
     combined with), and a variant of its method that the head to head runs beside it (LTE's importance-sampled loss,
-    the unlikeliness reward keeping negative rewards)."""
+    the unlikeliness reward keeping negative rewards, a group of another size: GRPO given another method's compute)."""
     sampler, algo = group_sampler(items), str(items.get("algo", "grpo"))
     variant = " (IS loss)" if items.get("algo.loss_context") == "is" else ""
     variant += " (negatives kept)" if items.get("algo.terms.unlikeliness.negatives") == "keep" else ""
+    variant += f" ({items['sampler.group_size']} a prompt)" if "sampler.group_size" in items else ""
     if sampler == "parallel":
         return ("GRPO" if algo == "grpo" else algo) + variant
     name = {"sequential": "SESA", "lte": "LTE"}.get(sampler, sampler) + variant

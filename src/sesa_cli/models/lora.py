@@ -11,6 +11,7 @@ import contextlib
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
+from typing import cast
 
 import torch
 from transformers import PreTrainedModel
@@ -31,7 +32,8 @@ def add_lora(model: PreTrainedModel, cfg: ModelConfig) -> PreTrainedModel:
     )
     try:
         with _peft_asks_a_deprecated_name():
-            return get_peft_model(model, config)  # type: ignore[return-value]
+            # peft's annotations of the two entry points changed between releases (PeftModel, then Any)
+            return cast(PreTrainedModel, get_peft_model(model, config))
     except ValueError as exc:  # e.g. a target module name the model does not have
         from sesa_cli.config import ConfigError
 
@@ -43,7 +45,7 @@ def load_adapter(model: PreTrainedModel, ckpt: Path) -> PreTrainedModel:
     from peft import PeftModel
 
     with _peft_asks_a_deprecated_name():
-        return PeftModel.from_pretrained(model, ckpt, is_trainable=True)  # type: ignore[return-value]
+        return cast(PreTrainedModel, PeftModel.from_pretrained(model, ckpt, is_trainable=True))
 
 
 @contextlib.contextmanager

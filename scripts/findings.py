@@ -56,6 +56,10 @@ class Row:
     best: str = ""
     """A metric: the row is the published method (a parallel group other than the baseline) whose difference in it
     is the highest mean (``group`` ignored); ``{method}`` in the question names it."""
+    check: str = ""
+    """An equal-tuning claim's check claim (seeds 5-9): the row is the claim's winner as its section names it
+    (:data:`WINNER`; ``group`` ignored, ``{method}`` in the question names it), with its difference at equal compute
+    where the section gives one and whether the check claim's seeds agree."""
 
 
 SUCCESS, PASS16 = ("eval/success", "success"), ("eval/pass@16", "pass@16")
@@ -91,8 +95,10 @@ ROWS = (
         (SUCCESS, PASS16, DRAWN), best=DRAWN[0]),
     Row("XII", "Sokoban, of eight published groups the one that wins most ways: {method} − GRPO (SESA: V)", 0,
         (SUCCESS, PASS16, DRAWN), best=DRAWN[0]),
-    Row("XIII", "FrozenLake 4×4, methods at a second setting: Pass@k at k=2 − GRPO", 0,
-        (SUCCESS, PASS16, DRAWN), label=(("sampler", "parallel"), ("algo", "passk"), ("algo.advantage.k", "2"))),
+    Row("XIX", "FrozenLake 4×4, every method tuned alike (3 settings, picked on seeds 0–4): the winner, {method} − GRPO",
+        0, (SUCCESS, DRAWN), check="XX"),
+    Row("XXI", "Path task, every method tuned alike: the winner, {method} − GRPO", 0,
+        (("policy/target_mass", "success"), ("policy/effective_solutions", "effective solutions")), check="XXII"),
 )  # fmt: skip
 """The claims' rows. II's group 5 and III's group 4 are the sequential default (distinct_solutions with the
 found-solutions term, from the flagged checkpoint for III); each agent claim has two groups, parallel [1] and
@@ -100,7 +106,7 @@ sequential [2]; VIII's are SESA's group (found by what it is, :data:`SESA`) and,
 published method with the most effective solutions (the exact policy); IX-X's are SESA [2] (claims IV and VII's sequential runs; for XI and XII it
 is claims VI and V's row, the same runs) and, chosen by :attr:`Row.best`, the published method with the most distinct
 winning episodes (answers) in 16 samples: measured alike for every method, where the exact walk of a spread policy
-prunes much of its mass. XIII's is Pass@k Training at its second setting (found by what it is). :func:`findings`
+prunes much of its mass. XIX's and XXI's are the winners at equal tuning their sections name. :func:`findings`
 checks that each row's fixed group is what it says (the sampler, or :attr:`Row.label`); a :attr:`Row.best` group is a
 published method's by its choice."""
 
@@ -230,6 +236,48 @@ def _best(rows: list[dict[str, str]], metric: str, items: Items | None = None) -
     return max(methods, key=lambda row: _cell(row[metric])[0])
 
 
+WINNER = "Winner at equal tuning:"
+"""The line of an equal-tuning section that names its winner's group (scripts/results.py writes it, ``WINNER``
+there): ``Winner at equal tuning: [18] ...`` or ``Winner at equal tuning: none; ...``."""
+
+
+def _winner(row: Row, body: list[str], rows: list[dict[str, str]]) -> dict[str, str] | None:
+    """The difference row of the group an equal-tuning section names its winner (None: no pick cleared the floor)."""
+    line = next((x for x in body if x.startswith(WINNER)), None)
+    if line is None:
+        raise PageError(f"claim {row.claim}: no line {WINNER!r}")
+    number = line.removeprefix(WINNER).split()[0].strip("[];")
+    return None if number == "none" else _group(rows, int(number))
+
+
+def _tuning_answers(
+    row: Row, parsed: list[tuple[str, list[dict[str, str]]]], method: str, found: dict[str, tuple[str, list[str]]]
+) -> list[str]:
+    """The winner's difference at equal compute (the section's table of picks against GRPO at the nearest compute,
+    where it has one) and its check on other seeds (the check claim's table of picks: agree or not, and its values
+    there)."""
+    out = []
+    for before, rows in parsed:
+        if before.startswith("Each pick at equal compute"):
+            pick = next((r for r in rows if r.get("method") == method), None)
+            if pick is not None:
+                cells = [f"{name} {pick[f'{metric} − it']}" for metric, name in row.metrics]
+                out.append(f"at equal compute (against {pick['GRPO at the nearest compute']}): {', '.join(cells)}")
+    if row.check not in found:
+        raise PageError(f"docs/results.md has no claim {row.check}")
+    for before, rows in tables(found[row.check][1]):
+        if before.startswith(f"Claim {row.claim}'s picks"):
+            pick = next((r for r in rows if r.get("method") == method), None)
+            if pick is None:
+                out.append(f"not yet rerun on claim {row.check}'s seeds")
+            else:
+                cells = [f"{name} {pick[next(k for k in pick if k.startswith(metric) and k.endswith(', here'))]}"
+                         for metric, name in row.metrics]  # fmt: skip
+                agreed = "agree" if pick["agree"] == "yes" else "do not agree"
+                out.append(f"claim {row.check}'s seeds {agreed} ({', '.join(cells)})")
+    return out
+
+
 MARK = "†"
 """What the page's tables put after an exact figure that covers too little of a run's policy
 (sesa_cli.intervals.EXACT_MARK): no answer rests on it."""
@@ -284,7 +332,18 @@ def findings(text: str, rows: Sequence[Row] = ROWS, items: dict[str, Items] | No
         if not wanted:
             raise PageError(f"claim {row.claim}: no {'headline' if row.level else 'difference'} table")
         claim = items.get(row.claim)
-        if row.best:
+        extra: list[str] = []
+        if row.check:
+            winner = _winner(row, body, wanted[0])
+            if winner is None:
+                lines.append(f"| [{row.claim}](docs/results.md#{slug(heading)}) | "
+                             f"{row.question.format(method='none')} | no pick's success clears the floor |")  # fmt: skip
+                continue
+            group = winner
+            method = method_name(_items(group["group"], claim))
+            question = row.question.format(method=method)
+            extra = _tuning_answers(row, parsed, method, found)
+        elif row.best:
             group = _best(wanted[0], row.best, claim)
             question = row.question.format(method=method_name(_items(group["group"], claim)))
         elif not row.group:
@@ -307,6 +366,7 @@ def findings(text: str, rows: Sequence[Row] = ROWS, items: dict[str, Items] | No
                 answers.append(f"{name} not read ({MARK}: a run's exact figures cover too little of its policy)")
                 continue
             answers.append(f"{name} {cell}" if row.level else f"{name} {phrase(cell)}: {cell}")
+        answers += extra
         headlines = [t for _, t in parsed if t and "n" in t[0]]
         lost = _lost(headlines, group["group"])  # a mean that holds broken runs says how many
         answers += [lost] if lost else []

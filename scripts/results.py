@@ -46,12 +46,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import yaml
 
 from sesa_cli.config import ConfigError
 from sesa_cli.metric_keys import find, key
-from sesa_cli.report.columns import COST, cost_ratios, cost_text, with_pruned
+from sesa_cli.report.columns import COST, cost_ratios, cost_text, lost_text, with_pruned
 from sesa_cli.report.document import Report, analyse, write_report
 from sesa_cli.report.runs import METRICS_JSONL, parse_overrides
 from sesa_cli.report.stats import METHOD, difference_interval, format_interval, mean_interval
@@ -157,6 +158,15 @@ DIVERSITY_LABELS = {
 SMALL_PATH_WORLD = _flat(_DATA["small_path_world"])
 """The path task's small world and short warm start (tests/conftest.py reads the same list from the file)."""
 AGENT_HEADLINE = tuple(_declared(m) for m in _DATA["headlines"]["agent"])
+TUNING: dict[str, Any] = _DATA["tuning"]
+"""Equal tuning (:func:`tuning_section`): the rule the settings were chosen by, the criterion of the pick and its
+floor, and per tuned claim its check claim (seeds 5-9), the metrics the criterion reads there (``success``,
+``diversity``) and the picks as recorded."""
+WINNER = "Winner at equal tuning:"
+"""How a tuned claim's section names its winner (``Winner at equal tuning: [18] **method** ...``, or ``... none``):
+scripts/findings.py reads it."""
+TUNING_CSV = "tuning.csv"
+"""A tuned claim's settings and picks beside its figures (docs/results/<key>/): what its check claim reads."""
 
 
 # ------------------------------------------------------------------------------------------------ the jobs
@@ -768,6 +778,7 @@ def _claim_section(session: Session, claim: Claim, runs: list[Path], figures: Pa
     lines += one_answer_note(report)
     target = figures / claim.key
     target.mkdir(parents=True, exist_ok=True)
+    lines += tuning_section(claim, report, figures)
     write_groups(report, target / GROUPS_CSV)
     for name in claim.plots:
         if name in files["plots"]:
@@ -775,6 +786,304 @@ def _claim_section(session: Session, claim: Claim, runs: list[Path], figures: Pa
             lines += [f"![{name}]({(target / f'{name}.png').relative_to(docs)})", ""]
     lines += [f"- {note}" for note in files["notes"]]
     return [*lines, ""]
+
+
+# ------------------------------------------------------------------------------------------------ equal tuning
+def setting_of(items: dict[str, str]) -> str:
+    """A group's setting of its method's knobs, from its structured items: the keys its runs set beside the sampler
+    and algo options (``algo.advantage.k=2``), or ``as shipped``."""
+    keys = [f"{k}={v}" for k, v in sorted(items.items()) if k not in ("algo", "sampler")]
+    return ", ".join(keys) or "as shipped"
+
+
+def _finals(report: Report, group: str, metric: str) -> dict[str, float]:
+    """``{seed: final value}`` of ``metric`` in ``group``'s runs."""
+    rows = report.per_run[(report.per_run["group"] == group) & (report.per_run["metric"] == metric)]
+    return {str(seed or run): float(v) for seed, run, v in zip(rows["seed"], rows["run"], rows["final"], strict=True)}
+
+
+def _versus(
+    report: Report, base: str, group: str, metrics: dict[str, str]
+) -> dict[str, tuple[float, float, float, bool]]:
+    """``group`` minus ``base`` in the tuning's two ``metrics`` (``success``, ``diversity``: their keys), paired by
+    seed (:func:`difference_interval`)."""
+    return {
+        name: difference_interval(_finals(report, base, metric), _finals(report, group, metric))
+        for name, metric in metrics.items()
+    }
+
+
+def _is_grpo(method: str) -> bool:
+    """GRPO itself and GRPO given another group size: the baselines, not methods to tune."""
+    return method == "GRPO" or method.startswith("GRPO (")
+
+
+def tuning_frame(report: Report, metrics: dict[str, str]) -> pd.DataFrame:
+    """Per setting of every method of ``report`` (GRPO's groups excluded): its method and setting, its cost
+    relative to the baseline, its success and diversity (``metrics``) minus the baseline's (paired by seed), its runs
+    lost,
+    whether its success clears the floor (TUNING["floor"] below the baseline's), and whether it is its method's
+    pick: of the settings that clear the floor, the one with the most diversity; where none does, the one with the
+    highest success (the criterion of ``scripts/claims.yaml``, ``tuning:``)."""
+    assert report.baseline is not None
+    cost = cost_ratios(report.runs, report.baseline)
+    lost = report.lost()
+    records = []
+    for group in report.labels:
+        items = report.items.get(group, {})
+        method = method_name(items)
+        if group == report.baseline or _is_grpo(method):
+            continue
+        diff = _versus(report, report.baseline, group, metrics)
+        records.append(
+            {
+                "method": method,
+                "setting": setting_of(items),
+                "group": report.labels[group],
+                "cost": cost.get(group, math.nan),
+                **{f"{name}_{part}": diff[name][i] for name in diff for i, part in enumerate(("diff", "low", "high"))},
+                "lost": lost[group][0],
+                "runs": lost[group][1],
+                "clears": diff["success"][0] >= TUNING["floor"],
+            }
+        )
+    return mark_picks(pd.DataFrame.from_records(records))
+
+
+def mark_picks(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` (a row per method and setting: ``success_diff``, ``diversity_diff``, ``clears``) with a ``pick``
+    column: per method, of the settings that clear the floor, the one with the most diversity; where none does, the
+    one with the highest success; a tie goes to the setting listed first (the shipped one, in the claims' order)."""
+    frame = frame.copy()
+    frame["pick"] = False
+    for _, rows in frame.groupby("method", sort=False):
+        cleared = rows[rows["clears"].astype(bool)]
+        best = cleared["diversity_diff"].idxmax() if not cleared.empty else rows["success_diff"].idxmax()
+        frame.loc[best, "pick"] = True
+    return frame
+
+
+def agrees(tuned: Any, checked: Any) -> bool:
+    """Whether a pick's result on the check seeds agrees with its result on the tuning seeds: its diversity
+    difference to GRPO has the same sign on both, and its success clears the floor on both or on neither."""
+    same_sign = bool(np.sign(checked["diversity_diff"]) == np.sign(tuned["diversity_diff"]))
+    return same_sign and bool(checked["clears"]) == bool(tuned["clears"])
+
+
+def _interval(row: Any, name: str) -> str:
+    return format_interval(row[f"{name}_diff"], row[f"{name}_low"], row[f"{name}_high"], sign=True)
+
+
+def winner(frame: pd.DataFrame) -> Any | None:
+    """The task's winner among the picks: the most diversity among those that clear the floor (None where none
+    does)."""
+    cleared = frame[frame["pick"].astype(bool) & frame["clears"].astype(bool)]
+    return None if cleared.empty else cleared.loc[cleared["diversity_diff"].idxmax()]
+
+
+def tuning_section(claim: Claim, report: Report, figures: Path) -> list[str]:
+    """A tuned claim's tables (every setting and the picks, the picks at equal compute, the winner; written to
+    :data:`TUNING_CSV` too), or a check claim's (each pick on the other seeds beside its tuning-seed result, and
+    whether they agree); nothing for any other claim."""
+    tasks = TUNING["tasks"]
+    checks = {task["check"]: key_ for key_, task in tasks.items()}
+    if report.baseline is None or (claim.key not in tasks and claim.key not in checks):
+        return []
+    tuned = checks.get(claim.key, claim.key)
+    metrics = {"success": tasks[tuned]["success"], "diversity": tasks[tuned]["diversity"]}
+    frame = tuning_frame(report, metrics)
+    if frame.empty:
+        return []
+    success, diversity = metrics["success"], metrics["diversity"]
+    base = report.labels[report.baseline]
+    if claim.key in checks:
+        return _check_section(tuned, frame, figures, base, metrics)
+    recorded = tasks[claim.key].get("picks") or {}
+    rows = [
+        {
+            "method": row["method"],
+            "setting": row["setting"],
+            COST: cost_text(row["cost"]),
+            f"{success} − {base}": _interval(row, "success"),
+            f"{diversity} − {base}": _interval(row, "diversity"),
+            "runs lost": lost_text(row["lost"], row["runs"]),
+            f"success ≥ {base}'s {TUNING['floor']:+}": "yes" if row["clears"] else "no",
+            "pick": "pick" if row["pick"] else "",
+        }
+        for _, row in frame.iterrows()
+    ]
+    lines = [
+        (
+            f"Equal tuning. The rule the settings were chosen by, before any of them ran: {' '.join(TUNING['rule'].split())}"
+            f" The pick, per method: {' '.join(TUNING['criterion'].split())} Each setting against {base} on seeds "
+            f"{', '.join(map(str, report_seeds(report)))} (paired by seed):"
+        ),
+        "",
+        markdown_table(pd.DataFrame(rows), index=False),
+        "",
+    ]
+    picks = frame[frame["pick"]]
+    differs = [
+        f"{row['method']} (recorded {recorded.get(row['method'], 'none')!r}, measured {row['setting']!r})"
+        for _, row in picks.iterrows()
+        if recorded.get(row["method"]) != row["setting"]
+    ]
+    if differs:
+        lines += [
+            f"- **The picks recorded in scripts/claims.yaml differ from the criterion's:** {'; '.join(differs)}.",
+            "",
+        ]
+    compute_lines, at_compute = _equal_compute(report, picks, base, metrics)
+    lines += compute_lines
+    best = winner(frame)
+    frame["winner"] = ""
+    if best is not None:
+        frame.loc[best.name, "winner"] = "rollouts"
+    at_rollouts = (
+        "none; no pick's success clears the floor"
+        if best is None
+        else (
+            f"{best['group'].split(' ', 1)[0]} **{best['method']}** ({best['setting']}): {diversity} "
+            f"{_interval(best, 'diversity')} and {success} {_interval(best, 'success')} against {base}, at "
+            f"{cost_text(best['cost'])} its compute"
+        )
+    )
+    if at_compute.empty:
+        frame.to_csv(figures / claim.key / TUNING_CSV, index=False)
+        lines += [
+            f"{WINNER} {at_rollouts} (the criterion among the picks; no GRPO group at another compute here).",
+            "",
+        ]
+        return lines
+    lines += [f"At GRPO's rollouts, the criterion among the picks chooses {at_rollouts}.", ""]
+    best = winner(at_compute)
+    if best is None:
+        frame.to_csv(figures / claim.key / TUNING_CSV, index=False)
+        lines += [f"{WINNER} none; no pick's success clears the floor against GRPO at its compute.", ""]
+        return lines
+    won = (frame["method"] == best["method"]) & (frame["setting"] == best["setting"])
+    frame.loc[won, "winner"] = frame.loc[won, "winner"].map(lambda w: "both" if w else "compute")
+    frame.to_csv(figures / claim.key / TUNING_CSV, index=False)
+    lines += [
+        (
+            f"{WINNER} {best['group'].split(' ', 1)[0]} **{best['method']}** ({best['setting']}; the criterion among "
+            f"the picks, each against GRPO at the compute nearest its own): {diversity} {_interval(best, 'diversity')} "
+            f"and {success} {_interval(best, 'success')} against {best['against']}, at "
+            f"{best['cost'] / best['against_cost']:.2f}x its compute."
+        ),
+        "",
+    ]
+    return lines
+
+
+def report_seeds(report: Report) -> list[str]:
+    """The seeds of ``report``'s runs, in order."""
+    return sorted({str(run.seed) for run in report.runs if run.seed is not None}, key=lambda s: (len(s), s))
+
+
+def _equal_compute(
+    report: Report, picks: pd.DataFrame, base: str, metrics: dict[str, str]
+) -> tuple[list[str], pd.DataFrame]:
+    """Each pick against the GRPO group whose cost is nearest its own (GRPO given a larger group: equal compute), as
+    a table and as a frame the criterion reads (:func:`winner`); nothing where the claim has GRPO at one size only."""
+    cost = cost_ratios(report.runs, report.baseline)
+    grpo = {g: c for g, c in cost.items() if _is_grpo(method_name(report.items.get(g, {}))) and not math.isnan(c)}
+    if len(grpo) < 2:
+        return [], pd.DataFrame()
+    by_label = {label: group for group, label in report.labels.items()}
+    rows, records = [], []
+    for _, row in picks.iterrows():
+        group = by_label[row["group"]]
+        nearest = min(grpo, key=lambda g: abs(math.log(grpo[g] / row["cost"])) if row["cost"] > 0 else math.inf)
+        diff = _versus(report, nearest, group, metrics)
+        records.append(
+            {
+                **row.to_dict(),
+                **{f"{name}_{part}": diff[name][i] for name in diff for i, part in enumerate(("diff", "low", "high"))},
+                "clears": diff["success"][0] >= TUNING["floor"],
+                "against": report.labels[nearest],
+                "against_cost": grpo[nearest],
+            }
+        )
+        rows.append(
+            {
+                "method": row["method"],
+                "pick": row["setting"],
+                COST: cost_text(row["cost"]),
+                "GRPO at the nearest compute": f"{report.labels[nearest]} ({cost_text(grpo[nearest])})",
+                f"{metrics['success']} − it": format_interval(*diff["success"][:3], sign=True),
+                f"{metrics['diversity']} − it": format_interval(*diff["diversity"][:3], sign=True),
+                f"success ≥ its {TUNING['floor']:+}": "yes" if records[-1]["clears"] else "no",
+            }
+        )
+    title = (
+        "Each pick at equal compute: against the GRPO group whose cost (relative to "
+        f"{base}) is nearest its own, paired by seed"
+    )
+    return [f"{title}:", "", markdown_table(pd.DataFrame(rows), index=False), ""], pd.DataFrame.from_records(records)
+
+
+def _check_section(tuned: str, frame: pd.DataFrame, figures: Path, base: str, metrics: dict[str, str]) -> list[str]:
+    """Each pick of claim ``tuned`` on this claim's seeds beside its result on the tuning seeds: they agree when its
+    diversity difference has the same sign on both and its success clears the floor on both or on neither."""
+    csv = figures / tuned / TUNING_CSV
+    if not csv.is_file():
+        return [f"- No picks to check: claim {tuned}'s section has no tuning table yet.", ""]
+    tuning = pd.read_csv(csv)
+    picks = tuning[tuning["pick"].astype(bool)].set_index("method")
+    here = frame.set_index(["method", "setting"])
+    success, diversity = metrics["success"], metrics["diversity"]
+    rows, agree = [], 0
+    missing = []
+    for method, pick in picks.iterrows():
+        if (method, pick["setting"]) not in here.index:
+            missing.append(f"{method} ({pick['setting']})")
+            continue
+        row = here.loc[(method, pick["setting"])]
+        same = agrees(pick, row)
+        agree += same
+        rows.append(
+            {
+                "method": method,
+                "pick": pick["setting"],
+                f"{success} − {base}, tuning seeds": _interval(pick, "success"),
+                f"{success} − {base}, here": _interval(row, "success"),
+                f"{diversity} − {base}, tuning seeds": _interval(pick, "diversity"),
+                f"{diversity} − {base}, here": _interval(row, "diversity"),
+                "runs lost here": lost_text(int(row["lost"]), int(row["runs"])),
+                "agree": "yes" if same else "no",
+            }
+        )
+    lines = [
+        (
+            f"Claim {tuned}'s picks on these seeds, which chose nothing: they agree when the pick's {diversity} "
+            f"difference has the same sign here as on the tuning seeds and its success clears {base}'s "
+            f"{TUNING['floor']:+} on both or on neither. {agree} of {len(rows)} agree."
+        ),
+        "",
+        markdown_table(pd.DataFrame(rows), index=False),
+        "",
+    ]
+    if missing:
+        lines += [f"- **Not run here yet:** {', '.join(missing)}.", ""]
+    checked = frame.merge(picks.reset_index()[["method", "setting"]], on=["method", "setting"])
+    here_best = winner(checked.assign(pick=True))
+    won = tuning["winner"].fillna("") if "winner" in tuning else pd.Series("", index=tuning.index)
+    at_compute = tuning[won.isin(("compute", "both"))]
+    at_rollouts = tuning[won.isin(("rollouts", "both"))]
+    said = []
+    if not at_compute.empty:
+        method = at_compute.iloc[0]["method"]
+        held = next((r["agree"] for r in rows if r["method"] == method), "not run here")
+        said.append(f"Claim {tuned}'s winner at equal compute, {method}, agrees here: {held}")
+    if not at_rollouts.empty:
+        method = at_rollouts.iloc[0]["method"]
+        here = "none clears the floor" if here_best is None else f"it chooses {here_best['method']}"
+        said.append(f"at GRPO's rollouts claim {tuned}'s criterion chose {method}; on these seeds {here}")
+    if said:
+        said[0] = said[0][0].upper() + said[0][1:]
+        lines += [f"{'; '.join(said)} (the criterion among the picks, at GRPO's rollouts here).", ""]
+    return lines
 
 
 def use_headline(report: Report, metrics: Sequence[str]) -> None:

@@ -167,3 +167,55 @@ def test_what_a_group_is_is_read_from_its_sections_items_not_its_label():
     wrong = findings.Row("IX", "k=2", 2, (("eval/success", "s"),), label=(("algo.advantage.k", "2"),))
     with pytest.raises(findings.PageError, match=r"not algo\.advantage\.k=2"):
         findings.findings(H2H_PAGE, (wrong,), items)
+
+
+TUNED_PAGE = """## XIX. Equal tuning: FrozenLake 4x4
+
+Difference to [1] parallel grpo (group − baseline, final values, paired by seed):
+
+| group | eval/success | eval/distinct_correct@16 |
+|---|---|---|
+| [2] parallel passk | -0.10 [-0.20, -0.05] | +4.00 [3.00, 5.00] |
+| [3] parallel passk advantage.k=2 | -0.01 [-0.03, 0.01] | +1.50 [0.50, 2.50] |
+
+Each pick at equal compute: against the GRPO group whose cost (relative to [1] parallel grpo) is nearest its own:
+
+| method | pick | cost | GRPO at the nearest compute | eval/success − it | eval/distinct_correct@16 − it |
+|---|---|---|---|---|---|
+| passk | algo.advantage.k=2 | 1.09x | [1] parallel grpo (1.00x) | -0.01 [-0.03, 0.01] | +1.50 [0.50, 2.50] |
+
+{winner}
+
+## XX. Equal tuning: the picks on other seeds
+
+Claim XIX's picks on these seeds, which chose nothing: 1 of 1 agree.
+
+| method | pick | eval/success − [1] parallel grpo, here | eval/distinct_correct@16 − [1] parallel grpo, here | agree |
+|---|---|---|---|---|
+| passk | algo.advantage.k=2 | +0.01 [-0.01, 0.03] | +0.90 [0.10, 1.70] | yes |
+"""
+
+
+def test_an_equal_tuning_row_reads_the_winner_its_section_names_at_equal_compute_and_on_other_seeds():
+    """The winner is the group the section's winner line names (its criterion is scripts/results.py's, not
+    re-derived here), with its difference at equal compute and whether the check claim's seeds agree; a section
+    whose picks all fell below the floor says so."""
+    row = findings.Row("XIX", "tuned: {method} − GRPO", 0, (("eval/success", "success"),
+                       ("eval/distinct_correct@16", "ways")), check="XX")  # fmt: skip
+    items = {"XIX": {"[2]": {"sampler": "parallel", "algo": "passk"},
+                     "[3]": {"sampler": "parallel", "algo": "passk", "algo.advantage.k": "2"}}}  # fmt: skip
+    page = TUNED_PAGE.format(winner=f"{findings.WINNER} [3] **passk** (algo.advantage.k=2; the criterion): ...")
+    line = findings.findings(page, (row,), items)[2]
+    assert "| tuned: passk − GRPO | success no clear difference: -0.01 [-0.03, 0.01]; ways higher: +1.50" in line
+    assert "at equal compute (against [1] parallel grpo (1.00x)): success -0.01 [-0.03, 0.01], ways +1.50" in line
+    assert "claim XX's seeds agree (success +0.01 [-0.01, 0.03], ways +0.90 [0.10, 1.70])" in line
+    page = TUNED_PAGE.format(winner=f"{findings.WINNER} none; no pick's success clears [1] parallel grpo's -0.02.")
+    assert "| tuned: none − GRPO | no pick's success clears the floor |" in findings.findings(page, (row,), items)[2]
+    with pytest.raises(findings.PageError, match="no line"):
+        findings.findings(TUNED_PAGE.format(winner=""), (row,), items)
+
+
+def test_the_page_names_its_winner_as_the_readme_table_reads_it():
+    from tests.scripts import results
+
+    assert results.WINNER == findings.WINNER

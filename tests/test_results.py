@@ -85,7 +85,20 @@ def _flat_config(config: Any, prefix: str = "") -> dict[str, Any]:
 
 
 @pytest.mark.parametrize(
-    ("key", "steps"), [("VIII", 120), ("IX", 150), ("X", 150), ("XI", 150), ("XII", 300), ("XIII", 150), ("XIV", 150)]
+    ("key", "steps"),
+    [
+        ("VIII", 120),
+        ("IX", 150),
+        ("X", 150),
+        ("XI", 150),
+        ("XII", 300),
+        ("XIII", 150),
+        ("XIV", 150),
+        ("XIX", 150),
+        ("XX", 150),
+        ("XXI", 120),
+        ("XXII", 120),
+    ],
 )
 def test_the_head_to_head_groups_differ_from_grpo_by_their_method_only(key: str, steps: int) -> None:
     """Claims VIII-XIV: every group's composed config differs from GRPO's (group [1]) in its method's keys only (the
@@ -191,7 +204,7 @@ def fake_claims(root: Path, seeds: tuple[int, ...] = SEEDS) -> None:
     session = R.Session(root, seeds)
     for sweep in R.SWEEPS:
         if (
-            sweep.name.startswith("h2h_") or sweep.name.endswith("_equal_compute")
+            sweep.name.startswith(("h2h_", "tune_")) or sweep.name.endswith("_equal_compute")
         ) and sweep.recipe != "collapse_revival":
             fixed = dict(pair.split("=", 1) for pair in R._axes(sweep.overrides)[0])
             task = {"countdown_tiny": "countdown", "sokoban_tiny": "sokoban"}.get(sweep.recipe, "frozenlake")
@@ -260,6 +273,11 @@ def test_page_from_a_fake_sweep(tmp_path: Path) -> None:
     assert str(tmp_path) not in text
     assert "runs under `<root>` (a --root outside the repository)" in text
     assert "Full report: `<root>/reports/IV/report.html`." in text
+    # equal tuning: every setting of claim XIX with its pick and the winner, then the picks on XX's seeds
+    section = text[text.index("## XIX.") : text.index("## XX.")]
+    assert "Equal tuning. The rule the settings were chosen by" in section
+    assert R.WINNER in section
+    assert "agree." in text[text.index("## XX.") :]
 
 
 def test_a_claim_is_rewritten_alone_and_the_other_sections_kept(tmp_path: Path) -> None:
@@ -293,7 +311,7 @@ def test_missing_runs_are_said_not_invented(tmp_path: Path) -> None:
     write_run(root / "collapse" / "0", {"experiment": "collapse_revival", "seed": 0}, policy=True)
     text = R.render(R.Session(root, SEEDS), tmp_path / "docs").read_text()
     assert "Task path · 1 runs in 1 group · seeds 0." in text
-    assert text.count("Not run yet.") == 16  # claims III-XVIII; II shows the parallel runs it has
+    assert text.count("Not run yet.") == 20  # claims III-XXII; II shows the parallel runs it has
     assert "- **Incomplete:** 1 of the 2 jobs of sweep `collapse` have finished." in text
     assert "- **Incomplete:** 0 of the 4 jobs of sweep `discovery` have finished." in text
 
@@ -587,3 +605,43 @@ def test_the_head_to_head_figure_is_drawn_from_the_sections_group_tables(tmp_pat
     path = R.head_to_head_figure(tmp_path)
     assert path == tmp_path / "head_to_head.png"
     assert path.stat().st_size > 0
+
+
+def _setting(method: str, setting: str, success: float, diversity: float) -> dict[str, Any]:
+    return {
+        "method": method,
+        "setting": setting,
+        "success_diff": success,
+        "diversity_diff": diversity,
+        "clears": success >= R.TUNING["floor"],
+    }
+
+
+def test_equal_tuning_picks_by_one_criterion_and_the_check_says_whether_a_pick_held() -> None:
+    """Claim XIX's criterion: per method, of the settings whose success is no more than the floor below GRPO's, the
+    most diversity; where none clears, the highest success; a tie to the setting listed first. The task's winner:
+    the same among the picks. Claim XX: a pick agrees when its diversity difference keeps its sign and its success
+    clears the floor on both seed sets or on neither."""
+    floor = R.TUNING["floor"]
+    assert floor < 0
+    frame = pd.DataFrame(
+        [
+            _setting("A", "as shipped", 2 * floor, 5.0),  # the most diversity, but below the floor
+            _setting("A", "k=2", floor / 2, 1.0),
+            _setting("A", "k=8", 0.0, 2.0),
+            _setting("B", "as shipped", 10 * floor, 1.0),
+            _setting("B", "x=1", 3 * floor, -1.0),  # none clears: the highest success
+            _setting("C", "as shipped", 0.0, 0.5),
+            _setting("C", "y=2", 0.0, 0.5),  # a tie: the first listed
+        ]
+    )
+    picked = R.mark_picks(frame)
+    assert picked.loc[picked["pick"], "setting"].tolist() == ["k=8", "x=1", "as shipped"]
+    best = R.winner(picked)
+    assert best is not None
+    assert (best["method"], best["setting"]) == ("A", "k=8")
+    assert R.winner(R.mark_picks(frame[frame["method"] == "B"])) is None
+    tuned = _setting("A", "k=8", 0.0, 2.0)
+    assert R.agrees(tuned, _setting("A", "k=8", floor / 2, 0.3))
+    assert not R.agrees(tuned, _setting("A", "k=8", 0.0, -0.3))  # the diversity lead turned
+    assert not R.agrees(tuned, _setting("A", "k=8", 2 * floor, 1.0))  # success fell below the floor

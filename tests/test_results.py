@@ -200,13 +200,16 @@ def fake_claims(root: Path, seeds: tuple[int, ...] = SEEDS) -> None:
                     coverage=False,
                 )
                 job += 1
-    # claims IX-XII: the agent tasks' head-to-head sweeps, each job as its sweep's axes give it
+    # claims IX-XII and XIX-XXII: the head-to-head, tuning and check sweeps, each job as its sweep's axes give it
     session = R.Session(root, seeds)
     for sweep in R.SWEEPS:
-        if (
+        fixed = dict(pair.split("=", 1) for pair in R._axes(sweep.overrides)[0])
+        if sweep.name.startswith(("tune_path_", "check_path_")):
+            for job, swept in enumerate(session.jobs(sweep)):
+                write_run(root / sweep.name / str(job), {**fixed, **swept}, policy=True)
+        elif (
             sweep.name.startswith(("h2h_", "tune_")) or sweep.name.endswith("_equal_compute")
         ) and sweep.recipe != "collapse_revival":
-            fixed = dict(pair.split("=", 1) for pair in R._axes(sweep.overrides)[0])
             task = {"countdown_tiny": "countdown", "sokoban_tiny": "sokoban"}.get(sweep.recipe, "frozenlake")
             for job, swept in enumerate(session.jobs(sweep)):
                 write_run(root / sweep.name / str(job), {**fixed, **swept}, task=task, coverage=False)
@@ -277,7 +280,9 @@ def test_page_from_a_fake_sweep(tmp_path: Path) -> None:
     section = text[text.index("## XIX.") : text.index("## XX.")]
     assert "Equal tuning. The rule the settings were chosen by" in section
     assert R.WINNER in section
-    assert "agree." in text[text.index("## XX.") :]
+    assert "agree." in text[text.index("## XX.") : text.index("## XXI.")]
+    assert R.WINNER in text[text.index("## XXI.") : text.index("## XXII.")]
+    assert "agree." in text[text.index("## XXII.") :]
 
 
 def test_a_claim_is_rewritten_alone_and_the_other_sections_kept(tmp_path: Path) -> None:

@@ -813,6 +813,20 @@ def _versus(
     }
 
 
+def _difference_columns(diff: dict[str, tuple[float, float, float, bool]]) -> dict[str, Any]:
+    """:func:`_versus`'s differences as a tuning frame's columns (``success_diff``, ``success_low``, ...), with
+    ``clears``: whether the success difference is no lower than the floor."""
+    columns: dict[str, Any] = {
+        f"{name}_{part}": diff[name][i] for name in diff for i, part in enumerate(("diff", "low", "high"))
+    }
+    return {**columns, "clears": diff["success"][0] >= TUNING["floor"]}
+
+
+def _titled_table(intro: str, rows: list[dict[str, Any]]) -> list[str]:
+    """A page's table of ``rows`` under the line ``intro``, as the sections' lines."""
+    return [intro, "", markdown_table(pd.DataFrame(rows), index=False), ""]
+
+
 def _is_grpo(method: str) -> bool:
     """GRPO itself and GRPO given another group size: the baselines, not methods to tune."""
     return method == "GRPO" or method.startswith("GRPO (")
@@ -821,8 +835,7 @@ def _is_grpo(method: str) -> bool:
 def tuning_frame(report: Report, metrics: dict[str, str]) -> pd.DataFrame:
     """Per setting of every method of ``report`` (GRPO's groups excluded): its method and setting, its cost
     relative to the baseline, its success and diversity (``metrics``) minus the baseline's (paired by seed), its runs
-    lost,
-    whether its success clears the floor (TUNING["floor"] below the baseline's), and whether it is its method's
+    lost, whether its success clears the floor (TUNING["floor"] below the baseline's), and whether it is its method's
     pick: of the settings that clear the floor, the one with the most diversity; where none does, the one with the
     highest success (the criterion of ``scripts/claims.yaml``, ``tuning:``)."""
     assert report.baseline is not None
@@ -834,17 +847,15 @@ def tuning_frame(report: Report, metrics: dict[str, str]) -> pd.DataFrame:
         method = method_name(items)
         if group == report.baseline or _is_grpo(method):
             continue
-        diff = _versus(report, report.baseline, group, metrics)
         records.append(
             {
                 "method": method,
                 "setting": setting_of(items),
                 "group": report.labels[group],
                 "cost": cost.get(group, math.nan),
-                **{f"{name}_{part}": diff[name][i] for name in diff for i, part in enumerate(("diff", "low", "high"))},
+                **_difference_columns(_versus(report, report.baseline, group, metrics)),
                 "lost": lost[group][0],
                 "runs": lost[group][1],
-                "clears": diff["success"][0] >= TUNING["floor"],
             }
         )
     return mark_picks(pd.DataFrame.from_records(records))
@@ -912,16 +923,12 @@ def tuning_section(claim: Claim, report: Report, figures: Path) -> list[str]:
         }
         for _, row in frame.iterrows()
     ]
-    lines = [
-        (
-            f"Equal tuning. The rule the settings were chosen by, before any of them ran: {' '.join(TUNING['rule'].split())}"
-            f" The pick, per method: {' '.join(TUNING['criterion'].split())} Each setting against {base} on seeds "
-            f"{', '.join(map(str, report_seeds(report)))} (paired by seed):"
-        ),
-        "",
-        markdown_table(pd.DataFrame(rows), index=False),
-        "",
-    ]
+    lines = _titled_table(
+        f"Equal tuning. The rule the settings were chosen by, before any of them ran: {' '.join(TUNING['rule'].split())}"
+        f" The pick, per method: {' '.join(TUNING['criterion'].split())} Each setting against {base} on seeds "
+        f"{', '.join(report.seeds)} (paired by seed):",
+        rows,
+    )
     picks = frame[frame["pick"]]
     differs = [
         f"{row['method']} (recorded {recorded.get(row['method'], 'none')!r}, measured {row['setting']!r})"
@@ -936,9 +943,14 @@ def tuning_section(claim: Claim, report: Report, figures: Path) -> list[str]:
     compute_lines, at_compute = _equal_compute(report, picks, base, metrics)
     lines += compute_lines
     best = winner(frame)
+    best_at_compute = None if at_compute.empty else winner(at_compute)
     frame["winner"] = ""
     if best is not None:
         frame.loc[best.name, "winner"] = "rollouts"
+    if best_at_compute is not None:
+        won = (frame["method"] == best_at_compute["method"]) & (frame["setting"] == best_at_compute["setting"])
+        frame.loc[won, "winner"] = frame.loc[won, "winner"].map(lambda w: "both" if w else "compute")
+    frame.to_csv(figures / claim.key / TUNING_CSV, index=False)
     at_rollouts = (
         "none; no pick's success clears the floor"
         if best is None
@@ -949,21 +961,16 @@ def tuning_section(claim: Claim, report: Report, figures: Path) -> list[str]:
         )
     )
     if at_compute.empty:
-        frame.to_csv(figures / claim.key / TUNING_CSV, index=False)
         lines += [
             f"{WINNER} {at_rollouts} (the criterion among the picks; no GRPO group at another compute here).",
             "",
         ]
         return lines
     lines += [f"At GRPO's rollouts, the criterion among the picks chooses {at_rollouts}.", ""]
-    best = winner(at_compute)
+    best = best_at_compute
     if best is None:
-        frame.to_csv(figures / claim.key / TUNING_CSV, index=False)
         lines += [f"{WINNER} none; no pick's success clears the floor against GRPO at its compute.", ""]
         return lines
-    won = (frame["method"] == best["method"]) & (frame["setting"] == best["setting"])
-    frame.loc[won, "winner"] = frame.loc[won, "winner"].map(lambda w: "both" if w else "compute")
-    frame.to_csv(figures / claim.key / TUNING_CSV, index=False)
     lines += [
         (
             f"{WINNER} {best['group'].split(' ', 1)[0]} **{best['method']}** ({best['setting']}; the criterion among "
@@ -974,11 +981,6 @@ def tuning_section(claim: Claim, report: Report, figures: Path) -> list[str]:
         "",
     ]
     return lines
-
-
-def report_seeds(report: Report) -> list[str]:
-    """The seeds of ``report``'s runs, in order."""
-    return sorted({str(run.seed) for run in report.runs if run.seed is not None}, key=lambda s: (len(s), s))
 
 
 def _equal_compute(
@@ -995,32 +997,29 @@ def _equal_compute(
     for _, row in picks.iterrows():
         group = by_label[row["group"]]
         nearest = min(grpo, key=lambda g: abs(math.log(grpo[g] / row["cost"])) if row["cost"] > 0 else math.inf)
-        diff = _versus(report, nearest, group, metrics)
-        records.append(
-            {
-                **row.to_dict(),
-                **{f"{name}_{part}": diff[name][i] for name in diff for i, part in enumerate(("diff", "low", "high"))},
-                "clears": diff["success"][0] >= TUNING["floor"],
-                "against": report.labels[nearest],
-                "against_cost": grpo[nearest],
-            }
-        )
+        record = {
+            **row.to_dict(),
+            **_difference_columns(_versus(report, nearest, group, metrics)),
+            "against": report.labels[nearest],
+            "against_cost": grpo[nearest],
+        }
+        records.append(record)
         rows.append(
             {
                 "method": row["method"],
                 "pick": row["setting"],
                 COST: cost_text(row["cost"]),
                 "GRPO at the nearest compute": f"{report.labels[nearest]} ({cost_text(grpo[nearest])})",
-                f"{metrics['success']} − it": format_interval(*diff["success"][:3], sign=True),
-                f"{metrics['diversity']} − it": format_interval(*diff["diversity"][:3], sign=True),
-                f"success ≥ its {TUNING['floor']:+}": "yes" if records[-1]["clears"] else "no",
+                f"{metrics['success']} − it": _interval(record, "success"),
+                f"{metrics['diversity']} − it": _interval(record, "diversity"),
+                f"success ≥ its {TUNING['floor']:+}": "yes" if record["clears"] else "no",
             }
         )
     title = (
         "Each pick at equal compute: against the GRPO group whose cost (relative to "
-        f"{base}) is nearest its own, paired by seed"
+        f"{base}) is nearest its own, paired by seed:"
     )
-    return [f"{title}:", "", markdown_table(pd.DataFrame(rows), index=False), ""], pd.DataFrame.from_records(records)
+    return _titled_table(title, rows), pd.DataFrame.from_records(records)
 
 
 def _check_section(tuned: str, frame: pd.DataFrame, figures: Path, base: str, metrics: dict[str, str]) -> list[str]:
@@ -1054,16 +1053,12 @@ def _check_section(tuned: str, frame: pd.DataFrame, figures: Path, base: str, me
                 "agree": "yes" if same else "no",
             }
         )
-    lines = [
-        (
-            f"Claim {tuned}'s picks on these seeds, which chose nothing: they agree when the pick's {diversity} "
-            f"difference has the same sign here as on the tuning seeds and its success clears {base}'s "
-            f"{TUNING['floor']:+} on both or on neither. {agree} of {len(rows)} agree."
-        ),
-        "",
-        markdown_table(pd.DataFrame(rows), index=False),
-        "",
-    ]
+    lines = _titled_table(
+        f"Claim {tuned}'s picks on these seeds, which chose nothing: they agree when the pick's {diversity} "
+        f"difference has the same sign here as on the tuning seeds and its success clears {base}'s "
+        f"{TUNING['floor']:+} on both or on neither. {agree} of {len(rows)} agree.",
+        rows,
+    )
     if missing:
         lines += [f"- **Not run here yet:** {', '.join(missing)}.", ""]
     checked = frame.merge(picks.reset_index()[["method", "setting"]], on=["method", "setting"])
@@ -1135,7 +1130,7 @@ def gains_table(report: Report, metric: str = "eval/success") -> list[str]:
         f"The paper's form: {metric} gained over the base model (the evaluation at step 0) and that gain relative to "
         f"{report.labels[report.baseline]}'s (gain / its gain - 1)"
     )
-    return [f"{title}:", "", markdown_table(pd.DataFrame(rows), index=False), ""]
+    return _titled_table(f"{title}:", rows)
 
 
 def one_answer_note(report: Report) -> list[str]:

@@ -127,8 +127,13 @@ class Report:
     def task(self) -> str:
         return next((run.task for run in self.runs if run.task is not None), None) or "unknown"
 
+    @property
+    def seeds(self) -> list[str]:
+        """The seeds of the report's runs, in numeric order."""
+        return sorted({run.seed for run in self.runs if run.seed is not None}, key=_seed_order)
+
     def intro(self) -> str:
-        seeds = sorted({run.seed for run in self.runs if run.seed is not None}, key=_seed_order)
+        seeds = self.seeds
         n_groups = len(self.labels)
         seed_text = f" · seeds {', '.join(seeds)}" if seeds else ""
         return f"Task {self.task} · {len(self.runs)} runs in {n_groups} group{'s' * (n_groups != 1)}{seed_text}."

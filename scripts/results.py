@@ -773,6 +773,10 @@ def _claim_section(session: Session, claim: Claim, runs: list[Path], figures: Pa
     difference = report.difference_frame()
     if difference is not None:
         lines += [f"{report.difference_title()}:", "", markdown_table(difference, index=False), ""]
+    # a tuned claim sets its picks at equal compute in its own table (tuning_section)
+    equal = None if claim.key in _tuned_claims() else report.equal_compute_frame()
+    if equal is not None:
+        lines += [f"{report.equal_compute_title()}:", "", markdown_table(equal, index=False), ""]
     if claim.gains and report.baseline is not None:
         lines += gains_table(report)
     lines += one_answer_note(report)
@@ -789,6 +793,11 @@ def _claim_section(session: Session, claim: Claim, runs: list[Path], figures: Pa
 
 
 # ------------------------------------------------------------------------------------------------ equal tuning
+def _tuned_claims() -> set[str]:
+    """The claims of :data:`TUNING`: the tuned ones and their checks."""
+    return {*TUNING["tasks"], *(task["check"] for task in TUNING["tasks"].values())}
+
+
 def setting_of(items: dict[str, str]) -> str:
     """A group's setting of its method's knobs, from its structured items: the keys its runs set beside the sampler
     and algo options (``algo.advantage.k=2``), or ``as shipped``."""
@@ -898,7 +907,7 @@ def tuning_section(claim: Claim, report: Report, figures: Path) -> list[str]:
     whether they agree); nothing for any other claim."""
     tasks = TUNING["tasks"]
     checks = {task["check"]: key_ for key_, task in tasks.items()}
-    if report.baseline is None or (claim.key not in tasks and claim.key not in checks):
+    if report.baseline is None or claim.key not in _tuned_claims():
         return []
     tuned = checks.get(claim.key, claim.key)
     metrics = {"success": tasks[tuned]["success"], "diversity": tasks[tuned]["diversity"]}

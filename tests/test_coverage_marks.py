@@ -14,8 +14,9 @@ from sesa_cli.intervals import EXACT_MARK, PRUNED_LIMIT, exact_text, gap_fails, 
 from sesa_cli.metric_keys import key as metric_key
 from sesa_cli.report import analyse, write_report
 from sesa_cli.report.columns import with_pruned
+from sesa_cli.report.document import AGAINST
 from sesa_cli.report.plots import Layout, pass_at_k_finals
-from tests.fake_runs import write_multirun
+from tests.fake_runs import write_multirun, write_run
 from tests.test_report import _set_final
 
 PRUNED = metric_key("policy/pruned_mass")
@@ -188,3 +189,32 @@ def test_each_group_shows_its_training_cost_relative_to_the_baseline(tmp_path: P
     difference = report.difference_frame()
     assert difference is not None
     assert list(difference["cost"]) == ["1.25x"]
+
+
+def test_each_group_is_set_against_grpo_given_the_compute_nearest_its_own(tmp_path: Path) -> None:
+    """The head to head at equal compute (issue 69): a method costing twice GRPO's group of 8 is set against GRPO's
+    group of 16, a method costing as much against the group of 8; GRPO at its other size is a baseline, not a row."""
+    sweep = write_multirun(tmp_path / "sweep", seeds=(0, 1))  # parallel seeds 0, 1; sequential seeds 0, 1
+    more = tmp_path / "more"
+    grpo16, passk = {"sampler": "parallel", "sampler.group_size": 16}, {"sampler": "parallel", "algo": "passk"}
+    for job, overrides in enumerate((grpo16, grpo16, passk, passk)):
+        write_run(more / str(job), {**overrides, "seed": job % 2})
+    for runs, gflops in ((sweep, (100, 100, 210, 210)), (more, (200, 200, 100, 100))):
+        for job, flops in enumerate(gflops):
+            info = json.loads((runs / str(job) / "run.json").read_text())
+            (runs / str(job) / "run.json").write_text(json.dumps({**info, "compute": _compute(flops * 10**9)}))
+    report = analyse([sweep, more], ["1", "*"])
+    groups = list(report.labels)  # parallel, sequential, parallel group_size=16, passk
+    assert report.sized_baselines() == pytest.approx({groups[0]: 1.0, groups[2]: 2.0})
+    equal = report.equal_compute_frame()
+    assert equal is not None
+    pairs = zip(equal["group"], equal[AGAINST], strict=True)
+    rows = {group.split(" ", 1)[0]: against.split(" ", 1)[0] for group, against in pairs}
+    assert rows == {"[2]": "[3]", "[4]": "[1]"}  # sequential (2.1x) against the group of 16 (2.0x), passk against 8
+    difference = report.difference_frame()
+    assert difference is not None
+    success = "eval/success" if "eval/success" in equal.columns else equal.columns[3]
+    passk = list(difference["group"]).index(equal["group"].iloc[1])
+    assert equal[success].iloc[1] == difference[success].iloc[passk]  # against the baseline itself: the same cell
+    sized_only = analyse([sweep], ["1", "*"])
+    assert sized_only.equal_compute_frame() is None  # GRPO at one size: nothing to set a method against

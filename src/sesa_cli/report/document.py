@@ -38,6 +38,7 @@ from sesa_cli.report.plots import Layout, make_plots
 from sesa_cli.report.runs import Run, group_identity, load_runs, short_label
 from sesa_cli.report.stats import METHOD, decimals_for, format_interval, format_value
 from sesa_cli.report.tables import (
+    GROUP_SIZE,
     at_k_values,
     best_table,
     compare_groups,
@@ -46,10 +47,14 @@ from sesa_cli.report.tables import (
     headline_metrics,
     headline_table,
     markdown_table,
+    method_name,
     metric_sort_key,
     summarize,
     wide_table,
 )
+
+AGAINST = "against (its cost)"
+"""The equal-compute table's column naming the baseline-method group each row is set against."""
 
 _PLOT_CAPTIONS = {
     "heatmap": HEATMAP_CAPTION.format(floor=FLOOR),
@@ -173,6 +178,52 @@ class Report:
             table.insert(1, COST, [cost_text(cost.get(g, math.nan)) for g in groups])
         marked = self.exact_marked(groups)
         return mark_exact_cells(table, [i for i, g in enumerate(groups) if g in marked])
+
+    def sized_baselines(self) -> dict[str, float]:
+        """The baseline's method at every group size the report ran it (the groups whose items differ from the
+        baseline's by ``sampler.group_size`` only, the baseline included), with their cost relative to the baseline;
+        empty where the runs recorded no cost."""
+        if self.baseline is None:
+            return {}
+        cost = cost_ratios(self.runs, self.baseline)
+
+        def method(group: str) -> dict[str, str]:
+            return {k: v for k, v in self.items.get(group, {}).items() if k != GROUP_SIZE}
+
+        return {g: c for g, c in cost.items() if method(g) == method(self.baseline) and not math.isnan(c) and c > 0}
+
+    def equal_compute_frame(self) -> pd.DataFrame | None:
+        """Each compared group minus the baseline's method given the compute nearest its own: of
+        :meth:`sized_baselines`, the one whose cost is nearest the group's (on a log scale), paired by seed as in
+        :meth:`difference_frame`. None where the baseline's method ran at one group size only: then the difference
+        table is the only comparison there is."""
+        sized = self.sized_baselines()
+        if self.compare is None or self.compare.empty or len(sized) < 2:
+            return None
+        cost = cost_ratios(self.runs, self.baseline)
+        groups = [
+            g for g in dict.fromkeys(self.compare["group"]) if g not in sized and not math.isnan(cost.get(g, math.nan))
+        ]
+        parts, marked = [], []
+        for i, group in enumerate(groups):
+            nearest = min(sized, key=lambda b: abs(math.log(sized[b] / cost[group])) if cost[group] > 0 else 0.0)
+            part = difference_table(compare_groups(self.per_run, nearest, [group]), self.headline, self.labels)
+            part.insert(1, COST, cost_text(cost[group]))
+            part.insert(2, AGAINST, f"{self.labels[nearest]} ({cost_text(sized[nearest])})")
+            parts.append(part)
+            if self.exact_marked([group, nearest]):
+                marked.append(i)
+        if not parts:
+            return None
+        return mark_exact_cells(pd.concat(parts, ignore_index=True), marked)
+
+    def equal_compute_title(self) -> str:
+        assert self.baseline is not None
+        return (
+            f"At equal compute: each group minus {method_name(self.items.get(self.baseline, {}))} given the group "
+            f"size whose cost is nearest its own (cost relative to {self.labels[self.baseline]}; final values, paired "
+            "by seed)"
+        )
 
     def answer(self) -> str | None:
         """One sentence: which compared group kept more solutions (:data:`SOLUTIONS`' first metric the groups
@@ -376,6 +427,9 @@ def _markdown(report: Report) -> str:
     difference = report.difference_frame()
     if difference is not None:
         parts += [f"### {report.difference_title()}", "", markdown_table(difference, index=False), ""]
+    equal = report.equal_compute_frame()
+    if equal is not None:
+        parts += [f"### {report.equal_compute_title()}", "", markdown_table(equal, index=False), ""]
     answer = report.answer()
     if answer is not None:
         parts += [f"**{answer}**", ""]
@@ -447,6 +501,9 @@ def _html(report: Report) -> str:
     difference = report.difference_frame()
     if difference is not None:
         parts += [f"<h3>{html.escape(report.difference_title())}</h3>", table(difference, index=False)]
+    equal = report.equal_compute_frame()
+    if equal is not None:
+        parts += [f"<h3>{html.escape(report.equal_compute_title())}</h3>", table(equal, index=False)]
     answer = report.answer()
     if answer is not None:
         parts.append(f"<p><strong>{html.escape(answer)}</strong></p>")

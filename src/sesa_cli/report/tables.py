@@ -301,6 +301,11 @@ def markdown_table(frame: pd.DataFrame, index: bool = True) -> str:
     return "\n".join(lines)
 
 
+GROUP_SIZE = "sampler.group_size"
+"""The one key by which a group may differ from another and still be its method, at another compute (a group of
+another size: GRPO given another method's compute)."""
+
+
 def group_sampler(items: Mapping[str, str]) -> str:
     """The sampler of a group, from its structured items (sesa_cli.report.document.Report.items: ``sampler`` is the
     option its runs drew with); "" where unknown."""
@@ -315,7 +320,7 @@ def method_name(items: Mapping[str, str]) -> str:
     sampler, algo = group_sampler(items), str(items.get("algo", "grpo"))
     variant = " (IS loss)" if items.get("algo.loss_context") == "is" else ""
     variant += " (negatives kept)" if items.get("algo.terms.unlikeliness.negatives") == "keep" else ""
-    variant += f" ({items['sampler.group_size']} a prompt)" if "sampler.group_size" in items else ""
+    variant += f" ({items[GROUP_SIZE]} a prompt)" if GROUP_SIZE in items else ""
     if sampler == "parallel":
         return ("GRPO" if algo == "grpo" else algo) + variant
     name = {"sequential": "SESA", "lte": "LTE"}.get(sampler, sampler) + variant

@@ -610,18 +610,28 @@ def render(session: Session, docs: Path, claims: Sequence[Claim] = CLAIMS, notes
         glance_text = (
             f"At a glance, claims {', '.join(HEAD_TO_HEAD['claims'])}: every method's final success against the "
             "diversity of what it wins, one panel per task (mean over seeds, 95% bootstrap interval of each mean; "
-            "SESA and its combinations in red, GRPO in black):"
+            "SESA and its combinations in red, GRPO at GRPO's rollouts in black, GRPO given more compute in grey):"
+        )
+        preamble += [glance_text, "", f"![head to head]({glance.relative_to(docs)})", ""]
+    at_compute = equal_compute_figure(figures)
+    if at_compute is not None:
+        at_compute_text = (
+            "The same at equal compute: every method's difference to GRPO given the group size whose cost is nearest "
+            'its own (the tables "At equal compute"; 0 is GRPO at the method\'s compute):'
         )
         preamble += [
-            glance_text,
+            at_compute_text,
             "",
-            f"![head to head]({glance.relative_to(docs)})",
+            f"![head to head at equal compute]({at_compute.relative_to(docs)})",
             "",
         ]
     page.write_text("\n".join([*preamble, *sections]))
     return page
 
 
+EQUAL_COMPUTE_CSV = "equal_compute.csv"
+"""Each head-to-head section's table "At equal compute" as numbers beside its figures: what
+:func:`equal_compute_figure` reads."""
 GROUPS_CSV = "groups.csv"
 """Each section's group summary beside its figures (docs/results/<key>/): what :func:`head_to_head_figure` reads,
 so the figure can be redrawn from a section the page keeps without its runs."""
@@ -648,74 +658,153 @@ def group_method(table: pd.DataFrame, group: str) -> str:
     return method_name(json.loads(table.loc[table["group"] == group, "items"].iloc[0]))
 
 
-def head_to_head_figure(figures: Path) -> Path | None:
-    """``head_to_head.png`` under ``figures``: one panel per head-to-head claim (:data:`HEAD_TO_HEAD`), one point per
-    group at its final diversity (the claim's metric there) and success, with the 95% bootstrap interval of each mean
-    as bars; read from the sections' :data:`GROUPS_CSV`. None where no section has one."""
+def _panels(figures: Path, csv_name: str, metric_column: str) -> list[tuple[str, pd.DataFrame, str]]:
+    """The head-to-head claims' (:data:`HEAD_TO_HEAD`) tables ``csv_name`` under ``figures`` that hold both the
+    claim's diversity metric and success in ``metric_column``: (panel title, table, diversity metric)."""
     panels = []
-    for key_ in HEAD_TO_HEAD["claims"]:
-        csv = figures / key_ / GROUPS_CSV
+    for key_, x in HEAD_TO_HEAD["claims"].items():
+        csv = figures / key_ / csv_name
         if csv.is_file():
             table = pd.read_csv(csv)
-            x = HEAD_TO_HEAD["claims"][key_]
-            if {x, HEAD_TO_HEAD["success"]} <= set(table["metric"]):
+            if {x, HEAD_TO_HEAD["success"]} <= set(table[metric_column]):
                 title = next(c.title for c in CLAIMS if c.key == key_).split(": ")[-1]
                 panels.append((f"{key_}. {title}", table, x))
-    if not panels:
-        return None
-    from matplotlib import colormaps
-    from matplotlib.figure import Figure
-    from matplotlib.lines import Line2D
+    return panels
 
-    names = list(dict.fromkeys(group_method(table, g) for _, table, _ in panels for g in table["group"]))
+
+def _method_styles(names: Sequence[str]) -> dict[str, tuple[Any, str]]:
+    """A colour and marker per method name, alike in every figure: GRPO black, GRPO given another method's compute
+    (a larger group) in greys, one marker per size; SESA red."""
+    from matplotlib import colormaps
+
     others = iter(colormaps["tab20"].colors)
-    style = {}
+    sized = iter(zip(("dimgray", "gray", "darkgray", "silver", "lightgray"), "DdHhp", strict=True))
+    style: dict[str, tuple[Any, str]] = {}
     for n, name in enumerate(names):
-        if name.startswith("GRPO"):  # GRPO black; GRPO given another method's compute (a larger group) grey
-            style[name] = ("black", "s") if name == "GRPO" else ("dimgray", "D")
+        if name.startswith("GRPO"):
+            style[name] = ("black", "s") if name == "GRPO" else next(sized, ("gray", "D"))
         elif name.startswith("SESA"):
             style[name] = ("tab:red", "*" if name == "SESA" else "P^v"[n % 3])
         else:
             color = next(others)
             style[name] = (color if color[0] < 0.8 or color[1] > 0.3 else next(others), "o^vD<>p"[n % 7])
+    return style
+
+
+def _point(ax: Any, px: Any, py: Any, style: tuple[Any, str], lost: int, seeds: int, prefix: str) -> None:
+    """One group's point at (``px``, ``py``): rows with ``{prefix}mean``, ``{prefix}low`` and ``{prefix}high``, the
+    95% intervals as bars; hollow where the group lost runs, which it says beside the point."""
+    color, marker = style
+    ax.errorbar(
+        [px[f"{prefix}mean"]],
+        [py[f"{prefix}mean"]],
+        xerr=[[px[f"{prefix}mean"] - px[f"{prefix}low"]], [px[f"{prefix}high"] - px[f"{prefix}mean"]]],
+        yerr=[[py[f"{prefix}mean"] - py[f"{prefix}low"]], [py[f"{prefix}high"] - py[f"{prefix}mean"]]],
+        color=color,
+        marker=marker,
+        mfc="none" if lost else color,  # hollow: the group lost runs (their values are in its mean)
+        ms=9 if marker == "*" else 6,
+        capsize=2,
+        lw=0.8,
+        alpha=0.85,
+    )
+    if lost:
+        ax.annotate(f"{lost}/{seeds} lost", (px[f"{prefix}mean"], py[f"{prefix}mean"]), fontsize=7, xytext=(4, -9),
+                    textcoords="offset points", color=color)  # fmt: skip
+
+
+def _save_panels(panels: list[tuple[str, pd.DataFrame, str]], draw: Any, ylabel: str, xlabel: str, path: Path) -> Path:
+    """A figure of one panel per claim: ``draw(ax, table, x, styles)`` fills each; one legend of every method."""
+    from matplotlib.figure import Figure
+    from matplotlib.lines import Line2D
+
+    names = list(dict.fromkeys(group_method(table, g) for _, table, _ in panels for g in table["group"]))
+    style = _method_styles(names)
     fig = Figure(figsize=(3.6 * len(panels), 4.3))
     for i, (title, table, x) in enumerate(panels):
         ax = fig.add_subplot(1, len(panels), i + 1)
-        for group in dict.fromkeys(table["group"]):
-            rows = table[table["group"] == group].set_index("metric")
-            if x not in rows.index or HEAD_TO_HEAD["success"] not in rows.index:
-                continue
-            px, py = rows.loc[x], rows.loc[HEAD_TO_HEAD["success"]]
-            color, marker = style[group_method(table, group)]
-            lost = int(py.get("lost", 0))  # a section written before runs lost were counted has none
-            ax.errorbar(
-                [px["final_mean"]],
-                [py["final_mean"]],
-                xerr=[[px["final_mean"] - px["final_low"]], [px["final_high"] - px["final_mean"]]],
-                yerr=[[py["final_mean"] - py["final_low"]], [py["final_high"] - py["final_mean"]]],
-                color=color,
-                marker=marker,
-                mfc="none" if lost else color,  # hollow: the group lost runs (their values are in its mean)
-                ms=9 if marker == "*" else 6,
-                capsize=2,
-                lw=0.8,
-                alpha=0.85,
-            )
-            if lost:
-                ax.annotate(f"{lost}/{int(py['n_seeds'])} lost", (px["final_mean"], py["final_mean"]), fontsize=7,
-                            xytext=(4, -9), textcoords="offset points", color=color)  # fmt: skip
-        ax.set_xlabel(textwrap.fill(DIVERSITY_LABELS.get(x, x), 32))  # a panel's width: labels side by side stay apart
-        ax.set_ylabel(f"{HEAD_TO_HEAD['success']} (final)" if i == 0 else "")
+        draw(ax, table, x, style)
+        ax.set_xlabel(textwrap.fill(xlabel.format(DIVERSITY_LABELS.get(x, x)), 32))  # labels side by side stay apart
+        ax.set_ylabel(ylabel if i == 0 else "")
         ax.set_title(title, fontsize=9)
         ax.grid(alpha=0.3)
     handles = [
         Line2D([], [], color=c, marker=m, ls="", ms=9 if m == "*" else 6, label=n) for n, (c, m) in style.items()
     ]
-    fig.legend(handles=handles, loc="lower center", ncol=min(len(handles), 7), fontsize=8, frameon=False)
-    fig.tight_layout(rect=(0, 0.06 + 0.04 * ((len(handles) - 1) // 7), 1, 1))
-    path = figures / "head_to_head.png"
+    ncol = min(len(handles), 7, 2 * len(panels) + 1)  # a legend no wider than the panels
+    fig.legend(handles=handles, loc="lower center", ncol=ncol, fontsize=8, frameon=False)
+    fig.tight_layout(rect=(0, 0.06 + 0.04 * ((len(handles) - 1) // ncol), 1, 1))
     fig.savefig(path, dpi=110)
     return path
+
+
+def head_to_head_figure(figures: Path) -> Path | None:
+    """``head_to_head.png`` under ``figures``: one panel per head-to-head claim (:data:`HEAD_TO_HEAD`), one point per
+    group at its final diversity (the claim's metric there) and success, with the 95% bootstrap interval of each mean
+    as bars; read from the sections' :data:`GROUPS_CSV`. GRPO at GRPO's rollouts is the black square, GRPO given more
+    compute the grey points. None where no section has one."""
+    panels = _panels(figures, GROUPS_CSV, "metric")
+    if not panels:
+        return None
+
+    def draw(ax: Any, table: pd.DataFrame, x: str, style: dict[str, tuple[Any, str]]) -> None:
+        for group in dict.fromkeys(table["group"]):
+            rows = table[table["group"] == group].set_index("metric")
+            if x in rows.index and HEAD_TO_HEAD["success"] in rows.index:
+                py = rows.loc[HEAD_TO_HEAD["success"]]
+                lost = int(py.get("lost", 0))  # a section written before runs lost were counted has none
+                style_ = style[group_method(table, group)]
+                _point(ax, rows.loc[x], py, style_, lost, int(py["n_seeds"]), "final_")
+
+    success = f"{HEAD_TO_HEAD['success']} (final)"
+    return _save_panels(panels, draw, success, "{}", figures / "head_to_head.png")
+
+
+def equal_compute_figure(figures: Path) -> Path | None:
+    """``equal_compute.png`` under ``figures``: the head to head at equal compute, one point per method at its
+    difference to GRPO given the compute nearest its own (the sections' tables "At equal compute", read from their
+    :data:`EQUAL_COMPUTE_CSV`), in the claim's diversity metric and in success, with their 95% intervals; 0 is GRPO at
+    the method's compute. None where no section has one."""
+    panels = _panels(figures, EQUAL_COMPUTE_CSV, "metric")
+    if not panels:
+        return None
+
+    def draw(ax: Any, table: pd.DataFrame, x: str, style: dict[str, tuple[Any, str]]) -> None:
+        ax.axhline(0, color="black", lw=0.8)
+        ax.axvline(0, color="black", lw=0.8)
+        for group in dict.fromkeys(table["group"]):
+            rows = table[table["group"] == group].set_index("metric")
+            if x in rows.index and HEAD_TO_HEAD["success"] in rows.index:
+                py = rows.loc[HEAD_TO_HEAD["success"]]
+                style_ = style[group_method(table, group)]
+                _point(ax, rows.loc[x], py, style_, int(py["lost"]), int(py["n_seeds"]), "diff_")
+
+    success = f"{HEAD_TO_HEAD['success']} − GRPO at its compute"
+    return _save_panels(panels, draw, success, "{} − GRPO at its compute", figures / "equal_compute.png")
+
+
+def write_equal_compute(report: Report, path: Path) -> None:
+    """:attr:`Report.equal_compute`'s differences in the headline metrics (``diff_mean``, ``diff_low``,
+    ``diff_high``), each group labelled as the page labels it, with the group it is set against, its runs lost and
+    seeds and its ``items``: what :func:`equal_compute_figure` reads."""
+    compare = report.equal_compute
+    assert compare is not None
+    rows = compare[compare["metric"].isin(report.headline)]
+    lost = report.lost()
+    table = pd.DataFrame(
+        {
+            "group": rows["group"].map(report.labels),
+            "against": rows["baseline"].map(report.labels),
+            "metric": rows["metric"],
+            "n_seeds": rows["n_group"],
+            "diff_mean": rows["difference"],
+            "diff_low": rows["low"],
+            "diff_high": rows["high"],
+            "lost": rows["group"].map(lambda g: lost[g][0]),
+            "items": rows["group"].map(lambda g: json.dumps(report.items.get(g, {}), sort_keys=True)),
+        }
+    )
+    table.to_csv(path, index=False)
 
 
 def _sections_time(lines: Sequence[str]) -> str:
@@ -774,14 +863,17 @@ def _claim_section(session: Session, claim: Claim, runs: list[Path], figures: Pa
     if difference is not None:
         lines += [f"{report.difference_title()}:", "", markdown_table(difference, index=False), ""]
     # a tuned claim sets its picks at equal compute in its own table (tuning_section)
+    target = figures / claim.key
+    target.mkdir(parents=True, exist_ok=True)
     equal = None if claim.key in _tuned_claims() else report.equal_compute_frame()
     if equal is not None:
         lines += [f"{report.equal_compute_title()}:", "", markdown_table(equal, index=False), ""]
+        write_equal_compute(report, target / EQUAL_COMPUTE_CSV)
+    else:
+        (target / EQUAL_COMPUTE_CSV).unlink(missing_ok=True)
     if claim.gains and report.baseline is not None:
         lines += gains_table(report)
     lines += one_answer_note(report)
-    target = figures / claim.key
-    target.mkdir(parents=True, exist_ok=True)
     lines += tuning_section(claim, report, figures)
     write_groups(report, target / GROUPS_CSV)
     for name in claim.plots:

@@ -182,3 +182,36 @@ def write_revival(
     lines.append(json.dumps(final))
     (run_dir / "metrics.jsonl").write_text("\n".join(lines) + "\n")
     return run_dir
+
+
+def compute_block(train_flops: int) -> dict[str, object]:
+    """A run.json compute block (sesa_cli.compute) whose training cost is ``train_flops``: sampling a third of it,
+    the update the rest."""
+    phase = {"seconds": 1.0, "forward_tokens": 10, "backward_tokens": 0, "sampled_tokens": 0}
+    return {
+        "phases": {
+            "sample": {**phase, "forward_flops": train_flops // 3, "backward_flops": 0, "sampled_tokens": 10},
+            "update": {**phase, "forward_flops": 0, "backward_flops": train_flops - train_flops // 3},
+        },
+        "sampled_tokens": 10,
+        "scored_tokens": 10,
+        "train_flops": train_flops,
+        "from_step": 0,
+        "processes": 1,
+    }
+
+
+def write_sized_head_to_head(tmp_path: Path) -> tuple[Path, Path]:
+    """Two sweeps with recorded compute: parallel GRPO (cost 1) and sequential (2.1) at seeds 0, 1, then GRPO with
+    a group of 16 (2.0) and Pass@k (1.0): the head to head at equal compute sets sequential against the group of 16
+    and Pass@k against GRPO's group of 8."""
+    sweep = write_multirun(tmp_path / "sweep", seeds=(0, 1))  # parallel seeds 0, 1; sequential seeds 0, 1
+    more = tmp_path / "more"
+    grpo16, passk = {"sampler": "parallel", "sampler.group_size": 16}, {"sampler": "parallel", "algo": "passk"}
+    for job, overrides in enumerate((grpo16, grpo16, passk, passk)):
+        write_run(more / str(job), {**overrides, "seed": job % 2})
+    for runs, gflops in ((sweep, (100, 100, 210, 210)), (more, (200, 200, 100, 100))):
+        for job, flops in enumerate(gflops):
+            info = json.loads((runs / str(job) / "run.json").read_text())
+            (runs / str(job) / "run.json").write_text(json.dumps({**info, "compute": compute_block(flops * 10**9)}))
+    return sweep, more

@@ -16,7 +16,7 @@ from sesa_cli.report import analyse, write_report
 from sesa_cli.report.columns import with_pruned
 from sesa_cli.report.document import AGAINST
 from sesa_cli.report.plots import Layout, pass_at_k_finals
-from tests.fake_runs import write_multirun, write_run
+from tests.fake_runs import compute_block, write_multirun, write_sized_head_to_head
 from tests.test_report import _set_final
 
 PRUNED = metric_key("policy/pruned_mass")
@@ -161,29 +161,12 @@ def test_the_pass_at_k_curve_from_counts_holds_every_k_and_agrees_with_the_logge
 
 
 # ------------------------------------------------------------------------------------------ cost
-def _compute(train_flops: int) -> dict[str, object]:
-    """A run.json compute block (sesa_cli.compute) whose training cost is ``train_flops``: sampling a third of it,
-    the update the rest."""
-    phase = {"seconds": 1.0, "forward_tokens": 10, "backward_tokens": 0, "sampled_tokens": 0}
-    return {
-        "phases": {
-            "sample": {**phase, "forward_flops": train_flops // 3, "backward_flops": 0, "sampled_tokens": 10},
-            "update": {**phase, "forward_flops": 0, "backward_flops": train_flops - train_flops // 3},
-        },
-        "sampled_tokens": 10,
-        "scored_tokens": 10,
-        "train_flops": train_flops,
-        "from_step": 0,
-        "processes": 1,
-    }
-
-
 def test_each_group_shows_its_training_cost_relative_to_the_baseline(tmp_path: Path) -> None:
     sweep = write_multirun(tmp_path / "sweep", seeds=(0, 1))
     assert "cost" not in analyse([sweep]).headline_frame().columns  # runs written before compute was recorded
     for job, flops in enumerate((100, 140, 150, 150)):  # parallel seeds 0, 1; sequential seeds 0, 1
         info = json.loads((sweep / str(job) / "run.json").read_text())
-        (sweep / str(job) / "run.json").write_text(json.dumps({**info, "compute": _compute(flops * 10**9)}))
+        (sweep / str(job) / "run.json").write_text(json.dumps({**info, "compute": compute_block(flops * 10**9)}))
     report = analyse([sweep])
     assert list(report.headline_frame()["cost"]) == ["1.00x", "1.25x"]  # 150 / 120: sequential's mean over GRPO's
     difference = report.difference_frame()
@@ -194,15 +177,7 @@ def test_each_group_shows_its_training_cost_relative_to_the_baseline(tmp_path: P
 def test_each_group_is_set_against_grpo_given_the_compute_nearest_its_own(tmp_path: Path) -> None:
     """The head to head at equal compute (issue 69): a method costing twice GRPO's group of 8 is set against GRPO's
     group of 16, a method costing as much against the group of 8; GRPO at its other size is a baseline, not a row."""
-    sweep = write_multirun(tmp_path / "sweep", seeds=(0, 1))  # parallel seeds 0, 1; sequential seeds 0, 1
-    more = tmp_path / "more"
-    grpo16, passk = {"sampler": "parallel", "sampler.group_size": 16}, {"sampler": "parallel", "algo": "passk"}
-    for job, overrides in enumerate((grpo16, grpo16, passk, passk)):
-        write_run(more / str(job), {**overrides, "seed": job % 2})
-    for runs, gflops in ((sweep, (100, 100, 210, 210)), (more, (200, 200, 100, 100))):
-        for job, flops in enumerate(gflops):
-            info = json.loads((runs / str(job) / "run.json").read_text())
-            (runs / str(job) / "run.json").write_text(json.dumps({**info, "compute": _compute(flops * 10**9)}))
+    sweep, more = write_sized_head_to_head(tmp_path)
     report = analyse([sweep, more], ["1", "*"])
     groups = list(report.labels)  # parallel, sequential, parallel group_size=16, passk
     assert report.sized_baselines() == pytest.approx({groups[0]: 1.0, groups[2]: 2.0})

@@ -15,8 +15,9 @@ import pandas as pd
 import pytest
 
 from sesa_cli.config import conf_dir
+from sesa_cli.report import analyse
 from tests.conftest import compose_train
-from tests.fake_runs import write_revival, write_run
+from tests.fake_runs import write_revival, write_run, write_sized_head_to_head
 from tests.scripts import results as R
 
 SEEDS = (0, 1)
@@ -609,6 +610,26 @@ def test_the_head_to_head_figure_is_drawn_from_the_sections_group_tables(tmp_pat
         assert R.group_method(table, "[2] sequential grpo") == ("SESA" if claim == "VIII" else "[2] sequential grpo")
     path = R.head_to_head_figure(tmp_path)
     assert path == tmp_path / "head_to_head.png"
+    assert path.stat().st_size > 0
+
+
+def test_the_head_to_head_at_equal_compute_is_written_beside_its_section_and_drawn(tmp_path: Path) -> None:
+    """A section's table "At equal compute" as numbers (each group against the GRPO group nearest its cost), and
+    the figure drawn from them: a panel per head-to-head claim with a table; nothing where none has one."""
+    sweep, more = write_sized_head_to_head(tmp_path / "runs")
+    report = analyse([sweep, more], ["1", "*"])
+    (tmp_path / "VIII").mkdir()
+    R.write_equal_compute(report, tmp_path / "VIII" / R.EQUAL_COMPUTE_CSV)
+    table = pd.read_csv(tmp_path / "VIII" / R.EQUAL_COMPUTE_CSV)
+    against = dict(zip(table["group"], table["against"], strict=True))
+    assert {g.split(" ")[0]: a.split(" ")[0] for g, a in against.items()} == {"[2]": "[3]", "[4]": "[1]"}
+    assert set(table["metric"]) == set(report.headline)
+    assert R.equal_compute_figure(tmp_path) is None  # the path task's panel needs its diversity and success
+    rows = [{**row, "metric": metric} for row in table.drop_duplicates("group").to_dict("records")
+            for metric in (R.HEAD_TO_HEAD["claims"]["VIII"], R.HEAD_TO_HEAD["success"])]  # fmt: skip
+    pd.DataFrame(rows).to_csv(tmp_path / "VIII" / R.EQUAL_COMPUTE_CSV, index=False)
+    path = R.equal_compute_figure(tmp_path)
+    assert path == tmp_path / "equal_compute.png"
     assert path.stat().st_size > 0
 
 

@@ -11,6 +11,7 @@ import html
 import math
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import TypedDict
 
@@ -192,11 +193,13 @@ class Report:
 
         return {g: c for g, c in cost.items() if method(g) == method(self.baseline) and not math.isnan(c) and c > 0}
 
-    def equal_compute_frame(self) -> pd.DataFrame | None:
+    @cached_property
+    def equal_compute(self) -> pd.DataFrame | None:
         """Each compared group minus the baseline's method given the compute nearest its own: of
-        :meth:`sized_baselines`, the one whose cost is nearest the group's (on a log scale), paired by seed as in
-        :meth:`difference_frame`. None where the baseline's method ran at one group size only: then the difference
-        table is the only comparison there is."""
+        :meth:`sized_baselines`, the one whose cost is nearest the group's (on a log scale), as
+        :func:`sesa_cli.report.tables.compare_groups` rows (paired by seed as in :meth:`difference_frame`). None where
+        the baseline's method ran at one group size only: then the difference table is the only comparison there
+        is."""
         sized = self.sized_baselines()
         if self.compare is None or self.compare.empty or len(sized) < 2:
             return None
@@ -204,18 +207,26 @@ class Report:
         groups = [
             g for g in dict.fromkeys(self.compare["group"]) if g not in sized and not math.isnan(cost.get(g, math.nan))
         ]
-        parts, marked = [], []
-        for i, group in enumerate(groups):
-            nearest = min(sized, key=lambda b: abs(math.log(sized[b] / cost[group])) if cost[group] > 0 else 0.0)
-            part = difference_table(compare_groups(self.per_run, nearest, [group]), self.headline, self.labels)
-            part.insert(1, COST, cost_text(cost[group]))
-            part.insert(2, AGAINST, f"{self.labels[nearest]} ({cost_text(sized[nearest])})")
-            parts.append(part)
-            if self.exact_marked([group, nearest]):
-                marked.append(i)
-        if not parts:
+
+        def nearest(group: str) -> str:
+            return min(sized, key=lambda b: abs(math.log(sized[b] / cost[group])) if cost[group] > 0 else 0.0)
+
+        parts = [compare_groups(self.per_run, nearest(g), [g]) for g in groups]
+        return pd.concat(parts, ignore_index=True) if parts else None
+
+    def equal_compute_frame(self) -> pd.DataFrame | None:
+        """:attr:`equal_compute` as the page's table: a row per group, its cost, the group it is set against (with
+        that group's cost) and each headline metric's difference; exact cells marked † where either group's are."""
+        compare = self.equal_compute
+        if compare is None:
             return None
-        return mark_exact_cells(pd.concat(parts, ignore_index=True), marked)
+        cost = cost_ratios(self.runs, self.baseline)
+        against = dict(zip(compare["group"], compare["baseline"], strict=True))
+        groups = list(against)
+        table = difference_table(compare, self.headline, self.labels)
+        table.insert(1, COST, [cost_text(cost[g]) for g in groups])
+        table.insert(2, AGAINST, [f"{self.labels[against[g]]} ({cost_text(cost[against[g]])})" for g in groups])
+        return mark_exact_cells(table, [i for i, g in enumerate(groups) if self.exact_marked([g, against[g]])])
 
     def equal_compute_title(self) -> str:
         assert self.baseline is not None

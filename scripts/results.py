@@ -865,7 +865,7 @@ def _claim_section(session: Session, claim: Claim, runs: list[Path], figures: Pa
     # a tuned claim sets its picks at equal compute in its own table (tuning_section)
     target = figures / claim.key
     target.mkdir(parents=True, exist_ok=True)
-    equal = None if claim.key in _tuned_claims() else report.equal_compute_frame()
+    equal = None if claim.key in _tuned_claims() or not _beyond_baseline(report) else report.equal_compute_frame()
     if equal is not None:
         lines += [f"{report.equal_compute_title()}:", "", markdown_table(equal, index=False), ""]
         write_equal_compute(report, target / EQUAL_COMPUTE_CSV)
@@ -885,6 +885,13 @@ def _claim_section(session: Session, claim: Claim, runs: list[Path], figures: Pa
 
 
 # ------------------------------------------------------------------------------------------------ equal tuning
+def _beyond_baseline(report: Report) -> bool:
+    """Whether the table "At equal compute" sets some group against another GRPO group than the baseline (else it
+    would repeat rows of the difference table)."""
+    pairs = report.equal_compute
+    return pairs is not None and set(pairs["baseline"]) != {report.baseline}
+
+
 def _tuned_claims() -> set[str]:
     """The claims of :data:`TUNING`: the tuned ones and their checks."""
     return {*TUNING["tasks"], *(task["check"] for task in TUNING["tasks"].values())}

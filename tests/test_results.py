@@ -201,11 +201,11 @@ def fake_claims(root: Path, seeds: tuple[int, ...] = SEEDS) -> None:
                     coverage=False,
                 )
                 job += 1
-    # claims IX-XII and XIX-XXII: the head-to-head, tuning and check sweeps, each job as its sweep's axes give it
+    # claims VIII-XII and XIX-XXIII: the head-to-head, tuning, check and equal-compute sweeps, each job as its sweep's axes give it
     session = R.Session(root, seeds)
     for sweep in R.SWEEPS:
         fixed = dict(pair.split("=", 1) for pair in R._axes(sweep.overrides)[0])
-        if sweep.name.startswith(("tune_path_", "check_path_")):
+        if sweep.name.startswith(("tune_path_", "check_path_", "path_")):
             for job, swept in enumerate(session.jobs(sweep)):
                 write_run(root / sweep.name / str(job), {**fixed, **swept}, policy=True)
         elif (
@@ -254,8 +254,8 @@ def test_page_from_a_fake_sweep(tmp_path: Path) -> None:
     assert "The paper's form" not in text[: text.index("## IV.")]
     # VIII: every method one group, GRPO the baseline, each other group compared with it
     section = text[text.index("## VIII.") : text.index("## IX.")]
-    groups = len(H2H_ALGOS) + 3  # the methods' sweep, SESA, LTE twice
-    assert section.count("| [") == groups + groups - 1
+    groups = len(H2H_ALGOS) + 3 + 2  # the methods' sweep, SESA, LTE twice, GRPO at 16 and 32 a prompt
+    assert section.count("| [") == groups + groups - 1  # no cost recorded: no table at equal compute
     assert "Difference to [1] parallel grpo " in section
     for n, algo in enumerate(H2H_ALGOS[1:], start=2):
         assert f"| [{n}] parallel {algo} " in section
@@ -317,7 +317,7 @@ def test_missing_runs_are_said_not_invented(tmp_path: Path) -> None:
     write_run(root / "collapse" / "0", {"experiment": "collapse_revival", "seed": 0}, policy=True)
     text = R.render(R.Session(root, SEEDS), tmp_path / "docs").read_text()
     assert "Task path · 1 runs in 1 group · seeds 0." in text
-    assert text.count("Not run yet.") == 20  # claims III-XXII; II shows the parallel runs it has
+    assert text.count("Not run yet.") == 21  # claims III-XXIII; II shows the parallel runs it has
     assert "- **Incomplete:** 1 of the 2 jobs of sweep `collapse` have finished." in text
     assert "- **Incomplete:** 0 of the 4 jobs of sweep `discovery` have finished." in text
 

@@ -207,7 +207,12 @@ def test_an_equal_tuning_row_reads_the_winner_its_section_names_at_equal_compute
     page = TUNED_PAGE.format(winner=f"{findings.WINNER} [3] **passk** (algo.advantage.k=2; the criterion): ...")
     line = findings.findings(page, (row,), items)[2]
     assert "| tuned: passk − GRPO | success no clear difference: -0.01 [-0.03, 0.01]; ways higher: +1.50" in line
-    assert "at equal compute (against [1] parallel grpo (1.00x)): success -0.01 [-0.03, 0.01], ways +1.50" in line
+    assert "ways higher: +1.50 [0.50, 2.50]; the same at equal compute; claim XX's" in line  # GRPO's own group
+    pick = "| passk | algo.advantage.k=2 | 1.09x | [1] parallel grpo (1.00x) |"
+    sized = page.replace(pick, "| passk | algo.advantage.k=2 | 1.09x | [4] parallel grpo group_size=10 (1.10x) |")
+    line = findings.findings(sized, (row,), items)[2]
+    assert "at equal compute (against GRPO with 10 a prompt, 1.10x): success -0.01 [-0.03, 0.01], ways +1.50" in line
+    assert findings._grpo_at("[41] parallel grpo group_size=10 (1.19x)") == "GRPO with 10 a prompt, 1.19x"
     assert "claim XX's seeds agree (success +0.01 [-0.01, 0.03], ways +0.90 [0.10, 1.70])" in line
     page = TUNED_PAGE.format(winner=f"{findings.WINNER} none; no pick's success clears [1] parallel grpo's -0.02.")
     assert "| tuned: none − GRPO | no pick's success clears the floor |" in findings.findings(page, (row,), items)[2]

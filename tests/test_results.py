@@ -201,7 +201,7 @@ def fake_claims(root: Path, seeds: tuple[int, ...] = SEEDS) -> None:
                     coverage=False,
                 )
                 job += 1
-    # claims VIII-XII and XIX-XXIII: the head-to-head, tuning, check and equal-compute sweeps, each job as its sweep's axes give it
+    # claims VIII-XII and XIX-XXIV: the head-to-head, tuning, check and equal-compute sweeps, each job as its sweep's axes give it
     session = R.Session(root, seeds)
     for sweep in R.SWEEPS:
         fixed = dict(pair.split("=", 1) for pair in R._axes(sweep.overrides)[0])
@@ -209,7 +209,7 @@ def fake_claims(root: Path, seeds: tuple[int, ...] = SEEDS) -> None:
             for job, swept in enumerate(session.jobs(sweep)):
                 write_run(root / sweep.name / str(job), {**fixed, **swept}, policy=True)
         elif (
-            sweep.name.startswith(("h2h_", "tune_")) or sweep.name.endswith("_equal_compute")
+            sweep.name.startswith(("h2h_", "tune_", "check_")) or sweep.name.endswith("_equal_compute")
         ) and sweep.recipe != "collapse_revival":
             task = {"countdown_tiny": "countdown", "sokoban_tiny": "sokoban"}.get(sweep.recipe, "frozenlake")
             for job, swept in enumerate(session.jobs(sweep)):
@@ -283,6 +283,8 @@ def test_page_from_a_fake_sweep(tmp_path: Path) -> None:
     assert R.WINNER in section
     assert "agree." in text[text.index("## XX.") : text.index("## XXI.")]
     assert R.WINNER in text[text.index("## XXI.") : text.index("## XXII.")]
+    assert R.WINNER in text[text.index("## XXIII.") : text.index("## XXIV.")]
+    assert "agree." in text[text.index("## XXIV.") :]
     assert "agree." in text[text.index("## XXII.") :]
 
 
@@ -317,7 +319,7 @@ def test_missing_runs_are_said_not_invented(tmp_path: Path) -> None:
     write_run(root / "collapse" / "0", {"experiment": "collapse_revival", "seed": 0}, policy=True)
     text = R.render(R.Session(root, SEEDS), tmp_path / "docs").read_text()
     assert "Task path · 1 runs in 1 group · seeds 0." in text
-    assert text.count("Not run yet.") == 21  # claims III-XXIII; II shows the parallel runs it has
+    assert text.count("Not run yet.") == 22  # claims III-XXIV; II shows the parallel runs it has
     assert "- **Incomplete:** 1 of the 2 jobs of sweep `collapse` have finished." in text
     assert "- **Incomplete:** 0 of the 4 jobs of sweep `discovery` have finished." in text
 

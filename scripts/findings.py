@@ -259,14 +259,14 @@ def _tuning_answers(
     for before, rows in parsed:
         if before.startswith("Each pick at equal compute"):
             pick = next((r for r in rows if r.get("method") == method), None)
-            against = None if pick is None else _grpo_at(pick["GRPO at the nearest compute"])
-            if pick is None or against is None:
+            if pick is None:
                 continue
-            if " a prompt" not in against:  # GRPO's own group: the figures before it again
+            against = pick["GRPO at the nearest compute"]
+            if "group_size=" not in against:  # GRPO's own group: the figures before it again
                 out.append("the same at equal compute")
             else:
                 cells = [f"{name} {pick[f'{metric} − it']}" for metric, name in row.metrics]
-                out.append(f"at equal compute (against {against}): {', '.join(cells)}")
+                out.append(f"at equal compute (against {_grpo_at(against)}): {', '.join(cells)}")
     if row.check not in found:
         raise PageError(f"docs/results.md has no claim {row.check}")
     for before, rows in tables(found[row.check][1]):

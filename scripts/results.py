@@ -52,7 +52,7 @@ import yaml
 
 from sesa_cli.config import ConfigError
 from sesa_cli.metric_keys import find, key
-from sesa_cli.report.columns import COST, cost_ratios, cost_text, lost_text, with_pruned
+from sesa_cli.report.columns import COST, cost_text, lost_text, with_pruned
 from sesa_cli.report.document import Report, analyse, write_report
 from sesa_cli.report.runs import METRICS_JSONL, parse_overrides
 from sesa_cli.report.stats import METHOD, difference_interval, format_interval, mean_interval
@@ -947,7 +947,7 @@ def tuning_frame(report: Report, metrics: dict[str, str]) -> pd.DataFrame:
     pick: of the settings that clear the floor, the one with the most diversity; where none does, the one with the
     highest success (the criterion of ``scripts/claims.yaml``, ``tuning:``)."""
     assert report.baseline is not None
-    cost = cost_ratios(report.runs, report.baseline)
+    cost = report.costs
     lost = report.lost()
     records = []
     for group in report.labels:
@@ -1095,16 +1095,18 @@ def _equal_compute(
     report: Report, picks: pd.DataFrame, base: str, metrics: dict[str, str]
 ) -> tuple[list[str], pd.DataFrame]:
     """Each pick against the GRPO group whose cost is nearest its own (GRPO given a larger group: equal compute), as
-    a table and as a frame the criterion reads (:func:`winner`); nothing where the claim has GRPO at one size only."""
-    cost = cost_ratios(report.runs, report.baseline)
-    grpo = {g: c for g, c in cost.items() if _is_grpo(method_name(report.items.get(g, {}))) and not math.isnan(c)}
+    a table and as a frame the criterion reads (:func:`winner`); nothing where the claim has GRPO at one size only.
+    The nearest is the report's (:meth:`Report.nearest_sized`), as in every section's table "At equal compute"."""
+    grpo = report.sized_baselines()
     if len(grpo) < 2:
         return [], pd.DataFrame()
     by_label = {label: group for group, label in report.labels.items()}
     rows, records = [], []
     for _, row in picks.iterrows():
         group = by_label[row["group"]]
-        nearest = min(grpo, key=lambda g: abs(math.log(grpo[g] / row["cost"])) if row["cost"] > 0 else math.inf)
+        nearest = report.nearest_sized(group)
+        if nearest is None:  # its runs recorded no cost
+            continue
         record = {
             **row.to_dict(),
             **_difference_columns(_versus(report, nearest, group, metrics)),
@@ -1214,7 +1216,7 @@ def gains_table(report: Report, metric: str = "eval/success") -> list[str]:
         return []
     gains = {g: difference_interval(start[g], end[g]) for g in start}
     reference = gains[report.baseline][0]
-    cost = cost_ratios(report.runs, report.baseline)
+    cost = report.costs
     rows = []
     for group in [g for g in report.labels if g in start]:
         gain = gains[group]

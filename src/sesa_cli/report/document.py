@@ -153,7 +153,13 @@ class Report:
         """The headline table, with each group's runs lost, cost and marked exact cells (sesa_cli.report.columns)."""
         table = headline_table(self.groups, self.headline, self.marked_labels())
         exact = self.exact_marked(list(self.labels))
-        return add_group_columns(table, list(self.labels), self.lost(), cost_ratios(self.runs, self.baseline), exact)
+        return add_group_columns(table, list(self.labels), self.lost(), self.costs, exact)
+
+    @cached_property
+    def costs(self) -> dict[str, float]:
+        """Per group: its training compute relative to the baseline's (:func:`sesa_cli.report.columns.cost_ratios`),
+        read once for every table."""
+        return cost_ratios(self.runs, self.baseline)
 
     def lost(self) -> dict[str, tuple[int, int]]:
         """Per group: (runs lost, runs) (:func:`sesa_cli.report.columns.lost_counts`)."""
@@ -174,7 +180,7 @@ class Report:
             return None
         table = difference_table(self.compare, self.headline, self.labels)
         groups = list(dict.fromkeys(self.compare["group"]))
-        cost = cost_ratios(self.runs, self.baseline)
+        cost = self.costs
         if cost and not all(math.isnan(v) for v in cost.values()):
             table.insert(1, COST, [cost_text(cost.get(g, math.nan)) for g in groups])
         marked = self.exact_marked(groups)
@@ -186,12 +192,23 @@ class Report:
         empty where the runs recorded no cost."""
         if self.baseline is None:
             return {}
-        cost = cost_ratios(self.runs, self.baseline)
 
         def method(group: str) -> dict[str, str]:
             return {k: v for k, v in self.items.get(group, {}).items() if k != GROUP_SIZE}
 
-        return {g: c for g, c in cost.items() if method(g) == method(self.baseline) and not math.isnan(c) and c > 0}
+        return {
+            g: c for g, c in self.costs.items() if method(g) == method(self.baseline) and not math.isnan(c) and c > 0
+        }
+
+    def nearest_sized(self, group: str) -> str | None:
+        """Of :meth:`sized_baselines`, the one whose cost is nearest ``group``'s (on a log scale): the baseline's
+        method at ``group``'s compute. None where the baseline's method ran at one group size only, or ``group``'s
+        runs recorded no cost."""
+        sized = self.sized_baselines()
+        cost = self.costs.get(group, math.nan)
+        if len(sized) < 2 or math.isnan(cost):
+            return None
+        return min(sized, key=lambda b: abs(math.log(sized[b] / cost)) if cost > 0 else 0.0)
 
     @cached_property
     def equal_compute(self) -> pd.DataFrame | None:
@@ -200,18 +217,11 @@ class Report:
         :func:`sesa_cli.report.tables.compare_groups` rows (paired by seed as in :meth:`difference_frame`). None where
         the baseline's method ran at one group size only: then the difference table is the only comparison there
         is."""
-        sized = self.sized_baselines()
-        if self.compare is None or self.compare.empty or len(sized) < 2:
+        if self.compare is None or self.compare.empty:
             return None
-        cost = cost_ratios(self.runs, self.baseline)
-        groups = [
-            g for g in dict.fromkeys(self.compare["group"]) if g not in sized and not math.isnan(cost.get(g, math.nan))
-        ]
-
-        def nearest(group: str) -> str:
-            return min(sized, key=lambda b: abs(math.log(sized[b] / cost[group])) if cost[group] > 0 else 0.0)
-
-        parts = [compare_groups(self.per_run, nearest(g), [g]) for g in groups]
+        sized = self.sized_baselines()
+        pairs = {g: self.nearest_sized(g) for g in dict.fromkeys(self.compare["group"]) if g not in sized}
+        parts = [compare_groups(self.per_run, nearest, [g]) for g, nearest in pairs.items() if nearest is not None]
         return pd.concat(parts, ignore_index=True) if parts else None
 
     def equal_compute_frame(self) -> pd.DataFrame | None:
@@ -220,7 +230,7 @@ class Report:
         compare = self.equal_compute
         if compare is None:
             return None
-        cost = cost_ratios(self.runs, self.baseline)
+        cost = self.costs
         against = dict(zip(compare["group"], compare["baseline"], strict=True))
         groups = list(against)
         table = difference_table(compare, self.headline, self.labels)

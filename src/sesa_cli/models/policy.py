@@ -7,14 +7,14 @@ from pathlib import Path
 
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from sesa_cli.tasks.ragen import THINK
+from sesa_cli.tasks.ragen import ANSWER, THINK
 
 SPELLINGS_LIMIT = 64
 """``Policy.spellings`` lists every spelling of a text up to this many (else the tokenizer's own only)."""
 
-ASSISTANT_PREFILL = THINK
-"""Chat prompts of the tasks end with RAGEN's pre-filled ``<think>``: with a chat template it goes after the
-assistant header (the start of the model's answer), not inside the user message."""
+ASSISTANT_PREFILLS = (THINK, ANSWER)
+"""Chat prompts of the tasks end with RAGEN's pre-filled ``<think>`` (or ``<answer>``, thinking off): with a chat
+template it goes after the assistant header (the start of the model's answer), not inside the user message."""
 
 
 @dataclass
@@ -82,12 +82,13 @@ class Policy:
 
     def encode_prompt(self, text: str, chat: bool = False) -> list[int]:
         """Token ids of a prompt. Chat style with a tokenizer that has a chat template: ``text`` is one user message
-        rendered with ``apply_chat_template(add_generation_prompt=True)``, and a trailing ``<think>`` pre-fills the
-        assistant turn. Otherwise (compact style, or no template): BOS (if any) + ``text``."""
+        rendered with ``apply_chat_template(add_generation_prompt=True)``, and a trailing ``<think>`` (or ``<answer>``)
+        pre-fills the assistant turn. Otherwise (compact style, or no template): BOS (if any) + ``text``."""
         if chat and self.has_chat_template:
             user, prefill = text, ""
-            if text.endswith(ASSISTANT_PREFILL):
-                user, prefill = text[: -len(ASSISTANT_PREFILL)].rstrip("\n"), ASSISTANT_PREFILL
+            for head in ASSISTANT_PREFILLS:
+                if text.endswith(head):
+                    user, prefill = text[: -len(head)].rstrip("\n"), head
             rendered = self.tokenizer.apply_chat_template(
                 [{"role": "user", "content": user}], add_generation_prompt=True, tokenize=False
             )

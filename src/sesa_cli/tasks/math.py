@@ -19,7 +19,9 @@ leads to another answer.
 Compact layout (``stop`` = "|"): prompt ``P12+7*3=`` ; answer ``33|`` ; sequential ``P12+7*3=33|57|...`` ; sketches
 ``S12+7*3=7*3=21|12+7=19|...`` ; a sketch is expanded from ``S12+7*3=7*3=21|P12+7*3=``. Chat: RAGEN's turn text
 around the question, ``Put your final answer in \\boxed{}.``, and RAGEN's format (sesa_cli.tasks.ragen); the
-answer is the last ``\\boxed{}`` inside ``<answer>``, or the whole ``<answer>`` content.
+answer is the last ``\\boxed{}`` inside ``<answer>``, or the whole ``<answer>`` content. With ``task.think=false``
+(RAGEN's ``enable_think: false``) the prompt asks for the answer alone, shows one worked example, and pre-fills
+``<answer>``; a sequential chain opens each later answer with ``<answer>`` too.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ import hashlib
 import importlib.util
 import random
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from functools import cached_property, lru_cache, partial
@@ -44,6 +46,10 @@ from sesa_cli.tasks.ragen import SYSTEM_PROMPT, RagenTask
 
 INSTRUCTION = "You are solving Math problems. Put your final answer in \\boxed{}."
 """RAGEN's MetamathQA ``env_instruction`` ("You are solving Math problems. ") plus the boxed-answer rule."""
+QUESTIONS = ("arithmetic", "larger")
+"""The generated set's kinds of question (``task.question``)."""
+ANSWER_ONLY = "Give only the final answer inside <answer></answer>."
+"""The answer rule of the chat style with thinking off (``task.think=false``), before its worked example."""
 WARM_POOL = 2000
 """The warm-start corpus draws its questions from this many train-split instances."""
 _P_CORRECT = 0.1
@@ -65,6 +71,14 @@ class MathTaskConfig(TaskConfig):
     model answers 4.5% of the default questions right (0.8% with max_operand=20)."""
     operators: str = "+-*"
     """Generated set: operators a question may use (a subset of ``+-*/``; with ``/`` answers may be fractions)."""
+    question: str = "arithmetic"
+    """Generated set: ``arithmetic`` (``What is 2+7*3?``) or ``larger`` (``Which number is larger, 27 or 82?``; with
+    ``terms`` > 2 the largest of ``terms`` distinct numbers from 1..max_operand; chat style only), a choice a weak
+    instruction-tuned base gets right sometimes (SmolLM2-135M: docs/real-models.md)."""
+    think: bool = True
+    """chat style: RAGEN's ``enable_think``. false: the prompt asks for the final answer alone inside
+    ``<answer></answer>`` with one worked example of the generated set, and the assistant turn is pre-filled with
+    ``<answer>`` (a reply is its answer and ``</answer>``); true: RAGEN's ``<think>...</think><answer>...</answer>``."""
     chat_max_words: int = 100
     """chat style: the length budget the prompt states (RAGEN's ``max_tokens: 100``); not a generation limit."""
     list_max: int = 16
@@ -78,6 +92,17 @@ class MathTaskConfig(TaskConfig):
             raise ConfigError(f"task.max_operand={self.max_operand} must be between 1 and 999")
         raise_if(subset_of(self, "task", "+-*/", "operators"))
         raise_if(at_least(self, "task", 1, "list_max", "chat_max_words"))
+        if self.question not in QUESTIONS:
+            raise ConfigError(f"task.question={self.question!r} must be one of {', '.join(QUESTIONS)}")
+        if self.question == "larger":
+            if self.style != "chat":
+                raise ConfigError(
+                    "task.question=larger is chat-only: choose an instruction-tuned model (model=smollm2-135m)"
+                )
+            if self.max_operand < self.terms:
+                raise ConfigError(
+                    f"task.question=larger draws {self.terms} distinct numbers: task.max_operand must be >= {self.terms}"
+                )
 
 
 @dataclass(frozen=True)
@@ -132,6 +157,8 @@ class MathTask(RagenTask):
 
     def __init__(self, cfg: TaskConfig, seed: int = 0) -> None:
         super().__init__(cfg, seed)
+        if self.chat and not self.cfg.think:
+            self.between = "\n" + ragen.ANSWER  # every answer of a sequential chain opens as the first one does
         if importlib.util.find_spec("math_verify") is None:
             raise ConfigError("task=math needs math-verify: pip install 'math-verify>=0.7'")
         self._rows: tuple[list[MathInstance], list[MathInstance]] | None = None
@@ -176,9 +203,10 @@ class MathTask(RagenTask):
     def instance(self, split: str, index: int) -> MathInstance:
         check_split(split)
         if self._rows is None:
-            return _generate(
-                f"math/{split}/{self.seed}/{index}", self.cfg.terms, self.cfg.max_operand, self.cfg.operators
-            )
+            stream = f"math/{split}/{self.seed}/{index}"
+            if self.cfg.question == "larger":
+                return _larger(stream, self.cfg.terms, self.cfg.max_operand)
+            return _generate(stream, self.cfg.terms, self.cfg.max_operand, self.cfg.operators)
         if split == "val":
             return self._rows[1][index % len(self._rows[1])]
         train = self._rows[0]
@@ -196,7 +224,24 @@ class MathTask(RagenTask):
         return f"{head}{inst.expr or inst.question}="
 
     def _chat(self, inst: MathInstance, hint: str = "") -> str:
+        if not self.cfg.think:
+            return f"{self.chat_header()}{self._example()}\n{hint}{inst.question}{ragen.ANSWER}"
         return self.chat_header() + ragen.turn_text(1, inst.question, 1, self.cfg.chat_max_words, hint=hint)
+
+    def instruction(self) -> str:
+        # thinking off: the boxed-answer rule gives way to the answer-only rule (an answer is the tag's content)
+        return self.chat_instruction if self.cfg.think else f"You are solving Math problems. {ANSWER_ONLY}"
+
+    def _example(self) -> str:
+        """Thinking off: one worked example of the generated set (none for a dataset), after the answer rule."""
+        if self._rows is not None:
+            return ""
+        if self.cfg.question == "larger":
+            shown = (3, 8, 5, 7, 2, 6)[: self.cfg.terms]
+            ex = MathInstance(question=_larger_question(shown), answer=str(max(shown)))
+        else:
+            ex = MathInstance(question="What is 2+3?", answer="5")
+        return f" Example: {ex.question} {ragen.answer_block(ex.answer)}"
 
     def prompt(self, inst: MathInstance) -> str:
         return self._chat(inst) if self.chat else self._compact(inst, "P")
@@ -204,16 +249,20 @@ class MathTask(RagenTask):
     def answer(self, completion: str) -> str | None:
         """The final answer of a completion, or None. Never raises.
 
-        chat: the last ``\\boxed{}`` inside ``<answer>...</answer>`` (RAGEN's format), else that content (None if
-        a box is left open);
+        chat: the last ``\\boxed{}`` inside ``<answer>...</answer>`` (RAGEN's format; thinking off: the reply up to
+        ``</answer>``), else that content (None if a box is left open);
         compact: the text before ``stop`` (None without a ``stop``: cut at max_new_tokens).
         """
         if not self.chat:
             return ragen.compact_answer(completion, self.stop)
-        parsed = ragen.think_answer(completion)
-        if parsed is None:
+        if self.cfg.think:
+            parsed = ragen.think_answer(completion)
+            found = None if parsed is None else parsed[1]
+        else:
+            found = ragen.answer_only(completion)
+        if found is None:
             return None
-        content = parsed[1].strip()
+        content = found.strip()
         boxed = last_boxed(content)
         if boxed is None and "\\boxed{" in content:
             return None  # an unclosed box: no final answer
@@ -360,6 +409,19 @@ def _generate(stream: str, terms: int, max_operand: int, operators: str) -> Math
     value = safe_arith.evaluate(expr)
     assert value is not None  # operands are >= 1 and there are no parentheses: never a division by zero
     return MathInstance(question=f"What is {expr}?", answer=_fmt(value), expr=expr)
+
+
+def _larger_question(numbers: Sequence[int]) -> str:
+    if len(numbers) == 2:
+        return f"Which number is larger, {numbers[0]} or {numbers[1]}?"
+    return f"Which number is the largest: {', '.join(map(str, numbers))}?"
+
+
+@lru_cache(maxsize=8192)
+def _larger(stream: str, terms: int, max_operand: int) -> MathInstance:
+    """``task.question=larger``: ``terms`` distinct numbers from 1..max_operand; the answer is the largest."""
+    numbers = random.Random(stream).sample(range(1, max_operand + 1), terms)
+    return MathInstance(question=_larger_question(numbers), answer=str(max(numbers)))
 
 
 def _random_step(rng: random.Random, expr: str, exact: bool = False) -> tuple[str, str]:

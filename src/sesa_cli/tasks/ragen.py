@@ -31,6 +31,8 @@ THINK = "<think>"
 """RAGEN pre-fills the generation with ``<think>``: every chat context ends with it."""
 SYSTEM_PROMPT = "You're a helpful assistant. "
 """RAGEN's system text, which starts every chat prompt."""
+ANSWER = "<answer>"
+"""Pre-fills the assistant turn instead of ``<think>`` when thinking is off (``task.think=false``)."""
 FORMAT_PROMPT = "<think>...</think><answer>...</answer>"
 """RAGEN's format reminder in the turn text."""
 SPECIAL_TOKENS = ("<think>", "</think>", "<answer>", "</answer>", "<|im_start|>", "<|im_end|>")
@@ -70,6 +72,15 @@ def answer_parts(text: str) -> tuple[str, str, str] | None:
             return text[start:end], text[k + len("<answer>") : close], text[close + len(CHAT_STOP) :]
         pos = end + 1
     return None
+
+
+def answer_only(text: str) -> str | None:
+    """The answer of a reply written after a pre-filled ``<answer>`` (RAGEN's ``enable_think: false``): the text
+    before the first ``</answer>``; None when the answer is never closed (cut at the length limit). Never raises."""
+    if not isinstance(text, str):
+        return None
+    content, closed, _ = text[:MAX_TEXT].partition(CHAT_STOP)
+    return content if closed else None
 
 
 def answer_actions(text: str) -> list[str] | None:

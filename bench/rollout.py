@@ -65,6 +65,7 @@ from sesa_cli.commands.schemas import register_configs
 from sesa_cli.config import conf_dir, to_object
 from sesa_cli.models.loading import load_policy
 from sesa_cli.rollout.engine import Engine, SamplingParams
+from sesa_cli.rollout.rollouts import Expansion
 from sesa_cli.runs import RunDir
 from sesa_cli.tasks.base import make_task
 from sesa_cli.trainer import Trainer
@@ -115,7 +116,9 @@ def bench_engine(policy, batch: int, new_tokens: int, repeats: int) -> tuple[flo
 def step_tokens(trainer: Trainer) -> int:
     """Tokens the latest train step generated: every completion, and each sketch once."""
     rows = [r for g in trainer._last_groups for r in g]
-    sketch = {id(r.sketch_completion): len(r.sketch_completion.ids) for r in rows if r.sketch_completion}
+    sketch = {
+        id(r.origin.sketch): len(r.origin.sketch.completion.ids) for r in rows if isinstance(r.origin, Expansion)
+    }
     return sum(len(r.completion.ids) for r in rows) + sum(sketch.values())
 
 

@@ -17,6 +17,15 @@ the per-round ratios sesa/TRL and their range (TRL's step has drifted by a third
 issue 32's goal (sesa's step <= 0.5x TRL's on one thread; issue 20 asked 0.7x, reached at 0.68x), and where each side
 spends its step.
 
+``--model smollm2-135m`` (issue 70): the same on SmolLM2-135M-Instruct with claim XXV's recipe
+(``experiment=smollm2_larger``: LoRA rank 16 on the attention and MLP projections, bfloat16 autocast, gradient
+checkpointing, the chat template with ``<answer>`` pre-filled, 8 prompts x G = 8, at most 10 new tokens, GRPO's
+clipped loss, lr 3e-4) on both sides: TRL gets the same LoRA config (peft), ``bf16=True`` (accelerate's CPU
+autocast), gradient checkpointing, the base's weights from sesa's cached export, and the same training questions
+rendered as sesa renders them (token ids asserted equal), scored by the task's scorer. sesa stops a row at
+``</answer>`` (several tokens); TRL's generate stops only at a single token (the model's EOS), so its completions
+run on to the length limit: the per-completion-token ratio is printed beside the per-step one.
+
 TRL is a dependency of the bench session only (``nox -s bench`` installs it); sesa does not import it.
 """
 
@@ -32,6 +41,8 @@ from typing import Any
 
 GOAL = 0.5
 """Issue 32: sesa's parallel step at most this times TRL's (one thread; 0.68x before)."""
+SMOLLM2_GOAL = 1.0
+"""Issue 70: sesa's SmolLM2 LoRA step at most this times TRL's on this CPU."""
 
 import torch
 from docs_block import write_block
@@ -92,6 +103,47 @@ def run_sesa(cfg: Any, warmup: int, steps: int) -> Side:
     return side
 
 
+SMOLLM2_WORK = [
+    "experiment=smollm2_larger",
+    "sampler=parallel",
+    "algo.kl_coef=0",
+    "algo.entropy_coef=0",
+    "optim.lr_schedule=constant",
+    "train.policy_every=0",
+]
+"""``--model smollm2-135m``: claim XXV's recipe, as GRPO draws it (no KL term, as TRL's beta 0)."""
+
+
+def smollm2_prompts(cfg: Any, count: int) -> tuple[Path, list[str], list[list[int]], list[Any]]:
+    """The cached base's dir, and the first ``count`` training questions: each rendered as sesa's policy renders it
+    (chat template, ``<answer>`` pre-filled), its token ids, and the instance (for the scorer)."""
+    from sesa_cli.models.gguf import gguf_export_dir
+
+    task = make_task(cfg.task, cfg.seed)
+    policy = load_policy(cfg.model, task)
+    instances = [task.instance("train", i) for i in range(count)]
+    ids = [policy.encode_prompt(task.prompt(inst), chat=True) for inst in instances]
+    texts = [policy.tokenizer.decode(row) for row in ids]
+    assert all(policy.encode(t) == row for t, row in zip(texts, ids, strict=True)), "a prompt does not round-trip"
+    return trainable_copy(gguf_export_dir(cfg.model)), texts, ids, instances
+
+
+def trainable_copy(export: Path) -> Path:
+    """The export's files linked into a temporary dir with ``quantization_config`` dropped from config.json: the
+    export records that its weights came from a GGUF file, and transformers' Trainer refuses to train a model
+    "quantized with GGUF" (the weights are the dequantised float32 ones; sesa's loop does not ask)."""
+    import json
+
+    out = Path(tempfile.mkdtemp(prefix="sesa-trl-smollm2-"))
+    for item in export.iterdir():
+        (out / item.name).symlink_to(item.resolve())
+    (out / "config.json").unlink()
+    config = json.loads((export / "config.json").read_text())
+    config.pop("quantization_config", None)
+    (out / "config.json").write_text(json.dumps(config, indent=2))
+    return out
+
+
 def save_model_dir(cfg: Any, out: Path) -> tuple[list[int], str, list[int]]:
     """sesa's base for ``cfg`` saved to ``out`` as TRL loads it, with the task's stop as the model's EOS. Returns the
     prompt's token ids in sesa, the prompt text TRL is given (BOS spelled out: the tiny tokenizer adds none), and the
@@ -118,32 +170,41 @@ def save_model_dir(cfg: Any, out: Path) -> tuple[list[int], str, list[int]]:
 
 def run_trl(
     model_dir: Path,
-    prompt: str,
-    prompt_ids: list[int],
+    prompts: list[str],
+    prompt_ids: list[list[int]],
     suppress: list[int],
     cfg: Any,
     warmup: int,
     steps: int,
     seed: int,
+    instances: list[Any] | None = None,
 ) -> Side:
+    """TRL's GRPOTrainer on ``prompts`` (one a step's prompt slot, repeated: the path task; or one per training
+    question: ``instances``, whose scorer reads each completion's own question), timed like :func:`run_sesa`. A LoRA
+    model (``cfg.model.lora``) gets the same peft config, bfloat16 autocast and gradient checkpointing as sesa's."""
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
     task = make_task(cfg.task, cfg.seed)
-    inst = task.instance("train", 0)
     side = Side()
     total = warmup + steps
+    g, n = cfg.sampler.group_size, cfg.train.batch_size
+    questions = instances or [task.instance("train", 0)]
+    rows = [i % len(prompts) for i in range(n * total)]
+    allowed = {tuple(row) for row in prompt_ids}
 
-    def reward(prompts: list[str], completions: list[str], **_: Any) -> list[float]:
-        return [task.score(inst, c).reward for c in completions]
+    def reward(prompts: list[str], completions: list[str], question: list[int], **_: Any) -> list[float]:
+        return [
+            task.score(questions[q % len(questions)], c).reward for q, c in zip(question, completions, strict=True)
+        ]
 
     class Timed(GRPOTrainer):  # type: ignore[misc]
         def _generate_and_score_completions(self, inputs: Any) -> Any:
             t0 = time.perf_counter()
             out = super()._generate_and_score_completions(inputs)
-            got = out["prompt_ids"][out["prompt_mask"].bool()].view(out["prompt_ids"].shape[0], -1)
-            assert all(row == prompt_ids for row in got.tolist()), (got[0].tolist(), prompt_ids)
+            got = [ids[mask.bool()].tolist() for ids, mask in zip(out["prompt_ids"], out["prompt_mask"], strict=True)]
+            assert all(tuple(row) in allowed for row in got), got[0]  # sesa's own prompts, padding aside
             self.gen_t, self.n_tokens = time.perf_counter() - t0, int(out["completion_mask"].sum())
             return out
 
@@ -157,7 +218,18 @@ def run_trl(
                 side.gen_s.append(trainer.gen_t)
                 side.tokens.append(trainer.n_tokens)
 
-    g, n = cfg.sampler.group_size, cfg.train.batch_size
+    lora = bool(cfg.model.lora)
+    peft_config = None
+    if lora:
+        from peft import LoraConfig
+
+        peft_config = LoraConfig(
+            r=cfg.model.lora_rank,
+            lora_alpha=cfg.model.lora_alpha,
+            lora_dropout=cfg.model.lora_dropout,
+            target_modules=list(cfg.model.lora_target_modules),
+            task_type="CAUSAL_LM",
+        )
     with tempfile.TemporaryDirectory() as tmp:
         args = GRPOConfig(
             output_dir=tmp,
@@ -178,9 +250,9 @@ def run_trl(
             max_grad_norm=cfg.optim.max_grad_norm,
             max_steps=total,
             use_cpu=True,
-            bf16=False,
+            bf16=lora and cfg.model.dtype == "bfloat16",
             fp16=False,
-            gradient_checkpointing=False,
+            gradient_checkpointing=lora and cfg.model.gradient_checkpointing,
             save_strategy="no",
             report_to=[],
             logging_strategy="no",
@@ -192,8 +264,9 @@ def run_trl(
             processing_class=AutoTokenizer.from_pretrained(model_dir),
             reward_funcs=reward,
             args=args,
-            train_dataset=Dataset.from_dict({"prompt": [prompt] * (n * total)}),
+            train_dataset=Dataset.from_dict({"prompt": [prompts[i] for i in rows], "question": rows}),
             callbacks=[Clock()],
+            peft_config=peft_config,
         )
         trainer.train()
     return side
@@ -207,11 +280,16 @@ def main() -> None:
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--cache-dir", default="outputs/cache")
     parser.add_argument(
+        "--model", choices=("tiny", "smollm2-135m"), default="tiny",
+        help="tiny: the path task's base (issue 20); smollm2-135m: claim XXV's LoRA recipe (issue 70)",
+    )  # fmt: skip
+    parser.add_argument(
         "--page", help="write the results into this file's bench:trl_compare block (docs/measurements.md)"
     )
     parser.add_argument("overrides", nargs="*", default=[])
     a = parser.parse_args()
-    cfg = config([f"model.cache_dir={a.cache_dir}", *SAME_WORK, *a.overrides])
+    real = a.model == "smollm2-135m"
+    cfg = config([f"model.cache_dir={a.cache_dir}", *(SMOLLM2_WORK if real else SAME_WORK), *a.overrides])
     import trl
     from transformers.utils import logging as hf_logging
 
@@ -219,8 +297,9 @@ def main() -> None:
 
     lines = [
         (
-            f"`python bench/trl_compare.py` (TRL {trl.__version__}, torch {torch.__version__}, "
-            f"{cfg.train.batch_size} prompts x G = {cfg.sampler.group_size}, path task, {a.rounds} rounds x "
+            f"`python bench/trl_compare.py{' --model smollm2-135m' if real else ''}` (TRL {trl.__version__}, torch "
+            f"{torch.__version__}, {cfg.train.batch_size} prompts x G = {cfg.sampler.group_size}, "
+            f"{'SmolLM2-135M LoRA, experiment=smollm2_larger' if real else 'path task'}, {a.rounds} rounds x "
             f"{a.steps} steps per side, interleaved in one process):"
         ),
         "",
@@ -231,15 +310,27 @@ def main() -> None:
         "|---|---|---|---|---|---|",
     ]
     with tempfile.TemporaryDirectory() as tmp:
-        model_dir = Path(tmp) / "model"
-        prompt_ids, prompt, suppress = save_model_dir(cfg, model_dir)
+        instances = None
+        if real:
+            model_dir, prompts, prompt_ids, instances = smollm2_prompts(
+                cfg, cfg.train.batch_size * (a.warmup + a.steps)
+            )
+            suppress: list[int] = []
+        else:
+            model_dir = Path(tmp) / "model"
+            ids, prompt, suppress = save_model_dir(cfg, model_dir)
+            prompts, prompt_ids = [prompt], [ids]
         for threads in a.threads:
             torch.set_num_threads(threads)
             sesa: list[Side] = []
             peer: list[Side] = []
             for r in range(a.rounds):
                 sesa.append(run_sesa(cfg, a.warmup, a.steps))
-                peer.append(run_trl(model_dir, prompt, prompt_ids, suppress, cfg, a.warmup, a.steps, seed=r))
+                peer.append(
+                    run_trl(
+                        model_dir, prompts, prompt_ids, suppress, cfg, a.warmup, a.steps, seed=r, instances=instances
+                    )
+                )
                 print(
                     f"threads {threads} round {r + 1}: sesa {sesa[-1].median_step():.3f} s/step "
                     f"({statistics.mean(sesa[-1].tokens):.0f} tokens) | TRL {peer[-1].median_step():.3f} s/step "
@@ -254,20 +345,22 @@ def main() -> None:
             p_steps = [p.median_step() for p in peer]
             p_med = statistics.median(p_steps)
             shares = (statistics.median(s.gen_share() for s in sesa), statistics.median(p.gen_share() for p in peer))
-            verdict = "holds" if step <= GOAL else "not met"
+            goal = SMOLLM2_GOAL if real else GOAL
+            verdict = "holds" if step <= goal else "not met"
             print(
-                f"threads {threads}: sesa/TRL per step {step:.2f}x ({spread}; goal <= {GOAL}x: {verdict}; before "
-                f"issue 32: 0.68x on 1 thread), per completion token {token:.2f}x; sesa {s_med:.3f} s/step, TRL "
+                f"threads {threads}: sesa/TRL per step {step:.2f}x ({spread}; goal <= {goal}x: {verdict}"
+                f"{'' if real else '; before issue 32: 0.68x on 1 thread'}), per completion token {token:.2f}x; "
+                f"sesa {s_med:.3f} s/step, TRL "
                 f"{p_med:.3f} (rounds {min(p_steps):.3f}-{max(p_steps):.3f}); "
                 f"generation {shares[0]:.0%} of sesa's step, {shares[1]:.0%} of TRL's",
                 flush=True,
             )
             lines.append(
-                f"| {threads} | {s_med:.3f} | {p_med:.3f} | **{step:.2f}x** ({spread}; {verdict}: goal <= {GOAL}x) | "
+                f"| {threads} | {s_med:.3f} | {p_med:.3f} | **{step:.2f}x** ({spread}; {verdict}: goal <= {goal}x) | "
                 f"{token:.2f}x | {shares[0]:.0%} / {shares[1]:.0%} |"
             )
     if a.page:
-        write_block(Path(a.page), "trl_compare", lines)
+        write_block(Path(a.page), "trl_compare smollm2-135m" if real else "trl_compare", lines)
 
 
 if __name__ == "__main__":

@@ -249,14 +249,73 @@ def test_overlong_answers_are_wrong_without_parsing() -> None:
 @settings(max_examples=200, deadline=None)
 def test_score_never_raises(s: str) -> None:
     inst = MathInstance(question="q", answer="1/2")
-    for task in (COMPACT, CHAT):
-        for text in (s, s + "|", f"</think><answer>{s}</answer>"):
+    for task in (COMPACT, CHAT, ANSWER_ONLY):
+        for text in (s, s + "|", f"</think><answer>{s}</answer>", f"{s}</answer>"):
             score = task.score(inst, text)
             assert score.reward in (0.0, 1.0)
 
 
 COMPACT = make()
 CHAT = make(style="chat")
+ANSWER_ONLY = make(style="chat", think=False, question="larger", terms=2, max_operand=99)
+
+
+# ------------------------------------------------------------------------------- thinking off, the larger number
+def test_larger_questions_name_distinct_numbers_and_the_answer_is_the_largest() -> None:
+    for terms in (2, 3):
+        task = make(style="chat", question="larger", terms=terms, max_operand=9 if terms == 3 else 99)
+        for i in range(200):
+            inst = task.instance("train", i)
+            numbers = [int(n) for n in re.findall(r"\d+", inst.question)]
+            assert len(numbers) == len(set(numbers)) == terms
+            assert all(1 <= n <= task.cfg.max_operand for n in numbers)
+            assert inst.answer == str(max(numbers))
+            assert inst == task.instance("train", i)  # deterministic
+        assert task.instance("train", 0) != task.instance("val", 0)
+    assert (
+        make(style="chat", question="larger", terms=2)
+        .instance("val", 3)
+        .question.startswith("Which number is larger, ")
+    )
+    assert (
+        make(style="chat", question="larger", terms=3)
+        .instance("val", 3)
+        .question.startswith("Which number is the largest: ")
+    )
+
+
+def test_thinking_off_asks_for_the_answer_alone_and_prefills_it() -> None:
+    task = ANSWER_ONLY
+    inst = task.instance("val", 0)
+    prompt = task.prompt(inst)
+    assert prompt.endswith(f"{inst.question}<answer>")
+    assert "Give only the final answer inside <answer></answer>." in prompt
+    assert "Example: Which number is larger, 3 or 8? <answer>8</answer>" in prompt
+    assert "<think>" not in prompt
+    assert "\\boxed" not in prompt
+    assert (task.stop, task.between) == ("</answer>", "\n<answer>")  # each answer of a chain opens alike
+    right, wrong = inst.answer, str(int(inst.answer) - 1)
+    assert task.score(inst, f"{right}</answer>").success
+    assert task.score(inst, f" {right} </answer>\nmore text").success
+    assert task.score(inst, f"\\boxed{{{right}}}</answer>").success
+    assert task.score(inst, f"{wrong}</answer>") == math_task.Score(0.0, False, wrong)
+    assert task.score(inst, right).key is None  # never closed: cut at the length limit
+    assert not task.score(inst, f"</think><answer>{right}</answer>").success  # the answer is all before </answer>
+    arithmetic = make(style="chat", think=False)
+    assert "Example: What is 2+3? <answer>5</answer>" in arithmetic.prompt(arithmetic.instance("val", 0))
+
+
+@pytest.mark.parametrize(
+    ("kw", "message"),
+    [
+        ({"question": "smallest", "style": "chat"}, "task.question='smallest' must be one of arithmetic, larger"),
+        ({"question": "larger"}, "task.question=larger is chat-only"),
+        ({"question": "larger", "style": "chat", "terms": 4, "max_operand": 3}, "task.max_operand must be >= 4"),
+    ],
+)
+def test_bad_question_settings_are_one_line_errors(kw: dict, message: str) -> None:
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        MathTaskConfig(name="math", **kw)
 
 
 # ---------------------------------------------------------------------------------------------- the reader

@@ -43,6 +43,9 @@ def test_chat_prompt_is_a_user_message_with_think_prefilled(monkeypatch: pytest.
     assert policy.encode_prompt("Solve it.\n<think>", chat=True) == [7]
     assert seen == ["<|user|>Solve it.<|end|><|assistant|><think>"]
     seen.clear()
+    policy.encode_prompt("Which is larger, 3 or 8?<answer>", chat=True)  # task.think=false pre-fills the answer
+    assert seen == ["<|user|>Which is larger, 3 or 8?<|end|><|assistant|><answer>"]
+    seen.clear()
     policy.encode_prompt("No prefill", chat=True)
     assert seen == ["<|user|>No prefill<|end|><|assistant|>"]
 

@@ -6,6 +6,7 @@ run offline: the page's own offline example, the one line they stop with, is run
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import re
 import subprocess
@@ -29,8 +30,17 @@ SMALLEST = {
 """The sizes every real-model command runs with here (the rest of each command as the page shows it); a command's
 own ``task.max_new_tokens`` is cut to 32. About a minute each on 1 CPU thread."""
 
+
+def _real(args: list[str]) -> bool:
+    """A command of a real model: ``model=`` other than tiny, or a real model's recipe (``experiment=smollm2_*``).
+    A recipe header's multirun (``-m``) is the results page's sweep: tests/test_results.py holds it equal to what
+    scripts/results.py runs, and its ``--smoke`` page runs it."""
+    real = any((a.startswith("model=") and a != "model=tiny") or a.startswith("experiment=smollm2") for a in args)
+    return real and "-m" not in args
+
+
 REAL = list({(page, command, tuple(args)): (page, command, args) for page, command, args in shown_commands()
-             if any(a.startswith("model=") and a != "model=tiny" for a in args)}.values())  # fmt: skip
+             if _real(args)}.values())  # fmt: skip
 HUB_ONLY = [c for c in REAL if any(a.startswith("model=qwen") for a in c[2])]
 """Hub models: no hub here, so they are not run (the offline example below is)."""
 
@@ -103,6 +113,29 @@ def test_a_real_model_command_runs_end_to_end(page, command, args, model_cache, 
     metrics = tmp_path / "run" / ("metrics.json" if command == "eval" else "metrics.jsonl")
     assert metrics.is_file()
     print(f"{page}: sesa {' '.join(argv)}: {time.monotonic() - started:.0f} s")
+
+
+@pytest.mark.real_model
+def test_the_recipe_moves_the_policy(model_cache, tmp_path, monkeypatch, capsys):
+    """issue 70: the documented recipe trains (a gradient that is not 0 and an update) where the Countdown smoke test
+    cannot (its base never succeeds). One step of 8 prompts x 8 samples: the base answers 0.15 of the questions
+    right, so a batch without a group of mixed rewards has probability about 1e-4."""
+    argv = [
+        "train",
+        "experiment=smollm2_larger",
+        "train.steps=1",
+        "train.eval_before=false",
+        "eval.instances=1",
+        "eval.samples=2",
+        f"model.cache_dir={model_cache}",
+        "threads=1",
+        f"hydra.run.dir={tmp_path / 'run'}",
+    ]
+    assert run_cli(argv, monkeypatch) == 0, capsys.readouterr().err
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    step = next(r for r in rows if r.get("step") == 1 and "optim/grad_norm" in r)
+    assert step["optim/grad_norm"] > 0
+    assert step["optim/no_signal"] == 0
 
 
 def test_the_offline_hub_example_prints_what_the_page_shows(tmp_path):

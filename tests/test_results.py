@@ -201,6 +201,9 @@ def fake_claims(root: Path, seeds: tuple[int, ...] = SEEDS) -> None:
                     coverage=False,
                 )
                 job += 1
+    for job, (sampler, seed) in enumerate((s, seed) for s in ("parallel", "sequential") for seed in (0, 1, 2)):
+        real = {"experiment": "smollm2_larger", "sampler": sampler, "seed": seed}
+        write_run(root / "smollm2_larger" / str(job), real, task="math", coverage=False)
     # claims VIII-XII and XIX-XXIV: the head-to-head, tuning, check and equal-compute sweeps, each job as its sweep's axes give it
     session = R.Session(root, seeds)
     for sweep in R.SWEEPS:
@@ -319,7 +322,7 @@ def test_missing_runs_are_said_not_invented(tmp_path: Path) -> None:
     write_run(root / "collapse" / "0", {"experiment": "collapse_revival", "seed": 0}, policy=True)
     text = R.render(R.Session(root, SEEDS), tmp_path / "docs").read_text()
     assert "Task path · 1 runs in 1 group · seeds 0." in text
-    assert text.count("Not run yet.") == 22  # claims III-XXIV; II shows the parallel runs it has
+    assert text.count("Not run yet.") == 23  # claims III-XXV; II shows the parallel runs it has
     assert "- **Incomplete:** 1 of the 2 jobs of sweep `collapse` have finished." in text
     assert "- **Incomplete:** 0 of the 4 jobs of sweep `discovery` have finished." in text
 

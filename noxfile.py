@@ -153,6 +153,11 @@ def bench(session: nox.Session) -> None:
             "python", "bench/rollout.py", *extra, "--page", MEASUREMENTS, *what, *session.posargs, env=one_thread
         )
     session.run("python", "bench/trl_compare.py", "--page", MEASUREMENTS)  # 1 and 2 threads, set in-process
+    # the same against TRL on SmolLM2-135M with LoRA, claim XXV's recipe (issue 70; TRL's step is about a minute)
+    session.run(
+        "python", "bench/trl_compare.py", "--model", "smollm2-135m", "--rounds", "2", "--steps", "3", "--threads", "1",
+        "--page", MEASUREMENTS,
+    )  # fmt: skip
     session.run("python", "bench/time_to_result.py", "--page", MEASUREMENTS)  # the default run from an empty cache
     session.run("python", "bench/memory.py")
     session.run("python", "bench/smollm2.py")

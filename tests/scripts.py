@@ -24,3 +24,4 @@ def load(name: str) -> ModuleType:
 
 
 results = load("results")
+real_model = load("real_model")

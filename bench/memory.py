@@ -47,7 +47,7 @@ def measure(mode: str, rows: int, new_tokens: int, cache_dir: str, gc: bool, dty
     from sesa_cli.runs import RunDir
     from sesa_cli.tasks.base import make_task
     from sesa_cli.trainer import Trainer
-    from sesa_cli.update import LossInputs
+    from sesa_cli.update import SOLUTION, LossInputs
 
     torch.manual_seed(0)
     register_configs()
@@ -81,12 +81,13 @@ def measure(mode: str, rows: int, new_tokens: int, cache_dir: str, gc: bool, dty
                 behaviour_logps=[[0.0] * new_tokens] * rows,
                 advantages=advantages,
                 off_policy=torch.zeros(rows, dtype=torch.bool),
-                n_solutions=rows,
+                kinds=[SOLUTION] * rows,
+                solution=torch.ones(rows, dtype=torch.bool),
                 solutions=[None] * rows,
                 stats={},
-                follow=[],
+                rollouts=[],
             )
-            trainer.update(inputs)
+            trainer.learner.update(inputs)
     else:
         from sesa_cli.rollout.scoring import build_batch
 

@@ -29,7 +29,7 @@ from sesa_cli.rollout.samplers import make_sampler
 from sesa_cli.runs import RunDir
 from sesa_cli.tasks.base import make_task
 from sesa_cli.trainer import Trainer
-from sesa_cli.update import LossInputs
+from sesa_cli.update import SOLUTION, LossInputs
 
 
 def main() -> None:
@@ -85,14 +85,15 @@ def main() -> None:
                     behaviour_logps=[c.logps for c in comps],
                     advantages=torch.randn(len(rows)),
                     off_policy=torch.zeros(len(rows), dtype=torch.bool),
-                    n_solutions=len(rows),
+                    kinds=[SOLUTION] * len(rows),
+                    solution=torch.ones(len(rows), dtype=torch.bool),
                     solutions=[None] * len(rows),
                     stats={},
-                    follow=[],
+                    rollouts=[],
                 )
                 for padding_free, trainer in trainers.items():  # both update the same LoRA weights: same cost
                     t2 = time.perf_counter()
-                    trainer.update(inputs)
+                    trainer.learner.update(inputs)
                     if r:
                         upd_times[padding_free].append(time.perf_counter() - t2)
                 if r:

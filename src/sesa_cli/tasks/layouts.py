@@ -261,7 +261,7 @@ class ChatLayout(Layout):
         if not isinstance(sketch, str):
             return None
         text = sketch[: ragen.MAX_TEXT].strip()
-        opening = "<answer>"
+        opening = ragen.ANSWER
         if not (text.startswith(opening) and text.endswith(self.stop)):
             return None  # the request asks for <answer>...</answer> with no extra text
         return self._items(text[len(opening) : -len(self.stop)], most)

@@ -44,12 +44,12 @@ from sesa_cli.tasks.base import Score, check_split, draw_distinct, register_task
 from sesa_cli.tasks.math_grading import grade, last_boxed, normalize_answer, rational
 from sesa_cli.tasks.ragen import SYSTEM_PROMPT, RagenTask
 
-INSTRUCTION = "You are solving Math problems. Put your final answer in \\boxed{}."
-"""RAGEN's MetamathQA ``env_instruction`` ("You are solving Math problems. ") plus the boxed-answer rule."""
+ENV_INSTRUCTION = "You are solving Math problems. "
+"""RAGEN's MetamathQA ``env_instruction``."""
+INSTRUCTION = ENV_INSTRUCTION + "Put your final answer in \\boxed{}."
+"""The env instruction plus the boxed-answer rule."""
 QUESTIONS = ("arithmetic", "larger")
 """The generated set's kinds of question (``task.question``)."""
-ANSWER_ONLY = "Give only the final answer inside <answer></answer>."
-"""The answer rule of the chat style with thinking off (``task.think=false``), before its worked example."""
 WARM_POOL = 2000
 """The warm-start corpus draws its questions from this many train-split instances."""
 _P_CORRECT = 0.1
@@ -230,7 +230,7 @@ class MathTask(RagenTask):
 
     def instruction(self) -> str:
         # thinking off: the boxed-answer rule gives way to the answer-only rule (an answer is the tag's content)
-        return self.chat_instruction if self.cfg.think else f"You are solving Math problems. {ANSWER_ONLY}"
+        return self.chat_instruction if self.cfg.think else ENV_INSTRUCTION + ragen.ANSWER_ONLY
 
     def _example(self) -> str:
         """Thinking off: one worked example of the generated set (none for a dataset), after the answer rule."""
@@ -284,7 +284,7 @@ class MathTask(RagenTask):
     def sketch_head(self, inst: MathInstance) -> str:
         if self.chat:
             # RAGEN's instruction without the boxed-answer rule: a method is not an answer
-            header = SYSTEM_PROMPT + "You are solving Math problems."
+            header = SYSTEM_PROMPT + ENV_INSTRUCTION.rstrip()
             request = (
                 "Do not solve it yet. Propose a method in one short sentence, different from every method listed "
                 "so far."

@@ -32,7 +32,10 @@ THINK = "<think>"
 SYSTEM_PROMPT = "You're a helpful assistant. "
 """RAGEN's system text, which starts every chat prompt."""
 ANSWER = "<answer>"
-"""Pre-fills the assistant turn instead of ``<think>`` when thinking is off (``task.think=false``)."""
+"""Opens RAGEN's answer; pre-fills the assistant turn instead of ``<think>`` when thinking is off
+(``task.think=false``)."""
+ANSWER_ONLY = "Give only the final answer inside <answer></answer>."
+"""The instruction's answer rule where a reply is its answer alone (reasoning-gym; math with ``task.think=false``)."""
 FORMAT_PROMPT = "<think>...</think><answer>...</answer>"
 """RAGEN's format reminder in the turn text."""
 SPECIAL_TOKENS = ("<think>", "</think>", "<answer>", "</answer>", "<|im_start|>", "<|im_end|>")
@@ -65,11 +68,11 @@ def answer_parts(text: str) -> tuple[str, str, str] | None:
         k = end + len("</think>")
         while k < len(text) and text[k].isspace():
             k += 1
-        if text.startswith("<answer>", k):
-            close = text.find(CHAT_STOP, k + len("<answer>"))
+        if text.startswith(ANSWER, k):
+            close = text.find(CHAT_STOP, k + len(ANSWER))
             if close == -1:
                 return None  # no later </think> can be followed by a closed answer either
-            return text[start:end], text[k + len("<answer>") : close], text[close + len(CHAT_STOP) :]
+            return text[start:end], text[k + len(ANSWER) : close], text[close + len(CHAT_STOP) :]
         pos = end + 1
     return None
 
@@ -111,7 +114,7 @@ def compact_answer(completion: str, stop: str) -> str | None:
 
 def answer_block(content: str) -> str:
     """``<answer>content</answer>``."""
-    return f"<answer>{content}{CHAT_STOP}"
+    return f"{ANSWER}{content}{CHAT_STOP}"
 
 
 def turn_text(turn: int, state: str, actions_left: int, max_words: int, hint: str = "", plan: str = "") -> str:
@@ -162,7 +165,7 @@ class RagenTask(Task):
             return ""
         body = sketch[:MAX_TEXT]
         if self.chat:
-            body = body.split("<answer>", 1)[-1]
+            body = body.split(ANSWER, 1)[-1]
         body = body.split(self.stop, 1)[0]
         if self.sketch_line is None:
             return body.strip() if self.chat else body

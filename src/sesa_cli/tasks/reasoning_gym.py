@@ -24,7 +24,7 @@ from sesa_cli.tasks import ragen
 from sesa_cli.tasks.base import Score, check_split, register_task
 from sesa_cli.tasks.ragen import RagenTask
 
-INSTRUCTION = "You are solving reasoning puzzles. Give only the final answer inside <answer></answer>."
+INSTRUCTION = "You are solving reasoning puzzles. " + ragen.ANSWER_ONLY
 
 
 @dataclass

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from datetime import datetime
 from pathlib import Path
 
 import numpy as np
@@ -23,8 +22,9 @@ from sesa_cli.intervals import bootstrap_interval
 from sesa_cli.report.runs import Run, load_runs
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "bench"))
+sys.path[:0] = [str(ROOT / "bench"), str(ROOT / "scripts")]
 from docs_block import write_block
+from results import run_seconds
 
 SUCCESS = "eval/success"
 STEP_TIME = "time/step_s"
@@ -44,11 +44,10 @@ def sampler_of(run: Run) -> str:
 
 
 def wall_minutes(run: Run) -> float:
-    """The run's wall time (run.json started -> ended), evaluations included; NaN when it has not ended."""
-    started, ended = run.info.get("started"), run.info.get("ended")
-    if not started or not ended:
-        return float("nan")
-    return (datetime.fromisoformat(ended) - datetime.fromisoformat(started)).total_seconds() / 60
+    """The run's wall time (:func:`results.run_seconds`: run.json's started to ended), evaluations included; NaN
+    when it has not ended."""
+    seconds = run_seconds(run.path)
+    return float("nan") if seconds is None else seconds[0] / 60
 
 
 def curves(runs: list[Run], metric: str) -> pd.DataFrame:
@@ -74,14 +73,12 @@ def gains(runs: list[Run], metric: str) -> pd.DataFrame:
     for sampler in sorted({sampler_of(r) for r in runs}):
         group = [r for r in runs if sampler_of(r) == sampler]
         last = [r.metrics[SUCCESS].last_valid_index() for r in group]
-        diff = np.array(
-            [[r.metrics.at[s, metric] - r.metrics.at[0, metric]] for r, s in zip(group, last, strict=True)]
-        )
-        base = np.array([[r.metrics.at[0, metric]] for r in group])
-        final = np.array([[r.metrics.at[s, metric]] for r, s in zip(group, last, strict=True)])
-        (d, d_low, d_high), (b, *_), (f, *_) = (bootstrap_interval(x) for x in (diff, base, final))
+        base = np.array([r.metrics.at[0, metric] for r in group])
+        final = np.array([r.metrics.at[s, metric] for r, s in zip(group, last, strict=True)])
+        d, d_low, d_high = bootstrap_interval((final - base)[:, None])  # paired by seed
         rows.append(
-            {"sampler": sampler, "metric": metric, "base": float(b[0]), "final": float(f[0]), "gain": float(d[0]),
+            {"sampler": sampler, "metric": metric, "base": float(base.mean()), "final": float(final.mean()),
+             "gain": float(d[0]),
              "low": float(d_low[0]), "high": float(d_high[0]), "steps": int(max(last)),
              "wall_min": float(np.mean([wall_minutes(r) for r in group])),
              "train_min": float(np.mean([r.metrics[STEP_TIME].sum() / 60 for r in group])),

@@ -114,8 +114,9 @@ SMOLLM2_WORK = [
 """``--model smollm2-135m``: claim XXV's recipe, as GRPO draws it (no KL term, as TRL's beta 0)."""
 
 
-def smollm2_prompts(cfg: Any, count: int) -> tuple[Path, list[str], list[list[int]], list[Any]]:
-    """The cached base's dir, and the first ``count`` training questions: each rendered as sesa's policy renders it
+def smollm2_prompts(cfg: Any, count: int, tmp: Path) -> tuple[Path, list[str], list[list[int]], list[Any]]:
+    """The cached base's dir as TRL can train it (:func:`trainable_copy`, under ``tmp``), and the first ``count``
+    training questions: each rendered as sesa's policy renders it
     (chat template, ``<answer>`` pre-filled), its token ids, and the instance (for the scorer)."""
     from sesa_cli.models.gguf import gguf_export_dir
 
@@ -125,16 +126,16 @@ def smollm2_prompts(cfg: Any, count: int) -> tuple[Path, list[str], list[list[in
     ids = [policy.encode_prompt(task.prompt(inst), chat=True) for inst in instances]
     texts = [policy.tokenizer.decode(row) for row in ids]
     assert all(policy.encode(t) == row for t, row in zip(texts, ids, strict=True)), "a prompt does not round-trip"
-    return trainable_copy(gguf_export_dir(cfg.model)), texts, ids, instances
+    return trainable_copy(gguf_export_dir(cfg.model), tmp / "model"), texts, ids, instances
 
 
-def trainable_copy(export: Path) -> Path:
-    """The export's files linked into a temporary dir with ``quantization_config`` dropped from config.json: the
+def trainable_copy(export: Path, out: Path) -> Path:
+    """The export's files linked into ``out`` with ``quantization_config`` dropped from config.json: the
     export records that its weights came from a GGUF file, and transformers' Trainer refuses to train a model
     "quantized with GGUF" (the weights are the dequantised float32 ones; sesa's loop does not ask)."""
     import json
 
-    out = Path(tempfile.mkdtemp(prefix="sesa-trl-smollm2-"))
+    out.mkdir()
     for item in export.iterdir():
         (out / item.name).symlink_to(item.resolve())
     (out / "config.json").unlink()
@@ -313,7 +314,7 @@ def main() -> None:
         instances = None
         if real:
             model_dir, prompts, prompt_ids, instances = smollm2_prompts(
-                cfg, cfg.train.batch_size * (a.warmup + a.steps)
+                cfg, cfg.train.batch_size * (a.warmup + a.steps), Path(tmp)
             )
             suppress: list[int] = []
         else:
